@@ -1,0 +1,192 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Sentinel errors. Each maps to a stable wire.Code (see CodeOf).
+var (
+	ErrInvalid     = errors.New("core: invalid request")
+	ErrOverflow    = errors.New("core: too many waiters on one name")
+	ErrNotReady    = errors.New("core: no valid view")
+	ErrTimedOut    = errors.New("core: timed out")
+	ErrDraining    = errors.New("core: draining")
+	ErrLost        = errors.New("core: lease lost")
+	ErrUnknownReq  = errors.New("core: unknown request")
+	ErrStaleEpoch  = errors.New("core: message from another epoch")
+	ErrBadMessage  = errors.New("core: malformed message")
+	ErrWrongTarget = errors.New("core: message for another node")
+)
+
+// CodeOf returns the wire code of one of the sentinel errors above.
+func CodeOf(err error) wire.Code {
+	switch {
+	case errors.Is(err, ErrTimedOut):
+		return wire.CodeTimedOut
+	case errors.Is(err, ErrDraining):
+		return wire.CodeDraining
+	case errors.Is(err, ErrNotReady):
+		return wire.CodeNotReady
+	case errors.Is(err, ErrInvalid):
+		return wire.CodeInvalid
+	case errors.Is(err, ErrOverflow):
+		return wire.CodeOverflow
+	case errors.Is(err, ErrLost):
+		return wire.CodeLost
+	}
+	return wire.CodeNone
+}
+
+// ErrorOf is the inverse of CodeOf; CodeNone gives nil.
+func ErrorOf(c wire.Code) error {
+	switch c {
+	case wire.CodeTimedOut:
+		return ErrTimedOut
+	case wire.CodeDraining:
+		return ErrDraining
+	case wire.CodeNotReady:
+		return ErrNotReady
+	case wire.CodeInvalid:
+		return ErrInvalid
+	case wire.CodeOverflow:
+		return ErrOverflow
+	case wire.CodeLost:
+		return ErrLost
+	}
+	return nil
+}
+
+// View is the set of leaders of one epoch, given by the caller (the election
+// supplies it in the runtime; tests and the simulator may fix it).
+type View struct {
+	Epoch   uint64
+	Leaders []wire.NodeID
+}
+
+// Quorum is the number of distinct leaders that make a quorum.
+func (v View) Quorum() int { return len(v.Leaders)/2 + 1 }
+
+// IsLeader reports whether id is one of the view's leaders.
+func (v View) IsLeader(id wire.NodeID) bool { return slices.Contains(v.Leaders, id) }
+
+// Config configures a Node. The zero value of every field but ID and
+// Incarnation is usable and means the documented default.
+type Config struct {
+	// ID is this node. Required, non-zero.
+	ID wire.NodeID
+	// Incarnation is this life of the node: persisted by the caller and
+	// increased before every start. Required, non-zero. Request ids embed it.
+	Incarnation uint32
+	// View is the initial view. An empty view means not ready: requests wait
+	// for SetView until their obtain timeout.
+	View View
+	// Peers are all nodes of the cluster; a restarted node tells them so.
+	Peers []wire.NodeID
+	// RetransmitTicks is how long a phase message waits for its ack before it
+	// is sent again. Default 4.
+	RetransmitTicks int64
+	// RefreshTicks is how often a waiting master renews its watches, to
+	// recover from lost reports. Default 40.
+	RefreshTicks int64
+	// TryTicks bounds a try (obtain timeout 0): the doorway and the one check
+	// must finish within it. Default 40.
+	TryTicks int64
+	// MaxNameLen caps object names in bytes. Default and maximum wire.MaxNameLen.
+	MaxNameLen int
+	// MaxWaiters caps the requests one name may have at a replica, and at a
+	// master. Default 1000.
+	MaxWaiters int
+	// Admit is the admission policy. Default Exclusive.
+	Admit Admit
+	// Mutant deliberately breaks the core. Only the mutation tests set it,
+	// to prove that the simulator catches broken variants. Never set it.
+	Mutant Mutant
+}
+
+// Mutant names a deliberate bug, for mutation testing of the simulator.
+type Mutant uint32
+
+const (
+	// MutantQuorumOfOne: every phase completes with a single ack.
+	MutantQuorumOfOne Mutant = 1 << iota
+	// MutantStaleIncarnation: request ids forget the incarnation, so a reply
+	// addressed to a previous life of the master counts as an ack.
+	MutantStaleIncarnation
+	// MutantIgnoreChoosing: the master does not wait for requests still in
+	// the doorway.
+	MutantIgnoreChoosing
+	// MutantNotDurable: a replica acknowledges a ticket it never persists.
+	MutantNotDurable
+	// MutantMergedDoorway: GET_MAX goes out after the first ENTERING ack.
+	MutantMergedDoorway
+	// MutantSharedTickets: replicas accept a ticket number another request
+	// holds, so two grants may carry the same fencing token.
+	MutantSharedTickets
+)
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.ID == 0 || out.Incarnation == 0 {
+		return out, fmt.Errorf("%w: config needs a non-zero ID and Incarnation", ErrInvalid)
+	}
+	def := func(v *int64, d int64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&out.RetransmitTicks, 4)
+	def(&out.RefreshTicks, 40)
+	def(&out.TryTicks, 40)
+	if out.MaxNameLen <= 0 || out.MaxNameLen > wire.MaxNameLen {
+		out.MaxNameLen = wire.MaxNameLen
+	}
+	if out.MaxWaiters <= 0 {
+		out.MaxWaiters = 1000
+	}
+	if out.Admit == nil {
+		out.Admit = Exclusive
+	}
+	out.View.Leaders = slices.Clone(out.View.Leaders)
+	out.Peers = slices.Clone(out.Peers)
+	return out, nil
+}
+
+// Acquire is a lock request made by a local client.
+type Acquire struct {
+	Name string
+	Mode wire.Mode
+	// Timeout is the obtain timeout in ticks; 0 means try once and answer at
+	// once (bounded by Config.TryTicks for the round trips).
+	Timeout int64
+	// Duration is how long the lease lasts once granted, in ticks; > 0.
+	Duration int64
+	// Grace is how long after Duration the lease is released by force; >= 0.
+	Grace int64
+}
+
+func (n *Node) validate(a Acquire) error {
+	switch {
+	case a.Name == "":
+		return fmt.Errorf("%w: empty name", ErrInvalid)
+	case len(a.Name) > n.cfg.MaxNameLen:
+		return fmt.Errorf("%w: name of %d bytes is over %d", ErrInvalid, len(a.Name), n.cfg.MaxNameLen)
+	case !a.Mode.Valid():
+		return fmt.Errorf("%w: unknown mode %d", ErrInvalid, a.Mode)
+	case a.Timeout < 0:
+		return fmt.Errorf("%w: negative obtain timeout", ErrInvalid)
+	case a.Duration <= 0:
+		return fmt.Errorf("%w: duration must be positive", ErrInvalid)
+	case a.Grace < 0:
+		return fmt.Errorf("%w: negative grace", ErrInvalid)
+	case a.Timeout > maxSpan || a.Duration > maxSpan || a.Grace > maxSpan:
+		return fmt.Errorf("%w: span over %d ticks", ErrInvalid, int64(maxSpan))
+	}
+	return nil
+}
+
+// maxSpan keeps tick arithmetic far from overflow.
+const maxSpan = 1 << 40

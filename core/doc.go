@@ -1,0 +1,31 @@
+// Package core is sluice's lock core: a quorum Lamport bakery run by the
+// three leaders of a view, written as a pure, deterministic state machine.
+//
+// Contract (the etcd-io/raft RawNode shape):
+//   - Inputs are Step (a message from a peer), Tick (one unit of time) and the
+//     local proposals Acquire, Release, Renew and Abandon. Time exists only as
+//     ticks; the package starts no goroutine, does no I/O, reads no clock and
+//     uses no global randomness (purity_test.go checks the imports).
+//   - Outputs are collected in a Ready. The caller must, in this order, make
+//     Ready.Persist durable, then send Ready.Messages, then deliver
+//     Ready.Events, then call Advance. A replica acknowledges a durable step
+//     only in a message of a Ready whose Persist already holds that step, so
+//     the order above is what makes acknowledgements mean "on disk".
+//   - Every node plays two roles. As a master it runs the phases of its own
+//     requests against the view's leaders; as a replica (when it is a leader)
+//     it keeps its part of the lock table and answers masters.
+//
+// The phases of one request (DESIGN.md §4):
+//
+//	ENTERING     choosing flag set at a quorum (not durable)
+//	GET_MAX      high-water ticket read from a quorum, after ENTERING completed
+//	ADD_TICKET   ticket max+1 written durably at a quorum of the replicas that
+//	             acked ENTERING, each still in the incarnation that acked it;
+//	             writing the ticket also clears the choosing flag (EXITING)
+//	ACTIVATE     granted once reports from a quorum, each made after the ticket
+//	             was durable, show no request choosing and Admit says yes
+//
+// Waiting never polls: replicas push a report of a name to the masters that
+// watch it whenever the name changes. A slow refresh (RefreshTicks) only
+// recovers from lost messages.
+package core

@@ -1,0 +1,103 @@
+package core
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// WriteKind says what a Write does to the durable lock table.
+type WriteKind uint8
+
+const (
+	// WriteTicket stores Entry under Name and raises Name's high-water mark
+	// to Entry.Ticket if it is higher. The high-water mark never goes down.
+	WriteTicket WriteKind = iota + 1
+	// WriteLifetime sets the Lifetime of a stored ticket (a renewal).
+	WriteLifetime
+	// WriteDelete removes a stored ticket; the high-water mark stays.
+	WriteDelete
+)
+
+// Write is one change the caller must make durable before sending the
+// messages of the same Ready.
+type Write struct {
+	Kind  WriteKind
+	Name  string
+	Entry wire.Entry
+	// Lifetime is how many ticks the ticket had left when written. A restart
+	// counts it again from zero, which only keeps a ticket longer.
+	Lifetime int64
+}
+
+// DurableTicket is a ticket as stored.
+type DurableTicket struct {
+	Entry    wire.Entry
+	Lifetime int64
+}
+
+// Durable is everything a replica persists: what it must find again after a
+// restart. Apply is the reference meaning of a Write; stores must match it.
+type Durable struct {
+	HighWater map[string]uint64
+	Tickets   map[string]map[wire.RequestID]DurableTicket
+}
+
+// NewDurable returns an empty durable state.
+func NewDurable() *Durable {
+	return &Durable{HighWater: map[string]uint64{}, Tickets: map[string]map[wire.RequestID]DurableTicket{}}
+}
+
+// Apply makes the writes part of d, in order.
+func (d *Durable) Apply(ws []Write) {
+	for _, w := range ws {
+		switch w.Kind {
+		case WriteTicket:
+			if w.Entry.Ticket > d.HighWater[w.Name] {
+				d.HighWater[w.Name] = w.Entry.Ticket
+			}
+			t := d.Tickets[w.Name]
+			if t == nil {
+				t = map[wire.RequestID]DurableTicket{}
+				d.Tickets[w.Name] = t
+			}
+			t[w.Entry.Req] = DurableTicket{Entry: w.Entry, Lifetime: w.Lifetime}
+		case WriteLifetime:
+			if t, ok := d.Tickets[w.Name][w.Entry.Req]; ok {
+				t.Lifetime = w.Lifetime
+				d.Tickets[w.Name][w.Entry.Req] = t
+			}
+		case WriteDelete:
+			delete(d.Tickets[w.Name], w.Entry.Req)
+			if len(d.Tickets[w.Name]) == 0 {
+				delete(d.Tickets, w.Name)
+			}
+		}
+	}
+}
+
+// Clone returns a deep copy of d.
+func (d *Durable) Clone() *Durable {
+	c := NewDurable()
+	maps.Copy(c.HighWater, d.HighWater)
+	for name, t := range d.Tickets {
+		c.Tickets[name] = maps.Clone(t)
+	}
+	return c
+}
+
+// sortedKeys gives a map's keys in a fixed order: the core must not let Go's
+// random map order leak into its outputs, or a seed would not replay.
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	return slices.Sorted(maps.Keys(m))
+}
+
+func sortedReqs[V any](m map[wire.RequestID]V) []wire.RequestID {
+	return slices.SortedFunc(maps.Keys(m), wire.RequestID.Compare)
+}
+
+func sortedNodes[V any](m map[wire.NodeID]V) []wire.NodeID {
+	return sortedKeys(m)
+}

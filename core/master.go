@@ -1,0 +1,519 @@
+package core
+
+import (
+	"maps"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// The master role: this node's own requests, driven through the phases.
+
+type phase uint8
+
+const (
+	phaseQueued    phase = iota // waiting for a view
+	phaseEnter                  // ENTERING
+	phaseGetMax                 // GET_MAX_TICKET
+	phaseAddTicket              // ADD_TICKET (+ EXITING)
+	phaseWait                   // ACTIVATE: waiting on reports
+	phaseHeld                   // granted
+	phaseReleasing              // gone for the client; telling the replicas
+)
+
+type request struct {
+	id wire.RequestID // of the current doorway attempt, on the wire
+	// handle is the id Acquire returned, which events carry. A doorway that
+	// restarts gets a fresh id but keeps the handle; the attempt it leaves
+	// behind has a zero handle and reports nothing.
+	handle wire.RequestID
+	a      Acquire
+	phase  phase
+	start  int64 // tick of the Acquire call
+	dead   int64 // obtain deadline
+	sentAt int64 // last send of the current phase's messages
+	// acks of the current phase, by leader; in phaseEnter the value is the
+	// leader's incarnation.
+	acks map[wire.NodeID]uint64
+	// enterInc: the leaders whose ENTERING ack arrived before GET_MAX went
+	// out, with their incarnation. ADD_TICKET goes to these only.
+	enterInc map[wire.NodeID]uint64
+	rejects  map[wire.NodeID]bool // refused ADD_TICKET for good (choosing flag lost)
+	tooLow   map[wire.NodeID]bool // refused the current number as too low
+	raises   uint64
+	max      uint64
+	ticket   uint64
+	watchSeq uint64
+	// firstSeen: the replicas whose first report made after the ticket was
+	// durable has been read; relevant: every other request in those reports.
+	// Once firstSeen is a quorum, a request missing from relevant entered
+	// its doorway after our ticket was durable, so its number is higher:
+	// we never wait for it to finish choosing (as in Lamport's bakery, where
+	// a process waits once for each process choosing when it looked).
+	firstSeen map[wire.NodeID]bool
+	relevant  map[wire.RequestID]bool
+	// leaseStart is the tick the lease's duration is counted from: the grant,
+	// or the call of the last confirmed renewal.
+	leaseStart   int64
+	unlocking    bool
+	renew        *renewal
+	releaseUntil int64
+}
+
+type renewal struct {
+	start   int64
+	sentAt  int64
+	acks    map[wire.NodeID]bool
+	rejects map[wire.NodeID]bool
+}
+
+// report is the latest report of one replica about one name.
+type report struct {
+	inc, seq, echo uint64
+	entries        []wire.Entry
+}
+
+type masterName struct {
+	reports map[wire.NodeID]*report
+	waiting int // requests of this node in phaseWait on the name
+	count   int // requests of this node on the name, in any phase
+}
+
+func (n *Node) masterName(name string) *masterName {
+	mn := n.mnames[name]
+	if mn == nil {
+		mn = &masterName{reports: map[wire.NodeID]*report{}}
+		n.mnames[name] = mn
+	}
+	return mn
+}
+
+func (n *Node) quorum() int {
+	if n.cfg.Mutant&MutantQuorumOfOne != 0 {
+		return 1
+	}
+	return n.cfg.View.Quorum()
+}
+
+func (n *Node) nextID() wire.RequestID {
+	n.counter++
+	seq := uint64(n.cfg.Incarnation)<<32 | uint64(n.counter)
+	if n.cfg.Mutant&MutantStaleIncarnation != 0 {
+		seq = uint64(n.counter)
+	}
+	return wire.RequestID{Node: n.cfg.ID, Seq: seq}
+}
+
+// lifetime is how long a replica must keep the request from now: until its
+// obtain deadline, plus the lease and its grace. A replica counts it from
+// when the message arrives, which is never earlier than now, so it never
+// forgets a request its master may still hold.
+func (n *Node) lifetime(r *request) uint64 {
+	return uint64(max(r.dead-n.now, 0) + r.a.Duration + r.a.Grace)
+}
+
+func (n *Node) toLeaders(m wire.Message, skip func(wire.NodeID) bool) {
+	for _, l := range n.cfg.View.Leaders {
+		if skip == nil || !skip(l) {
+			m.To = l
+			n.send(m)
+		}
+	}
+}
+
+func (n *Node) startEnter(r *request) {
+	r.phase, r.sentAt = phaseEnter, n.now
+	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint64{}, nil, nil, 0
+	n.sendPhase(r, nil)
+}
+
+// sendPhase sends the current phase's message to every leader skip allows.
+func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
+	m := wire.Message{Name: r.a.Name, Req: r.id, Mode: r.a.Mode, Lifetime: n.lifetime(r)}
+	switch r.phase {
+	case phaseEnter:
+		m.Kind = wire.KindEnter
+	case phaseGetMax:
+		m.Kind = wire.KindGetMax
+	case phaseAddTicket:
+		m.Kind, m.Ticket = wire.KindAddTicket, r.ticket
+		for _, l := range sortedNodes(r.enterInc) {
+			if !r.rejects[l] && !r.tooLow[l] && (skip == nil || !skip(l)) {
+				m.To, m.Inc = l, r.enterInc[l]
+				n.send(m)
+			}
+		}
+		return
+	case phaseWait:
+		// EXITING goes with every (re)watch: a lost one would leave others
+		// waiting on a choosing flag.
+		m.Kind, m.Ticket = wire.KindExit, r.ticket
+		n.toLeaders(m, skip)
+		m.Kind, m.Ticket = wire.KindWatch, r.watchSeq
+	case phaseReleasing:
+		m.Kind = wire.KindRelease
+	default:
+		return
+	}
+	n.toLeaders(m, skip)
+}
+
+func (n *Node) notAcked(r *request) func(wire.NodeID) bool {
+	return func(l wire.NodeID) bool { _, ok := r.acks[l]; return ok }
+}
+
+// masterStep handles replies addressed to this node's requests.
+func (n *Node) masterStep(m wire.Message) {
+	if m.Kind == wire.KindReport {
+		n.onReport(m)
+		return
+	}
+	r := n.reqs[m.Req]
+	if r == nil || !n.cfg.View.IsLeader(m.From) {
+		n.stats.StaleReplies++
+		return
+	}
+	switch {
+	case m.Kind == wire.KindEnterAck && r.phase == phaseEnter,
+		m.Kind == wire.KindEnterAck && r.phase == phaseGetMax && n.cfg.Mutant&MutantMergedDoorway != 0:
+		if m.Reject {
+			n.fail(r, m.Code)
+			return
+		}
+		if r.phase == phaseGetMax {
+			r.enterInc[m.From] = m.Inc
+			return
+		}
+		r.acks[m.From] = m.Inc
+		need := n.quorum()
+		if n.cfg.Mutant&MutantMergedDoorway != 0 {
+			need = 1
+		}
+		if len(r.acks) >= need {
+			r.enterInc, r.acks = maps.Clone(r.acks), map[wire.NodeID]uint64{}
+			r.phase, r.sentAt = phaseGetMax, n.now
+			n.sendPhase(r, nil)
+		}
+	case m.Kind == wire.KindGetMaxAck && r.phase == phaseGetMax:
+		r.acks[m.From] = 0
+		r.max = max(r.max, m.Ticket)
+		if len(r.acks) >= n.quorum() {
+			r.ticket = r.max + 1
+			r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint64{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
+			r.phase, r.sentAt = phaseAddTicket, n.now
+			n.sendPhase(r, nil)
+		}
+	case m.Kind == wire.KindAddTicketAck && r.phase == phaseAddTicket && m.Ticket == r.ticket:
+		if _, ok := r.enterInc[m.From]; !ok {
+			return
+		}
+		if m.Reject {
+			if m.Seq == 0 {
+				r.rejects[m.From] = true // its choosing flag is gone: for good
+			} else {
+				r.tooLow[m.From] = true
+				r.max = max(r.max, m.Seq)
+			}
+			n.checkTicketQuorum(r)
+			return
+		}
+		r.acks[m.From] = 0
+		if len(r.acks) >= n.quorum() {
+			n.startWait(r)
+		}
+	case m.Kind == wire.KindReleaseAck && r.phase == phaseReleasing:
+		r.acks[m.From] = 0
+		if len(r.acks) == len(n.cfg.View.Leaders) {
+			n.forget(r)
+		}
+	case m.Kind == wire.KindRenewAck && r.renew != nil:
+		if m.Reject {
+			r.renew.rejects[m.From] = true
+			if len(n.cfg.View.Leaders)-len(r.renew.rejects) < n.quorum() {
+				r.renew = nil
+				n.event(r, wire.EventRenewFailed, wire.CodeLost)
+			}
+			return
+		}
+		r.renew.acks[m.From] = true
+		if len(r.renew.acks) >= n.quorum() {
+			r.leaseStart, r.unlocking = r.renew.start, false
+			n.emit(r, Event{Kind: wire.EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration})
+			r.renew = nil
+		}
+	default:
+		n.stats.StaleReplies++
+	}
+}
+
+// checkTicketQuorum reacts when the replicas' refusals leave no quorum for
+// the proposed ticket. A number that was too low is raised and proposed
+// again: the choosing flag is still set, so a higher number is as good as
+// the first. A choosing flag lost with a replica's restart cannot be set
+// again in the same doorway: the doorway restarts under a fresh request id.
+func (n *Node) checkTicketQuorum(r *request) {
+	open := len(r.enterInc) - len(r.rejects)
+	if open-len(r.tooLow) >= n.quorum() {
+		return
+	}
+	if open >= n.quorum() {
+		n.stats.TicketRaises++
+		r.raises++
+		r.ticket = r.max + 1 + raiseSpread(r.id, r.raises)
+		r.acks, r.tooLow = map[wire.NodeID]uint64{}, map[wire.NodeID]bool{}
+		r.sentAt = n.now
+		n.sendPhase(r, nil)
+		return
+	}
+	n.stats.DoorwayRestarts++
+	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead}
+	r.handle = wire.RequestID{}
+	n.startRelease(r)
+	n.reqs[fresh.id] = fresh
+	n.handles[fresh.handle] = fresh
+	n.masterName(fresh.a.Name).count++
+	n.startEnter(fresh)
+}
+
+// raiseSpread keeps masters that raise at the same moment from picking the
+// same next number and colliding again. It is derived from the request id,
+// not drawn, so the core stays deterministic; fencing tokens only need to
+// grow, so the numbers it skips cost nothing.
+func raiseSpread(id wire.RequestID, raises uint64) uint64 {
+	h := (uint64(id.Node)*0x9e3779b97f4a7c15 ^ id.Seq*0xbf58476d1ce4e5b9 ^ raises*0x94d049bb133111eb)
+	h ^= h >> 31
+	return h % (2 + min(raises, 6))
+}
+
+func (n *Node) startWait(r *request) {
+	n.watchCounter++
+	r.phase, r.sentAt, r.watchSeq = phaseWait, n.now, n.watchCounter
+	r.acks = nil
+	r.firstSeen, r.relevant = map[wire.NodeID]bool{}, map[wire.RequestID]bool{}
+	n.masterName(r.a.Name).waiting++
+	n.sendPhase(r, nil)
+	n.evaluate(r)
+}
+
+func (n *Node) onReport(m wire.Message) {
+	mn := n.mnames[m.Name]
+	if mn == nil || !n.cfg.View.IsLeader(m.From) {
+		n.stats.StaleReplies++
+		return
+	}
+	if old := mn.reports[m.From]; old != nil && (old.inc > m.Inc || old.inc == m.Inc && old.seq >= m.Seq) {
+		return // reordered: an older report of that replica
+	}
+	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, entries: m.Entries}
+	if mn.waiting == 0 {
+		return
+	}
+	for _, id := range sortedReqs(n.reqs) {
+		if r := n.reqs[id]; r.phase == phaseWait && r.a.Name == m.Name {
+			n.evaluate(r)
+		}
+	}
+}
+
+// evaluate decides a waiting request on the merged view of a quorum of
+// reports, each made after the request's ticket was durable at a quorum.
+func (n *Node) evaluate(r *request) {
+	mn := n.mnames[r.a.Name]
+	merged := map[wire.RequestID]wire.Entry{}
+	fresh := 0
+	for _, l := range n.cfg.View.Leaders {
+		rep := mn.reports[l]
+		if rep == nil || rep.echo < r.watchSeq {
+			continue
+		}
+		fresh++
+		first := !r.firstSeen[l] && len(r.firstSeen) < n.quorum()
+		if first {
+			r.firstSeen[l] = true
+		}
+		for _, e := range rep.entries {
+			if e.Req == r.id {
+				continue
+			}
+			if first {
+				r.relevant[e.Req] = true
+			}
+			// Per request, keep the furthest state and the highest number
+			// any replica reported: both only grow.
+			if old, ok := merged[e.Req]; ok {
+				e.State, e.Ticket = max(e.State, old.State), max(e.Ticket, old.Ticket)
+			}
+			merged[e.Req] = e
+		}
+	}
+	if fresh < n.quorum() || len(r.firstSeen) < n.quorum() {
+		return
+	}
+	others := make([]wire.Entry, 0, len(merged))
+	for _, id := range sortedReqs(merged) {
+		e := merged[id]
+		if e.State == wire.StateChoosing {
+			// A relevant request still choosing may end below us, unless a
+			// number it proposed is above ours already: proposals only grow.
+			below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
+			if r.relevant[id] && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 {
+				return
+			}
+			if e.Ticket == 0 {
+				continue // its number will be above ours
+			}
+		}
+		others = append(others, e)
+	}
+	d := n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0}, others)
+	switch {
+	case d.Grant:
+		n.grant(r)
+	case d.Refuse != wire.CodeNone:
+		n.fail(r, d.Refuse)
+	}
+}
+
+func (n *Node) leaveWait(r *request) {
+	if r.phase != phaseWait {
+		return
+	}
+	mn := n.mnames[r.a.Name]
+	mn.waiting--
+	if mn.waiting == 0 {
+		n.watchCounter++
+		n.toLeaders(wire.Message{Kind: wire.KindUnwatch, Name: r.a.Name, Ticket: n.watchCounter}, nil)
+		clear(mn.reports)
+	}
+}
+
+func (n *Node) grant(r *request) {
+	n.leaveWait(r)
+	r.phase, r.leaseStart = phaseHeld, n.now
+	n.stats.Granted++
+	n.emit(r, Event{Kind: wire.EventGranted, Elapsed: n.now - r.start, Duration: r.a.Duration})
+}
+
+func (n *Node) event(r *request, k wire.EventKind, c wire.Code) {
+	n.emit(r, Event{Kind: k, Code: c})
+}
+
+func (n *Node) emit(r *request, e Event) {
+	if r.handle == (wire.RequestID{}) {
+		return
+	}
+	e.Req, e.Name, e.Token = r.handle, r.a.Name, r.ticket
+	n.events = append(n.events, e)
+}
+
+// fail ends a request that was not granted.
+func (n *Node) fail(r *request, c wire.Code) {
+	n.stats.Failed++
+	n.event(r, wire.EventFailed, c)
+	n.startRelease(r)
+}
+
+// startRelease tells every leader to drop the request, until each confirmed
+// or the replicas would have forgotten it by themselves.
+func (n *Node) startRelease(r *request) {
+	n.leaveWait(r)
+	if r.phase == phaseQueued {
+		n.forget(r)
+		return
+	}
+	r.phase, r.sentAt, r.renew = phaseReleasing, n.now, nil
+	r.acks = map[wire.NodeID]uint64{}
+	r.releaseUntil = n.now + int64(n.lifetime(r))
+	n.sendPhase(r, nil)
+}
+
+func (n *Node) forget(r *request) {
+	delete(n.reqs, r.id)
+	if n.handles[r.handle] == r {
+		delete(n.handles, r.handle)
+	}
+	mn := n.mnames[r.a.Name]
+	if mn.count--; mn.count == 0 {
+		delete(n.mnames, r.a.Name)
+	}
+}
+
+// masterTick runs the timers of this node's requests.
+func (n *Node) masterTick() {
+	for _, id := range sortedReqs(n.reqs) {
+		r := n.reqs[id]
+		if r == nil {
+			continue
+		}
+		since := n.now - r.sentAt
+		switch r.phase {
+		case phaseQueued, phaseEnter, phaseGetMax, phaseAddTicket, phaseWait:
+			if n.now > r.dead {
+				n.fail(r, wire.CodeTimedOut)
+				continue
+			}
+			if r.phase == phaseWait && since >= n.cfg.RefreshTicks ||
+				r.phase != phaseWait && r.phase != phaseQueued && since >= n.cfg.RetransmitTicks {
+				r.sentAt = n.now
+				n.stats.Retransmits++
+				n.sendPhase(r, n.notAcked(r))
+			}
+		case phaseHeld:
+			end := r.leaseStart + r.a.Duration
+			if n.now >= end+r.a.Grace {
+				n.event(r, wire.EventUnlocked, wire.CodeTimedOut)
+				n.startRelease(r)
+				continue
+			}
+			if !r.unlocking && n.now >= end {
+				r.unlocking = true
+				n.event(r, wire.EventUnlocking, wire.CodeNone)
+			}
+			if r.renew != nil && n.now-r.renew.sentAt >= n.cfg.RetransmitTicks {
+				n.sendRenew(r, r.renew.acks)
+			}
+		case phaseReleasing:
+			if n.now > r.releaseUntil {
+				n.forget(r)
+			} else if since >= n.cfg.RetransmitTicks {
+				r.sentAt = n.now
+				n.sendPhase(r, n.notAcked(r))
+			}
+		}
+	}
+}
+
+func (n *Node) sendRenew(r *request, skip map[wire.NodeID]bool) {
+	r.renew.sentAt = n.now
+	n.toLeaders(wire.Message{Kind: wire.KindRenew, Name: r.a.Name, Req: r.id,
+		Lifetime: uint64(r.a.Duration + r.a.Grace)}, func(l wire.NodeID) bool { return skip[l] })
+}
+
+// masterRestarted re-sends pending work to a leader that restarted: what it
+// held in memory for us is gone.
+func (n *Node) masterRestarted(from wire.NodeID, inc uint64) {
+	if !n.cfg.View.IsLeader(from) {
+		return
+	}
+	only := func(l wire.NodeID) bool { return l != from }
+	for _, id := range sortedReqs(n.reqs) {
+		r := n.reqs[id]
+		switch r.phase {
+		case phaseEnter:
+			if old, ok := r.acks[from]; ok && old < inc {
+				delete(r.acks, from)
+			}
+			n.sendPhase(r, only)
+		case phaseAddTicket:
+			if old, ok := r.enterInc[from]; ok && old < inc {
+				r.rejects[from] = true
+				n.checkTicketQuorum(r)
+			}
+		case phaseGetMax, phaseWait:
+			n.sendPhase(r, only)
+		case phaseReleasing:
+			if _, ok := r.acks[from]; !ok {
+				n.sendPhase(r, only)
+			}
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Event is something that happened to a local client's request.
+type Event struct {
+	Req  wire.RequestID
+	Name string
+	Kind wire.EventKind
+	Code wire.Code
+	// Token is the fencing token: the ticket number, which grows with every
+	// grant of the name and is never reused.
+	Token uint64
+	// Elapsed is the ticks from the Acquire (for EventGranted) or Renew (for
+	// EventRenewed) call to the decision. A client ends its lease at
+	// send time + Elapsed + Duration: never later than the master does, even
+	// when the call travelled before reaching the master.
+	Elapsed  int64
+	Duration int64
+}
+
+// Ready is the output of the node since the last Advance. Handle it in field
+// order: Persist durably, then send Messages, then deliver Events.
+type Ready struct {
+	Persist  []Write
+	Messages []wire.Message
+	Events   []Event
+}
+
+// Stats counts what the node rejected or did, for metrics and tests.
+type Stats struct {
+	BadMessages, WrongTarget, StaleEpoch, StaleIncarnation, StaleReplies uint64
+	Granted, Failed, Expired, Retransmits, DoorwayRestarts, TicketRaises uint64
+}
+
+// Node is one node's lock core: master of its own requests, and replica
+// when it is one of the view's leaders. It is not safe for concurrent use;
+// the runtime owns it from one goroutine.
+type Node struct {
+	cfg          Config
+	now          int64
+	clock        uint64 // Lamport clock
+	counter      uint32
+	watchCounter uint64
+	reportSeq    uint64
+	stats        Stats
+
+	names  map[string]*replicaName
+	minInc map[wire.NodeID]uint32
+
+	reqs    map[wire.RequestID]*request // by wire id
+	handles map[wire.RequestID]*request // by the handle Acquire returned
+	mnames map[string]*masterName
+
+	persists []Write
+	msgs     []wire.Message
+	events   []Event
+	handed   [3]int // lengths handed out by the last Ready
+}
+
+// New starts a node from what it persisted (nil for a first start). Its first
+// Ready tells every peer that it restarted, so replicas drop its old requests
+// and masters re-send what the old life held in memory.
+func New(cfg Config, persisted *Durable) (*Node, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
+		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{}}
+	n.restore(persisted)
+	// Our own requests of earlier lives died with them.
+	n.replicaStep(wire.Message{Kind: wire.KindRestarted, From: c.ID, Inc: uint64(c.Incarnation)})
+	for _, p := range c.Peers {
+		if p != c.ID {
+			n.send(wire.Message{Kind: wire.KindRestarted, To: p, Inc: uint64(c.Incarnation)})
+		}
+	}
+	n.flushReports()
+	return n, nil
+}
+
+// ID is this node's id.
+func (n *Node) ID() wire.NodeID { return n.cfg.ID }
+
+// Now is the node's tick count since it started.
+func (n *Node) Now() int64 { return n.now }
+
+// Stats returns the counters.
+func (n *Node) Stats() Stats { return n.stats }
+
+// View returns the current view.
+func (n *Node) View() View { return n.cfg.View }
+
+// SetView installs a new view. Requests queued for lack of a view start.
+// (Handoff between views with different leaders comes with the election.)
+func (n *Node) SetView(v View) {
+	n.cfg.View = View{Epoch: v.Epoch, Leaders: slices.Clone(v.Leaders)}
+	for _, id := range sortedReqs(n.reqs) {
+		if r := n.reqs[id]; r.phase == phaseQueued && len(v.Leaders) > 0 {
+			n.startEnter(r)
+		}
+	}
+	n.flushReports()
+}
+
+func (n *Node) send(m wire.Message) {
+	n.clock++
+	m.From, m.Epoch, m.Clock = n.cfg.ID, n.cfg.View.Epoch, n.clock
+	n.msgs = append(n.msgs, m)
+}
+
+func (n *Node) persist(w Write) { n.persists = append(n.persists, w) }
+
+// Acquire starts a lock request for a local client.
+func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
+	if err := n.validate(a); err != nil {
+		return wire.RequestID{}, err
+	}
+	mn := n.masterName(a.Name)
+	if mn.count >= n.cfg.MaxWaiters {
+		if mn.count == 0 {
+			delete(n.mnames, a.Name)
+		}
+		return wire.RequestID{}, fmt.Errorf("%w: %d requests on %q", ErrOverflow, mn.count, a.Name)
+	}
+	wait := a.Timeout
+	if wait == 0 {
+		wait = n.cfg.TryTicks
+	}
+	r := &request{id: n.nextID(), a: a, start: n.now, dead: n.now + wait}
+	r.handle = r.id
+	n.reqs[r.id] = r
+	n.handles[r.handle] = r
+	mn.count++
+	if len(n.cfg.View.Leaders) > 0 {
+		n.startEnter(r)
+	}
+	n.flushReports()
+	return r.id, nil
+}
+
+// Release ends a held lease, or abandons a request still waiting.
+func (n *Node) Release(id wire.RequestID) error {
+	r := n.handles[id]
+	if r == nil || r.phase == phaseReleasing {
+		return fmt.Errorf("%w: %s", ErrUnknownReq, id)
+	}
+	delete(n.handles, id)
+	r.handle = wire.RequestID{}
+	n.startRelease(r)
+	n.flushReports()
+	return nil
+}
+
+// Abandon gives up a request whose client went away; a granted lease is
+// released. It is Release by another name, kept for the API's sake.
+func (n *Node) Abandon(id wire.RequestID) error { return n.Release(id) }
+
+// Renew asks to extend a held lease by its duration, counted from now. The
+// lease is extended only when EventRenewed arrives.
+func (n *Node) Renew(id wire.RequestID) error {
+	r := n.handles[id]
+	if r == nil || r.phase != phaseHeld {
+		return fmt.Errorf("%w: %s is not held", ErrLost, id)
+	}
+	r.renew = &renewal{start: n.now, acks: map[wire.NodeID]bool{}, rejects: map[wire.NodeID]bool{}}
+	n.sendRenew(r, nil)
+	n.flushReports()
+	return nil
+}
+
+// Tick advances time by one tick.
+func (n *Node) Tick() {
+	n.now++
+	n.replicaTick()
+	n.masterTick()
+	n.flushReports()
+}
+
+// Step handles one message from a peer. A message that is malformed, for
+// another node or from another epoch is counted and dropped with an error;
+// it changes nothing.
+func (n *Node) Step(m wire.Message) error {
+	if err := n.check(m); err != nil {
+		return err
+	}
+	n.clock = max(n.clock, m.Clock) + 1
+	switch m.Kind {
+	case wire.KindRestarted:
+		n.replicaStep(m)
+		n.masterRestarted(m.From, m.Inc)
+	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
+		wire.KindRenewAck, wire.KindReport:
+		n.masterStep(m)
+	default:
+		n.replicaStep(m)
+	}
+	n.flushReports()
+	return nil
+}
+
+func (n *Node) check(m wire.Message) error {
+	bad := func(format string, args ...any) error {
+		n.stats.BadMessages++
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadMessage}, args...)...)
+	}
+	if m.To != n.cfg.ID {
+		n.stats.WrongTarget++
+		return fmt.Errorf("%w: to %d, I am %d", ErrWrongTarget, m.To, n.cfg.ID)
+	}
+	if m.From == 0 {
+		return bad("no sender")
+	}
+	switch m.Kind {
+	case wire.KindRestarted:
+		if m.Inc == 0 || m.Inc > 1<<32-1 {
+			return bad("incarnation %d", m.Inc)
+		}
+		return nil // about lives, not views: valid in any epoch
+	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew:
+		if !n.cfg.View.IsLeader(n.cfg.ID) {
+			n.stats.WrongTarget++
+			return fmt.Errorf("%w: %s to a node that is not a leader", ErrWrongTarget, m.Kind)
+		}
+		if m.Kind == wire.KindEnter && !m.Mode.Valid() {
+			return bad("mode %d", m.Mode)
+		}
+		if m.Lifetime > maxSpan*4 {
+			return bad("lifetime %d", m.Lifetime)
+		}
+	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
+		wire.KindRenewAck, wire.KindReport:
+	default:
+		return bad("kind %s is not for the lock core", m.Kind)
+	}
+	if m.Name == "" || len(m.Name) > n.cfg.MaxNameLen {
+		return bad("name of %d bytes", len(m.Name))
+	}
+	if m.Epoch != n.cfg.View.Epoch {
+		n.stats.StaleEpoch++
+		return fmt.Errorf("%w: epoch %d, mine is %d", ErrStaleEpoch, m.Epoch, n.cfg.View.Epoch)
+	}
+	return nil
+}
+
+// HasReady reports whether Ready has anything to handle.
+func (n *Node) HasReady() bool {
+	return len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0
+}
+
+// Ready returns the output accumulated so far. The slices stay valid until
+// Advance, which drops exactly what this Ready handed out.
+func (n *Node) Ready() Ready {
+	n.handed = [3]int{len(n.persists), len(n.msgs), len(n.events)}
+	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],
+		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)]}
+}
+
+// Advance acknowledges that the last Ready was handled.
+func (n *Node) Advance() {
+	n.persists = slices.Delete(n.persists, 0, n.handed[0])
+	n.msgs = slices.Delete(n.msgs, 0, n.handed[1])
+	n.events = slices.Delete(n.events, 0, n.handed[2])
+	n.handed = [3]int{}
+}

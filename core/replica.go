@@ -1,0 +1,252 @@
+package core
+
+import (
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// The replica role: a leader's part of the lock table.
+
+// record is one request of one name at this replica. Only tickets are
+// durable; a choosing flag lives in memory and dies with the incarnation.
+type record struct {
+	entry    wire.Entry
+	deadline int64 // the replica forgets the request after this tick
+}
+
+type watcher struct {
+	seq      uint64 // highest watch sequence seen from this master for the name
+	deadline int64
+}
+
+type replicaName struct {
+	highWater uint64
+	recs      map[wire.RequestID]*record
+	// tombs remembers released requests until their deadline, so a late
+	// duplicate ENTERING does not bring a released request back.
+	tombs    map[wire.RequestID]int64
+	watchers map[wire.NodeID]*watcher
+	dirty    bool
+}
+
+func (n *Node) replicaName(name string) *replicaName {
+	t := n.names[name]
+	if t == nil {
+		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]int64{}, watchers: map[wire.NodeID]*watcher{}}
+		n.names[name] = t
+	}
+	return t
+}
+
+func (n *Node) restore(d *Durable) {
+	if d == nil {
+		return
+	}
+	for name, hw := range d.HighWater {
+		n.replicaName(name).highWater = hw
+	}
+	for name, ts := range d.Tickets {
+		t := n.replicaName(name)
+		for req, dt := range ts {
+			// A stored ticket comes back as exited: its choosing flag is not
+			// durable, and its number can only be lower than the final one.
+			e := dt.Entry
+			e.State = wire.StateTicket
+			t.recs[req] = &record{entry: e, deadline: n.now + dt.Lifetime}
+			if dt.Entry.Ticket > t.highWater {
+				t.highWater = dt.Entry.Ticket
+			}
+		}
+	}
+}
+
+// replicaStep handles the messages a leader answers.
+func (n *Node) replicaStep(m wire.Message) {
+	reply := wire.Message{To: m.From, Name: m.Name, Req: m.Req, Inc: uint64(n.cfg.Incarnation)}
+	if m.Kind != wire.KindRestarted && m.Kind != wire.KindUnwatch && m.Kind != wire.KindWatch &&
+		uint32(m.Req.Incarnation()) < n.minInc[m.Req.Node] {
+		n.stats.StaleIncarnation++
+		return // the request's node restarted since; its requests are gone
+	}
+	switch m.Kind {
+	case wire.KindEnter:
+		reply.Kind = wire.KindEnterAck
+		t := n.replicaName(m.Name)
+		if _, gone := t.tombs[m.Req]; gone {
+			return
+		}
+		if t.recs[m.Req] == nil {
+			if len(t.recs) >= n.cfg.MaxWaiters {
+				reply.Reject, reply.Code = true, wire.CodeOverflow
+				n.send(reply)
+				return
+			}
+			t.recs[m.Req] = &record{
+				entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
+				deadline: n.now + int64(m.Lifetime),
+			}
+			t.dirty = true
+		}
+		n.send(reply)
+
+	case wire.KindGetMax:
+		reply.Kind = wire.KindGetMaxAck
+		reply.Ticket = n.replicaName(m.Name).highWater
+		n.send(reply)
+
+	case wire.KindAddTicket:
+		reply.Kind = wire.KindAddTicketAck
+		reply.Ticket = m.Ticket
+		t := n.replicaName(m.Name)
+		r := t.recs[m.Req]
+		switch {
+		case r != nil && r.entry.Ticket == m.Ticket:
+			// A duplicate: the ticket is durable already, or is in this Ready's Persist.
+		case r == nil || r.entry.State != wire.StateChoosing ||
+			(m.Inc != uint64(n.cfg.Incarnation) && n.cfg.Mutant&MutantStaleIncarnation == 0):
+			// The choosing flag this ticket rests on is not here, or was set
+			// in a previous life of this replica and may have been lost since.
+			reply.Reject = true
+		case m.Ticket <= t.highWater && n.cfg.Mutant&MutantSharedTickets == 0:
+			// Another request holds this number: tickets, and so fencing
+			// tokens, are unique per name. The master raises its number.
+			reply.Reject, reply.Seq = true, t.highWater
+		default:
+			r.entry.Ticket = m.Ticket
+			r.deadline = max(r.deadline, n.now+int64(m.Lifetime))
+			t.highWater = max(t.highWater, m.Ticket)
+			t.dirty = true
+			if n.cfg.Mutant&MutantNotDurable == 0 {
+				n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
+			}
+		}
+		n.send(reply)
+
+	case wire.KindExit:
+		t := n.replicaName(m.Name)
+		if r := t.recs[m.Req]; r != nil && r.entry.State == wire.StateChoosing && r.entry.Ticket != 0 {
+			// Not durable: a restart brings the ticket back as exited with
+			// the number on disk, never higher than the final one, which
+			// only makes others wait longer for this request.
+			r.entry.State, r.entry.Ticket = wire.StateTicket, max(r.entry.Ticket, m.Ticket)
+			t.dirty = true
+		}
+
+	case wire.KindWatch:
+		t := n.replicaName(m.Name)
+		w := t.watchers[m.From]
+		if w == nil {
+			w = &watcher{}
+			t.watchers[m.From] = w
+		}
+		w.seq = max(w.seq, m.Ticket)
+		w.deadline = max(w.deadline, n.now+int64(m.Lifetime))
+		n.report(m.Name, t, m.From, w)
+
+	case wire.KindUnwatch:
+		if t := n.names[m.Name]; t != nil {
+			if w := t.watchers[m.From]; w != nil && w.seq <= m.Ticket {
+				delete(t.watchers, m.From)
+			}
+		}
+
+	case wire.KindRelease:
+		reply.Kind = wire.KindReleaseAck
+		t := n.replicaName(m.Name)
+		n.dropRecord(m.Name, t, m.Req, n.now+int64(m.Lifetime))
+		n.send(reply)
+
+	case wire.KindRenew:
+		reply.Kind = wire.KindRenewAck
+		t := n.replicaName(m.Name)
+		r := t.recs[m.Req]
+		if r == nil || r.entry.Ticket == 0 {
+			reply.Reject = true
+		} else {
+			r.deadline = max(r.deadline, n.now+int64(m.Lifetime))
+			n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
+		}
+		n.send(reply)
+
+	case wire.KindRestarted:
+		inc := uint32(m.Inc)
+		if inc <= n.minInc[m.From] {
+			return
+		}
+		n.minInc[m.From] = inc
+		for _, name := range sortedKeys(n.names) {
+			t := n.names[name]
+			for _, req := range sortedReqs(t.recs) {
+				if req.Node == m.From && req.Incarnation() < inc {
+					n.dropRecord(name, t, req, t.recs[req].deadline)
+				}
+			}
+			delete(t.watchers, m.From)
+		}
+	}
+}
+
+// dropRecord forgets a request (released, abandoned, expired or of a dead
+// incarnation), durably if it held a ticket, and keeps a tombstone until
+// tombUntil.
+func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombUntil int64) {
+	if r := t.recs[req]; r != nil {
+		if r.entry.Ticket != 0 {
+			n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry})
+		}
+		delete(t.recs, req)
+		t.dirty = true
+	}
+	if tombUntil > n.now {
+		t.tombs[req] = max(t.tombs[req], tombUntil)
+	}
+}
+
+// replicaTick expires records, tombstones and watches.
+func (n *Node) replicaTick() {
+	for _, name := range sortedKeys(n.names) {
+		t := n.names[name]
+		for _, req := range sortedReqs(t.recs) {
+			if t.recs[req].deadline < n.now {
+				n.stats.Expired++
+				n.dropRecord(name, t, req, 0)
+			}
+		}
+		for req, until := range t.tombs {
+			if until < n.now {
+				delete(t.tombs, req)
+			}
+		}
+		for id, w := range t.watchers {
+			if w.deadline < n.now {
+				delete(t.watchers, id)
+			}
+		}
+		if len(t.recs) == 0 && len(t.tombs) == 0 && len(t.watchers) == 0 && t.highWater == 0 {
+			delete(n.names, name)
+		}
+	}
+}
+
+// flushReports pushes one report per watcher of every name that changed.
+func (n *Node) flushReports() {
+	for _, name := range sortedKeys(n.names) {
+		t := n.names[name]
+		if !t.dirty {
+			continue
+		}
+		t.dirty = false
+		for _, id := range sortedNodes(t.watchers) {
+			n.report(name, t, id, t.watchers[id])
+		}
+	}
+}
+
+func (n *Node) report(name string, t *replicaName, to wire.NodeID, w *watcher) {
+	n.reportSeq++
+	entries := make([]wire.Entry, 0, len(t.recs))
+	for _, req := range sortedReqs(t.recs) {
+		entries = append(entries, t.recs[req].entry)
+	}
+	n.send(wire.Message{Kind: wire.KindReport, To: to, Name: name, Inc: uint64(n.cfg.Incarnation),
+		Seq: n.reportSeq, Ticket: w.seq, Entries: entries})
+}

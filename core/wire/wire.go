@@ -1,0 +1,270 @@
+package wire
+
+import (
+	"cmp"
+	"fmt"
+)
+
+// NodeID names one node of the cluster. The runtime derives it from the
+// node's peer id; the simulator uses small numbers.
+type NodeID uint64
+
+// RequestID names one lock request for its whole life. Seq is
+// incarnation<<32 | counter, where the incarnation is persisted and grows at
+// every start of the node, so an id never repeats, even across restarts.
+type RequestID struct {
+	Node NodeID
+	Seq  uint64
+}
+
+// Incarnation is the life of the node that created the id.
+func (r RequestID) Incarnation() uint32 { return uint32(r.Seq >> 32) }
+
+func (r RequestID) String() string {
+	return fmt.Sprintf("%d.%d.%d", r.Node, r.Seq>>32, uint32(r.Seq))
+}
+
+// Compare orders request ids; it breaks ties between equal ticket numbers.
+func (r RequestID) Compare(o RequestID) int {
+	if c := cmp.Compare(r.Node, o.Node); c != 0 {
+		return c
+	}
+	return cmp.Compare(r.Seq, o.Seq)
+}
+
+// Mode is the semaphore mode of a request. The core treats it as opaque and
+// hands it to the admission policy.
+type Mode uint8
+
+const (
+	ModeExclusive Mode = iota + 1
+	ModeReadOnly
+	ModeReadWritePriority
+	ModeReadWrite
+	ModeReadWriteGentle
+	modeEnd
+)
+
+// Valid reports whether m is a known mode.
+func (m Mode) Valid() bool { return m >= ModeExclusive && m < modeEnd }
+
+func (m Mode) String() string {
+	switch m {
+	case ModeExclusive:
+		return "exclusive"
+	case ModeReadOnly:
+		return "read-only"
+	case ModeReadWritePriority:
+		return "read-write-priority"
+	case ModeReadWrite:
+		return "read-write"
+	case ModeReadWriteGentle:
+		return "read-write-gentle"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// EntryState is how far a request has come at one replica. States only move
+// forward while a replica lives; a merge of reports keeps the highest.
+type EntryState uint8
+
+const (
+	// StateChoosing: the request is in the doorway. Ticket is 0 until an
+	// ADD_TICKET arrived; while choosing, the number may still be raised.
+	StateChoosing EntryState = iota + 1
+	// StateTicket: the request left the doorway (EXITING); Ticket is final.
+	StateTicket
+	// StateReleased: the request is gone (released, abandoned or expired).
+	StateReleased
+	stateEnd
+)
+
+func (s EntryState) String() string {
+	switch s {
+	case StateChoosing:
+		return "choosing"
+	case StateTicket:
+		return "ticket"
+	case StateReleased:
+		return "released"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Entry is one request of one name as a replica knows it.
+type Entry struct {
+	Req    RequestID
+	Ticket uint64
+	Mode   Mode
+	State  EntryState
+}
+
+// Kind is the type of a message.
+type Kind uint8
+
+const (
+	// KindEnter (master → replica): set the choosing flag of Req (phase ENTERING).
+	KindEnter Kind = iota + 1
+	// KindEnterAck (replica → master): choosing set; Inc is the replica's incarnation.
+	KindEnterAck
+	// KindGetMax (master → replica): read the name's high-water ticket (GET_MAX_TICKET).
+	KindGetMax
+	// KindGetMaxAck: Ticket is the replica's high-water mark for Name.
+	KindGetMaxAck
+	// KindAddTicket (master → replica): store Ticket for Req durably (ADD_TICKET),
+	// only if the replica is still in incarnation Inc, the one that acked
+	// ENTERING, and Ticket is above the replica's high-water mark. The
+	// choosing flag stays set: the master may still raise the number.
+	KindAddTicket
+	// KindAddTicketAck: the ticket is on disk. With Reject, Seq is the
+	// replica's high-water mark when the ticket was too low (the master
+	// raises it), or 0 when the choosing flag it rests on is gone.
+	KindAddTicketAck
+	// KindWatch (master → replica): push reports of Name to me; Ticket carries
+	// the watch sequence that reports must echo.
+	KindWatch
+	// KindUnwatch (master → replica): stop pushing Name to me.
+	KindUnwatch
+	// KindReport (replica → master): the entries of Name at the replica.
+	// Inc/Seq order reports of one replica; Ticket echoes the highest watch
+	// sequence the replica has seen from that master for Name.
+	KindReport
+	// KindRelease (master → replica): Req is gone; drop it durably.
+	KindRelease
+	// KindReleaseAck: the release is on disk.
+	KindReleaseAck
+	// KindRenew (master → replica): extend Req's lifetime to Lifetime ticks, durably.
+	KindRenew
+	// KindRenewAck: the renewal is on disk; Reject when Req has no ticket there.
+	KindRenewAck
+	// KindRestarted (any node → all): From restarted as incarnation Inc. Replicas
+	// drop From's requests of older incarnations; masters re-send pending work.
+	KindRestarted
+	// KindLeaseEvent (master → origin): an event of a lease, for forwarded requests.
+	KindLeaseEvent
+	// KindExit (master → replica): Req's number Ticket is durable at a
+	// quorum and final; clear its choosing flag (EXITING).
+	KindExit
+	kindEnd
+)
+
+var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
+	"add-ticket", "add-ticket-ack", "watch", "unwatch", "report", "release",
+	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit"}
+
+func (k Kind) String() string {
+	if k > 0 && k < kindEnd {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool { return k > 0 && k < kindEnd }
+
+// EventKind says what happened to a lease.
+type EventKind uint8
+
+const (
+	// EventGranted: the lock is held; Ticket is the fencing token.
+	EventGranted EventKind = iota + 1
+	// EventFailed: the request ended without a grant; Code says why.
+	EventFailed
+	// EventUnlocking: the lease reached its duration; the grace period runs.
+	EventUnlocking
+	// EventUnlocked: the lease ended; Code is CodeNone after a release by its
+	// holder, CodeTimedOut when the grace ran out, CodeLost when taken away.
+	EventUnlocked
+	// EventRenewed: a renewal is durable; the lease runs Lifetime more ticks.
+	EventRenewed
+	// EventRenewFailed: a renewal was not confirmed; Code says why.
+	EventRenewFailed
+	eventEnd
+)
+
+var eventNames = [...]string{"", "granted", "failed", "unlocking", "unlocked", "renewed", "renew-failed"}
+
+func (e EventKind) String() string {
+	if e > 0 && e < eventEnd {
+		return eventNames[e]
+	}
+	return fmt.Sprintf("event(%d)", uint8(e))
+}
+
+// Code is the stable reason carried by failures; its String is the wire and
+// JSON spelling and never changes.
+type Code uint8
+
+const (
+	CodeNone Code = iota
+	CodeTimedOut
+	CodeDraining
+	CodeNotReady
+	CodeInvalid
+	CodeOverflow
+	CodeLost
+	codeEnd
+)
+
+var codeNames = [...]string{"", "timedout", "draining", "not_ready", "invalid", "overflow", "lost"}
+
+func (c Code) String() string {
+	if c < codeEnd {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// ParseCode is the inverse of Code.String.
+func ParseCode(s string) (Code, bool) {
+	for i, n := range codeNames {
+		if n == s {
+			return Code(i), true
+		}
+	}
+	return CodeNone, false
+}
+
+// Message is every message of the lock protocol. Every message carries the
+// epoch of the sender's view and its Lamport clock.
+type Message struct {
+	Kind  Kind
+	From  NodeID
+	To    NodeID
+	Epoch uint64
+	Clock uint64
+	Name  string
+	Req   RequestID
+	Mode  Mode
+	// Ticket is a ticket number, a high-water mark, a watch sequence or a
+	// fencing token, depending on Kind (see the Kind constants).
+	Ticket uint64
+	// Inc is an incarnation: the replica's in acks and reports, the one that
+	// acked ENTERING in KindAddTicket, the sender's in KindRestarted.
+	Inc uint64
+	// Seq orders the reports of one replica incarnation.
+	Seq uint64
+	// Lifetime is a span in ticks: how long a replica keeps the request.
+	Lifetime uint64
+	Reject   bool
+	Event    EventKind
+	Code     Code
+	Entries  []Entry
+}
+
+func (m Message) String() string {
+	s := fmt.Sprintf("%s %d->%d e%d %q req=%s", m.Kind, m.From, m.To, m.Epoch, m.Name, m.Req)
+	if m.Ticket != 0 {
+		s += fmt.Sprintf(" t=%d", m.Ticket)
+	}
+	if m.Inc != 0 {
+		s += fmt.Sprintf(" inc=%d", m.Inc)
+	}
+	if m.Reject {
+		s += " reject"
+	}
+	if len(m.Entries) > 0 {
+		s += fmt.Sprintf(" entries=%d", len(m.Entries))
+	}
+	return s
+}

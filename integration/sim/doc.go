@@ -1,0 +1,13 @@
+// Package sim is a deterministic simulator of a whole sluice cluster: five
+// lock cores (three of them leaders) on an in-memory network, each with an
+// in-memory "disk" that holds exactly what its Ready.Persist returned.
+//
+// One seeded PRNG drives everything: delivery order and delay, loss,
+// duplication, partitions and healing, crashes (also in the middle of
+// handling a Ready: after Persist, with only some Messages sent) and restarts
+// from the disk, and clients that acquire, hold, renew, release, abandon and
+// time out. After every step Run checks the safety invariants; at the end it
+// stops the faults, checks that every request resolves within a bound, and
+// checks the history the clients observed with porcupine. The same seed gives
+// the same run, so a failure prints its seed and replays.
+package sim

@@ -1,0 +1,656 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Options configure one run. The zero value of each field means its default.
+type Options struct {
+	Seed int64
+	// Nodes in the cluster (default 5); the first three are the leaders.
+	Nodes int
+	// FaultTicks is how long clients and faults run (default 700).
+	FaultTicks int64
+	// SettleTicks is the bound, after faults stop, within which every
+	// request must resolve and a fresh request per name must be granted
+	// (default 500).
+	SettleTicks int64
+	// Names is how many object names clients fight over (default: drawn
+	// from the seed, 1 to 3).
+	Names int
+	// ClientsPerNode (default: drawn from the seed, 1 to 4).
+	ClientsPerNode int
+	// NoFaults turns off loss, duplication, partitions and crashes.
+	NoFaults bool
+	// Patient clients use obtain timeouts of 300..500 ticks and never abandon,
+	// so nobody leaves the line before it is served.
+	Patient bool
+	// Mutant breaks the core on purpose (mutation tests).
+	Mutant core.Mutant
+	// TraceLines is how many of the last trace lines a failure shows (default 60).
+	TraceLines int
+	// TraceMessages adds every delivered message to the trace (slow).
+	TraceMessages bool
+}
+
+func (o *Options) defaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.Nodes, 5)
+	def(&o.TraceLines, 60)
+	if o.FaultTicks <= 0 {
+		o.FaultTicks = 700
+	}
+	if o.SettleTicks <= 0 {
+		o.SettleTicks = 500
+	}
+}
+
+// Result sums up a run that passed.
+type Result struct {
+	Grants, Failures, Crashes, Messages, Operations int
+	// MaxIdleWait is the longest run of ticks in which a name was held by
+	// nobody (not even a lease in its grace) while a client waited for it:
+	// the cost of a hand-over, or a stall.
+	MaxIdleWait int64
+}
+
+// Failure is a broken invariant, with the seed to replay it and the last
+// lines of the trace.
+type Failure struct {
+	Seed  int64
+	Tick  int64
+	What  string
+	Trace []string
+}
+
+func (f *Failure) Error() string {
+	return fmt.Sprintf("seed %d, tick %d: %s\nreplay: go test ./integration/sim -run 'TestSim$' -seed=%d\nlast trace lines:\n  %s",
+		f.Seed, f.Tick, f.What, f.Seed, strings.Join(f.Trace, "\n  "))
+}
+
+const tryTicks = 30
+
+
+
+type disk struct {
+	incarnation uint32
+	durable     *core.Durable
+}
+
+type simNode struct {
+	id   wire.NodeID
+	core *core.Node // nil while down
+	disk disk
+}
+
+type envelope struct {
+	at  int64
+	seq int64 // tie-break, keeps ordering deterministic
+	m   wire.Message
+}
+
+type clientState uint8
+
+const (
+	idle clientState = iota
+	waiting
+	holding
+)
+
+type client struct {
+	id       int
+	node     int
+	state    clientState
+	handle   wire.RequestID
+	name     string
+	timeout  int64
+	deadline int64 // last tick a grant may arrive
+	expiry   int64 // holds while tick < expiry
+	token    uint64
+	renewAt  int64 // tick of a pending Renew call, -1 if none
+	op       int   // index of the open history operation, -1 if none
+	probe    bool  // a settle-phase probe that must be granted
+}
+
+// Sim is one simulated cluster.
+type Sim struct {
+	o       Options
+	rng     *rand.Rand
+	tick    int64
+	nodes   []*simNode
+	net     []envelope
+	seq     int64
+	cut     []bool // partition: side of each node, when partitioned
+	split   bool
+	clients []*client
+	names   []string
+	view    core.View
+
+	lastToken map[string]uint64
+	idleWait  map[string]int64
+	hist      history
+	res       Result
+	trace     []string
+	traceAt   int
+	fail      *Failure
+}
+
+// Run simulates one cluster with the given options and returns what it saw,
+// or the first broken invariant.
+func Run(o Options) (Result, error) {
+	o.defaults()
+	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed))
+	if o.Names <= 0 {
+		o.Names = 1 + rng.IntN(3)
+	}
+	if o.ClientsPerNode <= 0 {
+		o.ClientsPerNode = 1 + rng.IntN(4)
+	}
+	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{},
+		idleWait: map[string]int64{}, trace: make([]string, o.TraceLines)}
+	leaders := []wire.NodeID{}
+	for i := range o.Nodes {
+		if i < 3 {
+			leaders = append(leaders, wire.NodeID(i+1))
+		}
+	}
+	s.view = core.View{Epoch: 1, Leaders: leaders}
+	for i := range o.Nodes {
+		s.nodes = append(s.nodes, &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}})
+	}
+	for i := range o.Names {
+		s.names = append(s.names, fmt.Sprintf("https://site%d.example/", i))
+	}
+	for i := range o.Nodes * o.ClientsPerNode {
+		s.clients = append(s.clients, &client{id: i, node: i % o.Nodes, renewAt: -1, op: -1})
+	}
+	s.cut = make([]bool, o.Nodes)
+	for i := range s.nodes {
+		s.start(i)
+	}
+	end := o.FaultTicks + o.SettleTicks
+	for s.tick = 1; s.tick <= end && s.fail == nil; s.tick++ {
+		settling := s.tick > o.FaultTicks
+		if s.tick == o.FaultTicks+1 {
+			s.stopFaults()
+		}
+		if !settling && !o.NoFaults {
+			s.faults()
+		}
+		for i, n := range s.nodes {
+			if n.core != nil {
+				n.core.Tick()
+				s.handle(i)
+			}
+		}
+		s.expireLeases()
+		s.stepTick(settling)
+		s.measureIdleWait()
+		if settling {
+			s.settle()
+		}
+	}
+	if s.fail == nil {
+		s.final()
+	}
+	if s.fail == nil {
+		s.checkHistory()
+	}
+	if s.fail != nil {
+		return s.res, s.fail
+	}
+	s.res.Operations = len(s.hist.ops)
+	return s.res, nil
+}
+
+func (s *Sim) tracef(format string, args ...any) {
+	s.trace[s.traceAt%len(s.trace)] = fmt.Sprintf("t%d ", s.tick) + fmt.Sprintf(format, args...)
+	s.traceAt++
+}
+
+func (s *Sim) failf(format string, args ...any) {
+	if s.fail != nil {
+		return
+	}
+	s.fail = &Failure{Seed: s.o.Seed, Tick: s.tick, What: fmt.Sprintf(format, args...)}
+	for i := range len(s.trace) {
+		if l := s.trace[(s.traceAt+i)%len(s.trace)]; l != "" {
+			s.fail.Trace = append(s.fail.Trace, l)
+		}
+	}
+}
+
+func (s *Sim) chance(p float64) bool { return s.rng.Float64() < p }
+
+func (s *Sim) start(i int) {
+	n := s.nodes[i]
+	n.disk.incarnation++
+	peers := make([]wire.NodeID, len(s.nodes))
+	for j := range s.nodes {
+		peers[j] = wire.NodeID(j + 1)
+	}
+	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
+		TryTicks: tryTicks, Mutant: s.o.Mutant}, n.disk.durable.Clone())
+	if err != nil {
+		s.failf("start node %d: %v", n.id, err)
+		return
+	}
+	n.core = c
+	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
+	s.handle(i)
+}
+
+func (s *Sim) crash(i int) {
+	n := s.nodes[i]
+	n.core = nil
+	s.res.Crashes++
+	s.tracef("node %d crashes", n.id)
+	for _, c := range s.clients {
+		if c.node == i && c.state != idle {
+			s.clientGone(c, "its node crashed")
+		}
+	}
+}
+
+// handle applies node i's Ready: persist, send, deliver events, advance. With
+// faults on, the node may crash after persisting and sending only a prefix.
+func (s *Sim) handle(i int) {
+	for n := s.nodes[i]; n.core != nil && n.core.HasReady(); {
+		rd := n.core.Ready()
+		n.disk.durable.Apply(rd.Persist)
+		msgs := rd.Messages
+		crashing := !s.o.NoFaults && s.tick <= s.o.FaultTicks && len(msgs) > 0 && s.chance(0.002) && s.downCount() < 2
+		if crashing {
+			msgs = msgs[:s.rng.IntN(len(msgs))]
+		}
+		for _, m := range msgs {
+			s.post(m)
+		}
+		if crashing {
+			s.tracef("node %d crashes while sending (%d of %d sent)", n.id, len(msgs), len(rd.Messages))
+			s.crash(i)
+			return
+		}
+		for _, e := range rd.Events {
+			s.onEvent(i, e)
+		}
+		n.core.Advance()
+	}
+}
+
+func (s *Sim) delay() int64 {
+	if !s.o.NoFaults && s.tick <= s.o.FaultTicks && s.chance(0.05) {
+		return 1 + s.rng.Int64N(20)
+	}
+	return 1 + s.rng.Int64N(3)
+}
+
+func (s *Sim) post(m wire.Message) {
+	s.res.Messages++
+	s.seq++
+	s.net = append(s.net, envelope{at: s.tick + s.delay(), seq: s.seq, m: m})
+}
+
+func (s *Sim) downCount() int {
+	k := 0
+	for _, n := range s.nodes {
+		if n.core == nil {
+			k++
+		}
+	}
+	return k
+}
+
+func (s *Sim) faults() {
+	switch {
+	case s.chance(0.006) && s.downCount() < 2:
+		s.crash(s.rng.IntN(len(s.nodes)))
+	case s.chance(0.03):
+		for i, n := range s.nodes {
+			if n.core == nil {
+				s.start(i)
+				break
+			}
+		}
+	case !s.split && s.chance(0.004):
+		s.split = true
+		for i := range s.cut {
+			s.cut[i] = s.chance(0.5)
+		}
+		s.tracef("partition %v", s.cut)
+	case s.split && s.chance(0.03):
+		s.split = false
+		s.tracef("heal")
+	}
+}
+
+func (s *Sim) stopFaults() {
+	s.split = false
+	for i, n := range s.nodes {
+		if n.core == nil {
+			s.start(i)
+		}
+	}
+	s.tracef("faults stop")
+}
+
+// stepTick runs this tick's deliveries and client actions in random order.
+func (s *Sim) stepTick(settling bool) {
+	var due []envelope
+	keep := s.net[:0]
+	for _, e := range s.net {
+		if e.at <= s.tick {
+			due = append(due, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	s.net = keep
+	slices.SortFunc(due, func(a, b envelope) int { return int(a.seq - b.seq) })
+	actions := len(due) + len(s.clients)
+	order := s.rng.Perm(actions)
+	faulty := !s.o.NoFaults && !settling
+	for _, k := range order {
+		if s.fail != nil {
+			return
+		}
+		if k >= len(due) {
+			s.clientAct(s.clients[k-len(due)], settling)
+			continue
+		}
+		e := due[k]
+		to := int(e.m.To) - 1
+		if to < 0 || to >= len(s.nodes) || s.nodes[to].core == nil {
+			continue
+		}
+		if faulty && e.m.From != e.m.To {
+			if s.split && s.cut[int(e.m.From)-1] != s.cut[to] || s.chance(0.03) {
+				continue
+			}
+			if s.chance(0.03) {
+				s.seq++
+				s.net = append(s.net, envelope{at: s.tick + s.delay(), seq: s.seq, m: e.m})
+			}
+		}
+		if s.o.TraceMessages {
+			s.tracef("deliver %v", e.m)
+		}
+		if err := s.nodes[to].core.Step(e.m); err != nil {
+			s.failf("node %d rejected a valid message %v: %v", to+1, e.m, err)
+			return
+		}
+		s.handle(to)
+		s.checkInvariants()
+	}
+}
+
+func (s *Sim) clientAct(c *client, settling bool) {
+	n := s.nodes[c.node].core
+	if n == nil {
+		return
+	}
+	switch c.state {
+	case idle:
+		if settling || !s.chance(0.08) {
+			return
+		}
+		s.acquire(c, s.names[s.rng.IntN(len(s.names))], false)
+	case waiting:
+		if !settling && !s.o.Patient && s.chance(0.005) {
+			s.tracef("client %d abandons %s", c.id, c.handle)
+			if err := n.Release(c.handle); err != nil {
+				s.failf("abandon: %v", err)
+				return
+			}
+			s.finishOp(c, false, 0)
+			c.state = idle
+			s.handle(c.node)
+		}
+	case holding:
+		switch {
+		case s.chance(0.06) || c.token == 0 && s.chance(0.2):
+			s.tracef("client %d releases %s token %d", c.id, c.name, c.token)
+			s.endHold(c, "release")
+			if err := n.Release(c.handle); err != nil {
+				s.failf("release of a held lease: %v", err)
+				return
+			}
+			s.handle(c.node)
+		case c.renewAt < 0 && c.token != 0 && s.chance(0.02):
+			if err := n.Renew(c.handle); err == nil {
+				c.renewAt = s.tick
+				s.handle(c.node)
+			}
+		}
+	}
+}
+
+func (s *Sim) acquire(c *client, name string, probe bool) {
+	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
+	if probe {
+		a.Timeout = s.o.SettleTicks / 2
+	} else if s.o.Patient {
+		a.Timeout = 300 + s.rng.Int64N(200)
+	} else if !s.chance(0.2) {
+		a.Timeout = 5 + s.rng.Int64N(120)
+	}
+	id, err := s.nodes[c.node].core.Acquire(a)
+	if err != nil {
+		s.failf("acquire refused: %v", err)
+		return
+	}
+	wait := a.Timeout
+	if wait == 0 {
+		wait = tryTicks
+	}
+	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, timeout: a.Timeout,
+		deadline: s.tick + wait, renewAt: -1, probe: probe}
+	c.op = s.hist.call(c.id, name, opAcquire, 0)
+	s.tracef("client %d on node %d acquires %s as %s (timeout %d, duration %d)", c.id, c.node+1, name, id, a.Timeout, a.Duration)
+	s.handle(c.node)
+}
+
+func (s *Sim) onEvent(node int, e core.Event) {
+	var c *client
+	for _, x := range s.clients {
+		if x.node == node && x.handle == e.Req && x.state != idle {
+			c = x
+		}
+	}
+	if c == nil {
+		return // the client released or abandoned it already
+	}
+	s.tracef("node %d event %s %s code=%s token=%d for client %d", node+1, e.Kind, e.Name, e.Code, e.Token, c.id)
+	switch e.Kind {
+	case wire.EventGranted:
+		if c.state != waiting {
+			s.failf("client %d granted while %v", c.id, c.state)
+			return
+		}
+		if s.tick > c.deadline {
+			s.failf("client %d granted at %d after its obtain deadline %d", c.id, s.tick, c.deadline)
+			return
+		}
+		if last := s.lastToken[c.name]; e.Token <= last {
+			s.failf("fencing token %d for %s is not above the previous %d", e.Token, c.name, last)
+			return
+		}
+		s.lastToken[c.name] = e.Token
+		c.state, c.token = holding, e.Token
+		call := s.tick - e.Elapsed // same node: the call's tick
+		c.expiry = call + e.Elapsed + e.Duration
+		s.res.Grants++
+		s.finishOp(c, true, e.Token)
+		s.checkInvariants()
+	case wire.EventFailed:
+		if c.state != waiting {
+			s.failf("client %d failed while %v", c.id, c.state)
+			return
+		}
+		if c.probe {
+			s.failf("settle probe of client %d on %s failed with %s after faults stopped", c.id, c.name, e.Code)
+			return
+		}
+		s.res.Failures++
+		s.finishOp(c, false, 0)
+		c.state = idle
+	case wire.EventRenewed:
+		// A lease the client already let lapse stays lapsed: it stopped
+		// acting under it, and its history says so.
+		if c.state == holding && c.renewAt >= 0 && c.token != 0 {
+			c.expiry = c.renewAt + e.Duration
+			c.renewAt = -1
+		}
+	case wire.EventRenewFailed:
+		c.renewAt = -1
+	case wire.EventUnlocked:
+		if c.state == holding {
+			s.endHold(c, "unlocked: "+e.Code.String())
+		}
+		c.state = idle
+	}
+}
+
+// measureIdleWait counts, per name, the ticks it stays free while a client
+// that asked long enough ago to have been served waits for it.
+func (s *Sim) measureIdleWait() {
+	for _, name := range s.names {
+		held, starving := false, false
+		for _, c := range s.clients {
+			if c.name != name {
+				continue
+			}
+			held = held || c.state == holding
+			starving = starving || c.state == waiting && c.timeout > 0
+		}
+		if held || !starving {
+			s.idleWait[name] = 0
+			continue
+		}
+		s.idleWait[name]++
+		s.res.MaxIdleWait = max(s.res.MaxIdleWait, s.idleWait[name])
+	}
+}
+
+// expireLeases ends holds whose client-side expiry passed.
+func (s *Sim) expireLeases() {
+	for _, c := range s.clients {
+		if c.state == holding && s.tick >= c.expiry && c.op < 0 {
+			s.closeHold(c)
+		}
+	}
+}
+
+func (s *Sim) endHold(c *client, why string) {
+	s.closeHold(c)
+	c.state = idle
+	s.tracef("client %d stops holding %s (%s)", c.id, c.name, why)
+}
+
+// closeHold records the end of the client's hold once.
+func (s *Sim) closeHold(c *client) {
+	if c.token != 0 {
+		s.hist.instant(c.id, c.name, opEnd, c.token)
+		c.token = 0
+	}
+}
+
+func (s *Sim) clientGone(c *client, why string) {
+	if c.state == waiting {
+		if c.probe {
+			c.probe = false
+		}
+		s.finishOp(c, false, 0)
+	} else {
+		s.closeHold(c)
+	}
+	c.state = idle
+	s.tracef("client %d gone: %s", c.id, why)
+}
+
+func (s *Sim) finishOp(c *client, ok bool, token uint64) {
+	if c.op >= 0 {
+		s.hist.ret(c.op, ok, token)
+		c.op = -1
+	}
+}
+
+func (c *client) holds(tick int64) bool { return c.state == holding && c.token != 0 && tick < c.expiry }
+
+// checkInvariants: at most one holder of an exclusive lock per name.
+func (s *Sim) checkInvariants() {
+	for _, name := range s.names {
+		var who []string
+		for _, c := range s.clients {
+			if c.name == name && c.holds(s.tick) {
+				who = append(who, fmt.Sprintf("client %d (token %d, expiry %d)", c.id, c.token, c.expiry))
+			}
+		}
+		if len(who) > 1 {
+			s.failf("%s held by %d clients at once: %s", name, len(who), strings.Join(who, ", "))
+		}
+	}
+}
+
+// settle runs after the faults stop: every request must resolve within its
+// timeout plus a bound, and one probe per name must be granted.
+func (s *Sim) settle() {
+	since := s.tick - s.o.FaultTicks
+	for _, c := range s.clients {
+		if c.state == waiting && s.tick > c.deadline+20 {
+			s.failf("liveness: client %d still waits on %s %d ticks after its deadline", c.id, c.name, s.tick-c.deadline)
+			return
+		}
+		if c.state == holding && s.tick >= c.expiry+1 {
+			// Its lease is over for the client; let the core's UNLOCKED come.
+			continue
+		}
+	}
+	if since == 200 {
+		for _, name := range s.names {
+			c := s.pickProbe()
+			if c == nil {
+				s.failf("no client left to probe %s", name)
+				return
+			}
+			s.acquire(c, name, true)
+		}
+	}
+}
+
+// pickProbe finds an idle client, or frees a holding one.
+func (s *Sim) pickProbe() *client {
+	for _, c := range s.clients {
+		if c.state == idle {
+			return c
+		}
+	}
+	for _, c := range s.clients {
+		if c.state == holding {
+			s.endHold(c, "release before probe")
+			_ = s.nodes[c.node].core.Release(c.handle)
+			s.handle(c.node)
+			return c
+		}
+	}
+	return nil
+}
+
+func (s *Sim) final() {
+	for _, c := range s.clients {
+		if c.probe && c.state == waiting {
+			s.failf("liveness: probe of client %d on %s not granted within %d ticks of faults stopping", c.id, c.name, s.o.SettleTicks)
+			return
+		}
+	}
+}
