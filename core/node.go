@@ -55,7 +55,7 @@ type Node struct {
 
 	reqs    map[wire.RequestID]*request // by wire id
 	handles map[wire.RequestID]*request // by the handle Acquire returned
-	mnames map[string]*masterName
+	mnames  map[string]*masterName
 
 	persists []Write
 	msgs     []wire.Message

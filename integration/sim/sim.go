@@ -80,8 +80,6 @@ func (f *Failure) Error() string {
 
 const tryTicks = 30
 
-
-
 type disk struct {
 	incarnation uint32
 	durable     *core.Durable
