@@ -121,11 +121,12 @@ const (
 	MutantIgnoreChoosing
 	// MutantNotDurable: a replica acknowledges a ticket it never persists.
 	MutantNotDurable
-	// MutantMergedDoorway: GET_MAX goes out after the first ENTERING ack.
-	MutantMergedDoorway
 	// MutantSharedTickets: replicas accept a ticket number another request
 	// holds, so two grants may carry the same fencing token.
 	MutantSharedTickets
+	// MutantStaleReports: a master decides on reports made before its
+	// ticket was durable.
+	MutantStaleReports
 )
 
 func (c *Config) withDefaults() (Config, error) {

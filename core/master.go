@@ -40,6 +40,7 @@ type request struct {
 	rejects  map[wire.NodeID]bool // refused ADD_TICKET for good (choosing flag lost)
 	tooLow   map[wire.NodeID]bool // refused the current number as too low
 	raises   uint64
+	resends  int // retransmits of the current phase
 	max      uint64
 	ticket   uint64
 	watchSeq uint64
@@ -121,7 +122,7 @@ func (n *Node) toLeaders(m wire.Message, skip func(wire.NodeID) bool) {
 }
 
 func (n *Node) startEnter(r *request) {
-	r.phase, r.sentAt = phaseEnter, n.now
+	r.phase, r.sentAt, r.resends = phaseEnter, n.now, 0
 	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint64{}, nil, nil, 0
 	n.sendPhase(r, nil)
 }
@@ -157,6 +158,10 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 	n.toLeaders(m, skip)
 }
 
+// addTicketResends is how many times ADD_TICKET is sent again before the
+// doorway gives up on the leaders that have not answered.
+const addTicketResends = 3
+
 func (n *Node) notAcked(r *request) func(wire.NodeID) bool {
 	return func(l wire.NodeID) bool { _, ok := r.acks[l]; return ok }
 }
@@ -173,24 +178,15 @@ func (n *Node) masterStep(m wire.Message) {
 		return
 	}
 	switch {
-	case m.Kind == wire.KindEnterAck && r.phase == phaseEnter,
-		m.Kind == wire.KindEnterAck && r.phase == phaseGetMax && n.cfg.Mutant&MutantMergedDoorway != 0:
+	case m.Kind == wire.KindEnterAck && r.phase == phaseEnter:
 		if m.Reject {
 			n.fail(r, m.Code)
 			return
 		}
-		if r.phase == phaseGetMax {
-			r.enterInc[m.From] = m.Inc
-			return
-		}
 		r.acks[m.From] = m.Inc
-		need := n.quorum()
-		if n.cfg.Mutant&MutantMergedDoorway != 0 {
-			need = 1
-		}
-		if len(r.acks) >= need {
+		if len(r.acks) >= n.quorum() {
 			r.enterInc, r.acks = maps.Clone(r.acks), map[wire.NodeID]uint64{}
-			r.phase, r.sentAt = phaseGetMax, n.now
+			r.phase, r.sentAt, r.resends = phaseGetMax, n.now, 0
 			n.sendPhase(r, nil)
 		}
 	case m.Kind == wire.KindGetMaxAck && r.phase == phaseGetMax:
@@ -199,7 +195,7 @@ func (n *Node) masterStep(m wire.Message) {
 		if len(r.acks) >= n.quorum() {
 			r.ticket = r.max + 1
 			r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint64{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
-			r.phase, r.sentAt = phaseAddTicket, n.now
+			r.phase, r.sentAt, r.resends = phaseAddTicket, n.now, 0
 			n.sendPhase(r, nil)
 		}
 	case m.Kind == wire.KindAddTicketAck && r.phase == phaseAddTicket && m.Ticket == r.ticket:
@@ -260,7 +256,7 @@ func (n *Node) checkTicketQuorum(r *request) {
 		r.raises++
 		r.ticket = r.max + 1 + raiseSpread(r.id, r.raises)
 		r.acks, r.tooLow = map[wire.NodeID]uint64{}, map[wire.NodeID]bool{}
-		r.sentAt = n.now
+		r.sentAt, r.resends = n.now, 0
 		n.sendPhase(r, nil)
 		return
 	}
@@ -322,7 +318,7 @@ func (n *Node) evaluate(r *request) {
 	fresh := 0
 	for _, l := range n.cfg.View.Leaders {
 		rep := mn.reports[l]
-		if rep == nil || rep.echo < r.watchSeq {
+		if rep == nil || rep.echo < r.watchSeq && n.cfg.Mutant&MutantStaleReports == 0 {
 			continue
 		}
 		fresh++
@@ -454,6 +450,20 @@ func (n *Node) masterTick() {
 			if r.phase == phaseWait && since >= n.cfg.RefreshTicks ||
 				r.phase != phaseWait && r.phase != phaseQueued && since >= n.cfg.RetransmitTicks {
 				r.sentAt = n.now
+				r.resends++
+				if r.phase == phaseAddTicket && r.resends > addTicketResends {
+					// A leader that acked ENTERING is gone and does not come
+					// back: only a new doorway can use the leaders still up.
+					r.rejects = maps.Clone(r.tooLow)
+					for l := range r.enterInc {
+						if _, ok := r.acks[l]; !ok {
+							r.rejects[l] = true
+						}
+					}
+					r.tooLow = map[wire.NodeID]bool{}
+					n.checkTicketQuorum(r)
+					continue
+				}
 				n.stats.Retransmits++
 				n.sendPhase(r, n.notAcked(r))
 			}

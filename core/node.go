@@ -270,3 +270,42 @@ func (n *Node) Advance() {
 	n.events = slices.Delete(n.events, 0, n.handed[2])
 	n.handed = [3]int{}
 }
+
+// RequestStatus describes one of this node's own requests.
+type RequestStatus struct {
+	Handle wire.RequestID
+	Name   string
+	Mode   wire.Mode
+	Phase  string
+	Ticket uint64
+	// Since is the tick of the Acquire call.
+	Since int64
+}
+
+var phaseNames = [...]string{"queued", "entering", "get-max", "add-ticket", "waiting", "held", "releasing"}
+
+// Requests lists this node's own requests that a client still holds or
+// waits for, in handle order.
+func (n *Node) Requests() []RequestStatus {
+	out := []RequestStatus{}
+	for _, h := range sortedReqs(n.handles) {
+		r := n.handles[h]
+		out = append(out, RequestStatus{Handle: h, Name: r.a.Name, Mode: r.a.Mode, Phase: phaseNames[r.phase],
+			Ticket: r.ticket, Since: r.start})
+	}
+	return out
+}
+
+// Table returns what this node, as a replica, holds for name: its requests
+// in order of id, and the name's high-water ticket.
+func (n *Node) Table(name string) ([]wire.Entry, uint64) {
+	t := n.names[name]
+	if t == nil {
+		return nil, 0
+	}
+	out := make([]wire.Entry, 0, len(t.recs))
+	for _, req := range sortedReqs(t.recs) {
+		out = append(out, t.recs[req].entry)
+	}
+	return out, t.highWater
+}

@@ -2,40 +2,54 @@ package sim
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
 )
 
 // mutationBound is how many seeds a broken core may survive before the
-// mutation test declares the simulator blind to it.
-const mutationBound = 300
+// mutation test declares the simulator blind to it. The slowest mutants to
+// catch (ignoring choosing flags, stale reports) fall between seed 200 and
+// 300 today.
+const mutationBound = 800
 
 // TestMutantsAreCaught proves the simulator is worth its seeds: each
-// deliberately broken core must fail an invariant within mutationBound seeds.
+// deliberately broken core must fail a check within mutationBound seeds.
+// safety marks the mutants that must break a safety invariant (two holders,
+// a token that does not grow, a non-linearizable history); the others break
+// liveness, which the settle probe catches, and are pinned by scripted
+// scenarios in core/testdata as well.
 func TestMutantsAreCaught(t *testing.T) {
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant
+		safety bool
 	}{
-		{"quorum of one", core.MutantQuorumOfOne},
-		{"ignores choosing flags", core.MutantIgnoreChoosing},
-		{"acks tickets it never persists", core.MutantNotDurable},
-		{"GET_MAX before the ENTERING quorum", core.MutantMergedDoorway},
-		{"shared ticket numbers", core.MutantSharedTickets},
+		{"quorum of one", core.MutantQuorumOfOne, true},
+		{"acks tickets it never persists", core.MutantNotDurable, true},
+		{"shared ticket numbers", core.MutantSharedTickets, true},
+		{"ignores choosing flags", core.MutantIgnoreChoosing, true},
+		{"decides on stale reports", core.MutantStaleReports, true},
+		{"request ids without incarnation", core.MutantStaleIncarnation, false},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			for seed := int64(1); seed <= mutationBound; seed++ {
 				_, err := Run(Options{Seed: seed, Mutant: m.mutant})
 				var f *Failure
-				if errors.As(err, &f) {
-					t.Logf("caught at seed %d: %s", seed, f.What)
-					return
+				if !errors.As(err, &f) {
+					if err != nil {
+						t.Fatalf("seed %d: unexpected error %v", seed, err)
+					}
+					continue
 				}
-				if err != nil {
-					t.Fatalf("seed %d: unexpected error %v", seed, err)
+				liveness := strings.Contains(f.What, "liveness") || strings.Contains(f.What, "probe")
+				if m.safety && liveness {
+					continue // keep looking for the safety violation
 				}
+				t.Logf("caught at seed %d: %s", seed, f.What)
+				return
 			}
 			t.Fatalf("the simulator did not catch the mutant in %d seeds", mutationBound)
 		})

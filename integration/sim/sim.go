@@ -35,6 +35,9 @@ type Options struct {
 	Mutant core.Mutant
 	// TraceLines is how many of the last trace lines a failure shows (default 60).
 	TraceLines int
+	// IdleBound, when set, fails the run as soon as a name stays free for
+	// more ticks than this while a client with a timeout waits for it.
+	IdleBound int64
 	// TraceMessages adds every delivered message to the trace (slow).
 	TraceMessages bool
 }
@@ -130,6 +133,10 @@ type Sim struct {
 	seq     int64
 	cut     []bool // partition: side of each node, when partitioned
 	split   bool
+	// slow is a directed link whose messages take 8..40 ticks until slowUntil:
+	// the asymmetric delays that reorder one request's phases across replicas.
+	slowFrom, slowTo wire.NodeID
+	slowUntil        int64
 	clients []*client
 	names   []string
 	view    core.View
@@ -296,7 +303,11 @@ func (s *Sim) delay() int64 {
 func (s *Sim) post(m wire.Message) {
 	s.res.Messages++
 	s.seq++
-	s.net = append(s.net, envelope{at: s.tick + s.delay(), seq: s.seq, m: m})
+	d := s.delay()
+	if s.tick < s.slowUntil && m.From == s.slowFrom && m.To == s.slowTo {
+		d = 8 + s.rng.Int64N(33)
+	}
+	s.net = append(s.net, envelope{at: s.tick + d, seq: s.seq, m: m})
 }
 
 func (s *Sim) downCount() int {
@@ -329,11 +340,16 @@ func (s *Sim) faults() {
 	case s.split && s.chance(0.03):
 		s.split = false
 		s.tracef("heal")
+	case s.tick >= s.slowUntil && s.chance(0.02):
+		s.slowFrom = wire.NodeID(1 + s.rng.IntN(len(s.nodes)))
+		s.slowTo = wire.NodeID(1 + s.rng.IntN(3)) // towards a leader
+		s.slowUntil = s.tick + 20 + s.rng.Int64N(60)
+		s.tracef("link %d->%d slow until %d", s.slowFrom, s.slowTo, s.slowUntil)
 	}
 }
 
 func (s *Sim) stopFaults() {
-	s.split = false
+	s.split, s.slowUntil = false, 0
 	for i, n := range s.nodes {
 		if n.core == nil {
 			s.start(i)
@@ -484,6 +500,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			return
 		}
 		s.lastToken[c.name] = e.Token
+		s.idleWait[c.name] = 0 // a grant is progress, even one released at once
 		c.state, c.token = holding, e.Token
 		call := s.tick - e.Elapsed // same node: the call's tick
 		c.expiry = call + e.Elapsed + e.Duration
@@ -537,6 +554,9 @@ func (s *Sim) measureIdleWait() {
 		}
 		s.idleWait[name]++
 		s.res.MaxIdleWait = max(s.res.MaxIdleWait, s.idleWait[name])
+		if s.o.IdleBound > 0 && s.idleWait[name] > s.o.IdleBound {
+			s.failf("%s stayed free %d ticks while a client waited for it", name, s.idleWait[name])
+		}
 	}
 }
 

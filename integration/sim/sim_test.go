@@ -41,20 +41,19 @@ func TestSim(t *testing.T) {
 
 // TestSimNoFaults: without faults, and with clients patient enough that
 // nobody leaves the line, a free name goes to a waiter within a few message
-// delays; a longer gap means the core stalls (a lost push, a forgotten
-// choosing flag). Delays are 1..3 ticks: a hand-over is release → replicas →
-// report → grant, and may also wait for one newcomer's doorway (about 8
-// delays) and for a lapsed lease's grace (under 10 ticks).
+// delays; a longer gap means the core stalls (a lost push, a chooser waited
+// on forever). Delays are 1..3 ticks: a hand-over is release → replicas →
+// report → grant, and may also wait for the doorways of newcomers that were
+// choosing when the waiter looked. Over 300 seeds the worst gap was 39
+// ticks; the bound leaves room for that, not for a stall.
 func TestSimNoFaults(t *testing.T) {
-	const bound = 40
-	for seed := int64(1); seed <= 30; seed++ {
-		res, err := Run(Options{Seed: seed, NoFaults: true, Patient: true})
+	for seed := int64(1); seed <= 50; seed++ {
+		res, err := Run(Options{Seed: seed, NoFaults: true, Patient: true, Names: 2, ClientsPerNode: 2, IdleBound: 48})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Grants == 0 || res.MaxIdleWait > bound {
-			t.Fatalf("seed %d: %d grants, a name stayed free %d ticks while a client waited (bound %d)",
-				seed, res.Grants, res.MaxIdleWait, bound)
+		if res.Grants == 0 {
+			t.Fatalf("seed %d: nothing granted", seed)
 		}
 	}
 }
