@@ -125,21 +125,21 @@ type client struct {
 
 // Sim is one simulated cluster.
 type Sim struct {
-	o       Options
-	rng     *rand.Rand
-	tick    int64
-	nodes   []*simNode
-	net     []envelope
-	seq     int64
-	cut     []bool // partition: side of each node, when partitioned
-	split   bool
+	o     Options
+	rng   *rand.Rand
+	tick  int64
+	nodes []*simNode
+	net   []envelope
+	seq   int64
+	cut   []bool // partition: side of each node, when partitioned
+	split bool
 	// slow is a directed link whose messages take 8..40 ticks until slowUntil:
 	// the asymmetric delays that reorder one request's phases across replicas.
 	slowFrom, slowTo wire.NodeID
 	slowUntil        int64
-	clients []*client
-	names   []string
-	view    core.View
+	clients          []*client
+	names            []string
+	view             core.View
 
 	lastToken map[string]uint64
 	idleWait  map[string]int64

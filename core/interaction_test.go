@@ -1,0 +1,339 @@
+package core_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// TestInteraction runs the scripted scenarios in testdata/. Each file is one
+// dangerous interleaving, played step by step on a hand-driven network.
+// Rewrite expectations with: go test ./core -run TestInteraction -rewrite
+func TestInteraction(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := &harness{}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return h.run(t, d)
+		})
+	})
+}
+
+type hnode struct {
+	core *core.Node // nil while down
+	inc  uint32
+	disk *core.Durable
+}
+
+// harness is a cluster whose messages wait in one ordered in-flight list
+// until a command delivers, drops or duplicates them.
+type harness struct {
+	nodes    []*hnode
+	view     core.View
+	cfg      core.Config
+	inflight []wire.Message
+	isolated map[wire.NodeID]bool
+	out      strings.Builder
+}
+
+func (h *harness) printf(format string, args ...any) { fmt.Fprintf(&h.out, format, args...) }
+
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	h.out.Reset()
+	switch d.Cmd {
+	case "cluster":
+		h.cluster(t, d)
+	case "acquire":
+		n := h.nodeArg(t, d)
+		a := core.Acquire{Name: strArg(d, "name", "a"), Mode: wire.ModeExclusive,
+			Timeout: intArg(t, d, "timeout", 100), Duration: intArg(t, d, "duration", 50), Grace: intArg(t, d, "grace", 10)}
+		id, err := h.nodes[n-1].core.Acquire(a)
+		if err != nil {
+			h.printf("error: %v\n", err)
+			break
+		}
+		h.printf("handle %s\n", id)
+		h.ready(n)
+	case "release", "renew":
+		n := h.nodeArg(t, d)
+		id := reqArg(t, d)
+		var err error
+		if d.Cmd == "release" {
+			err = h.nodes[n-1].core.Release(id)
+		} else {
+			err = h.nodes[n-1].core.Renew(id)
+		}
+		if err != nil {
+			h.printf("error: %v\n", err)
+		}
+		h.ready(n)
+	case "deliver", "drop", "dup":
+		h.matching(t, d)
+	case "stabilize":
+		h.stabilize()
+	case "tick":
+		count := intArg(t, d, "n", 1)
+		for range count {
+			for i, n := range h.nodes {
+				if n.core != nil && (!d.HasArg("node") || h.nodeArg(t, d) == i+1) {
+					n.core.Tick()
+					h.ready(i + 1)
+				}
+			}
+		}
+	case "crash":
+		n := h.nodeArg(t, d)
+		h.nodes[n-1].core = nil
+		h.printf("node %d crashed\n", n)
+	case "restart":
+		h.start(t, h.nodeArg(t, d))
+	case "isolate":
+		h.isolated[wire.NodeID(h.nodeArg(t, d))] = true
+	case "heal":
+		clear(h.isolated)
+	case "inflight":
+		for _, m := range h.inflight {
+			h.printf("%s\n", fmtMsg(m))
+		}
+	case "status":
+		n := h.nodeArg(t, d)
+		for _, r := range h.nodes[n-1].core.Requests() {
+			h.printf("%s %s %s ticket=%d\n", r.Handle, r.Name, r.Phase, r.Ticket)
+		}
+	case "table":
+		n := h.nodeArg(t, d)
+		entries, hw := h.nodes[n-1].core.Table(strArg(d, "name", "a"))
+		h.printf("high-water %d\n", hw)
+		for _, e := range entries {
+			h.printf("%s %s ticket=%d\n", e.Req, e.State, e.Ticket)
+		}
+	case "stats":
+		st := h.nodes[h.nodeArg(t, d)-1].core.Stats()
+		h.printf("stale-replies=%d stale-incarnation=%d retransmits=%d doorway-restarts=%d ticket-raises=%d expired=%d\n",
+			st.StaleReplies, st.StaleIncarnation, st.Retransmits, st.DoorwayRestarts, st.TicketRaises, st.Expired)
+	default:
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+	}
+	if h.out.Len() == 0 {
+		return "ok\n"
+	}
+	return h.out.String()
+}
+
+func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
+	size := int(intArg(t, d, "nodes", 5))
+	h.view = core.View{Epoch: 1}
+	for _, s := range strings.Split(strArg(d, "leaders", "1,2,3"), ",") {
+		id, err := strconv.Atoi(s)
+		if err != nil {
+			d.Fatalf(t, "leaders: %v", err)
+		}
+		h.view.Leaders = append(h.view.Leaders, wire.NodeID(id))
+	}
+	var peers []wire.NodeID
+	for i := range size {
+		peers = append(peers, wire.NodeID(i+1))
+	}
+	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20)}
+	if strArg(d, "mutant", "") == "stale-incarnation" {
+		h.cfg.Mutant = core.MutantStaleIncarnation
+	}
+	h.nodes, h.inflight, h.isolated = nil, nil, map[wire.NodeID]bool{}
+	for i := range size {
+		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
+		h.start(t, i+1)
+	}
+	// The first start's announcements say nothing a scenario needs.
+	h.out.Reset()
+	h.inflight = nil
+	h.printf("%d nodes, leaders %v\n", size, h.view.Leaders)
+}
+
+func (h *harness) start(t *testing.T, id int) {
+	n := h.nodes[id-1]
+	n.inc++
+	cfg := h.cfg
+	cfg.ID, cfg.Incarnation = wire.NodeID(id), n.inc
+	c, err := core.New(cfg, n.disk.Clone())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.core = c
+	h.printf("node %d starts, incarnation %d\n", id, n.inc)
+	h.ready(id)
+}
+
+// ready applies a node's Ready in the contract's order.
+func (h *harness) ready(id int) {
+	n := h.nodes[id-1]
+	for n.core != nil && n.core.HasReady() {
+		rd := n.core.Ready()
+		n.disk.Apply(rd.Persist)
+		h.inflight = append(h.inflight, rd.Messages...)
+		for _, e := range rd.Events {
+			h.printf("node %d: %s %s %s", id, e.Kind, e.Req, e.Name)
+			if e.Code != wire.CodeNone {
+				h.printf(" error=%s", e.Code)
+			}
+			if e.Kind == wire.EventGranted || e.Kind == wire.EventRenewed {
+				h.printf(" token=%d elapsed=%d", e.Token, e.Elapsed)
+			}
+			h.printf("\n")
+		}
+		n.core.Advance()
+	}
+}
+
+// matching delivers, drops or duplicates the in-flight messages that match
+// every filter given: from, to, kind, req; count limits how many.
+func (h *harness) matching(t *testing.T, d *datadriven.TestData) {
+	limit := int(intArg(t, d, "count", -1))
+	var keep, picked []wire.Message
+	for _, m := range h.inflight {
+		if limit != 0 && h.matches(t, d, m) {
+			picked = append(picked, m)
+			limit--
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	h.inflight = keep
+	switch d.Cmd {
+	case "drop":
+		for _, m := range picked {
+			h.printf("dropped %s\n", fmtMsg(m))
+		}
+	case "dup":
+		h.inflight = append(h.inflight, picked...)
+		h.inflight = append(h.inflight, picked...)
+		h.printf("duplicated %d\n", len(picked))
+	default:
+		for _, m := range picked {
+			h.deliver(m)
+		}
+	}
+}
+
+func (h *harness) matches(t *testing.T, d *datadriven.TestData, m wire.Message) bool {
+	if d.HasArg("from") && wire.NodeID(intArg(t, d, "from", 0)) != m.From ||
+		d.HasArg("to") && wire.NodeID(intArg(t, d, "to", 0)) != m.To ||
+		d.HasArg("kind") && strArg(d, "kind", "") != m.Kind.String() {
+		return false
+	}
+	return !d.HasArg("req") || reqArg(t, d) == m.Req
+}
+
+func (h *harness) deliver(m wire.Message) {
+	to := h.nodes[m.To-1]
+	switch {
+	case to.core == nil:
+		h.printf("lost (node %d down) %s\n", m.To, fmtMsg(m))
+		return
+	case m.From != m.To && (h.isolated[m.From] || h.isolated[m.To]):
+		h.printf("lost (isolated) %s\n", fmtMsg(m))
+		return
+	}
+	h.printf("%s\n", fmtMsg(m))
+	if err := to.core.Step(m); err != nil {
+		h.printf("  rejected: %v\n", err)
+	}
+	h.ready(int(m.To))
+}
+
+// stabilize delivers everything until nothing is in flight, printing only
+// events and losses.
+func (h *harness) stabilize() {
+	delivered := 0
+	for len(h.inflight) > 0 && delivered < 10000 {
+		m := h.inflight[0]
+		h.inflight = h.inflight[1:]
+		to := h.nodes[m.To-1]
+		if to.core == nil || m.From != m.To && (h.isolated[m.From] || h.isolated[m.To]) {
+			continue
+		}
+		delivered++
+		_ = to.core.Step(m)
+		h.ready(int(m.To))
+	}
+	h.printf("%d messages delivered\n", delivered)
+}
+
+func (h *harness) nodeArg(t *testing.T, d *datadriven.TestData) int {
+	n := int(intArg(t, d, "node", 0))
+	if n < 1 || n > len(h.nodes) {
+		d.Fatalf(t, "node=%d out of range", n)
+	}
+	return n
+}
+
+func fmtMsg(m wire.Message) string {
+	s := fmt.Sprintf("%d->%d %s", m.From, m.To, m.Kind)
+	if m.Name != "" {
+		s += " " + m.Name
+	}
+	if m.Req != (wire.RequestID{}) {
+		s += " " + m.Req.String()
+	}
+	if m.Ticket != 0 {
+		s += fmt.Sprintf(" t=%d", m.Ticket)
+	}
+	if m.Inc != 0 && m.Kind != wire.KindReport {
+		s += fmt.Sprintf(" inc=%d", m.Inc)
+	}
+	if m.Reject {
+		s += " reject"
+		if m.Seq != 0 {
+			s += fmt.Sprintf(" high-water=%d", m.Seq)
+		}
+	}
+	if m.Kind == wire.KindReport {
+		parts := []string{}
+		for _, e := range m.Entries {
+			parts = append(parts, fmt.Sprintf("%s:%s:%d", e.Req, e.State, e.Ticket))
+		}
+		s += " [" + strings.Join(parts, " ") + "]"
+	}
+	return s
+}
+
+func strArg(d *datadriven.TestData, key, def string) string {
+	if a, ok := d.Arg(key); ok && len(a.Vals) > 0 {
+		return strings.Join(a.Vals, ",")
+	}
+	return def
+}
+
+func intArg(t *testing.T, d *datadriven.TestData, key string, def int64) int64 {
+	s := strArg(d, key, "")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		d.Fatalf(t, "%s: %v", key, err)
+	}
+	return v
+}
+
+// reqArg parses req=NODE.INCARNATION.COUNTER, as RequestID.String prints it.
+func reqArg(t *testing.T, d *datadriven.TestData) wire.RequestID {
+	parts := strings.Split(strArg(d, "req", ""), ".")
+	if len(parts) != 3 {
+		d.Fatalf(t, "req must be node.incarnation.counter")
+	}
+	var v [3]uint64
+	for i, p := range parts {
+		x, err := strconv.ParseUint(p, 10, 64)
+		if err != nil {
+			d.Fatalf(t, "req: %v", err)
+		}
+		v[i] = x
+	}
+	return wire.RequestID{Node: wire.NodeID(v[0]), Seq: v[1]<<32 | v[2]}
+}
+

@@ -1,0 +1,223 @@
+package core_test
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+func newLeader(t *testing.T, mutant core.Mutant) *core.Node {
+	t.Helper()
+	n, err := core.New(core.Config{ID: 1, Incarnation: 1, View: core.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}},
+		Mutant: mutant}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	return n
+}
+
+func drain(n *core.Node) core.Ready {
+	var all core.Ready
+	for n.HasReady() {
+		rd := n.Ready()
+		all.Persist = append(all.Persist, rd.Persist...)
+		all.Messages = append(all.Messages, rd.Messages...)
+		all.Events = append(all.Events, rd.Events...)
+		n.Advance()
+	}
+	return all
+}
+
+// snapshot is what a bad input must not change.
+type snapshot struct {
+	reqs  []core.RequestStatus
+	table []wire.Entry
+	hw    uint64
+}
+
+func take(n *core.Node) snapshot {
+	e, hw := n.Table("a")
+	return snapshot{n.Requests(), e, hw}
+}
+
+func TestBadMessagesAreRejectedCountedAndChangeNothing(t *testing.T) {
+	n := newLeader(t, 0)
+	if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10}); err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	if err := n.Step(wire.Message{Kind: wire.KindEnter, From: 2, To: 1, Epoch: 3, Name: "a",
+		Req: wire.RequestID{Node: 2, Seq: 1<<32 | 1}, Mode: wire.ModeExclusive, Lifetime: 100}); err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	good := wire.Message{Kind: wire.KindEnter, From: 2, To: 1, Epoch: 3, Name: "a",
+		Req: wire.RequestID{Node: 2, Seq: 1<<32 | 2}, Mode: wire.ModeExclusive, Lifetime: 100}
+	with := func(f func(*wire.Message)) wire.Message { m := good; f(&m); return m }
+	cases := []struct {
+		name string
+		m    wire.Message
+		want error
+	}{
+		{"older epoch", with(func(m *wire.Message) { m.Epoch = 2 }), core.ErrStaleEpoch},
+		{"newer epoch", with(func(m *wire.Message) { m.Epoch = 9 }), core.ErrStaleEpoch},
+		{"empty name", with(func(m *wire.Message) { m.Name = "" }), core.ErrBadMessage},
+		{"oversized name", with(func(m *wire.Message) { m.Name = strings.Repeat("x", wire.MaxNameLen+1) }), core.ErrBadMessage},
+		{"unknown kind", with(func(m *wire.Message) { m.Kind = 99 }), core.ErrBadMessage},
+		{"lease event", with(func(m *wire.Message) { m.Kind = wire.KindLeaseEvent }), core.ErrBadMessage},
+		{"unknown mode", with(func(m *wire.Message) { m.Mode = 42 }), core.ErrBadMessage},
+		{"absurd lifetime", with(func(m *wire.Message) { m.Lifetime = 1 << 62 }), core.ErrBadMessage},
+		{"for another node", with(func(m *wire.Message) { m.To = 7 }), core.ErrWrongTarget},
+		{"no sender", with(func(m *wire.Message) { m.From = 0 }), core.ErrBadMessage},
+		{"restart with no incarnation", with(func(m *wire.Message) { m.Kind = wire.KindRestarted; m.Inc = 0 }), core.ErrBadMessage},
+	}
+	for _, c := range cases {
+		before, stats := take(n), n.Stats()
+		err := n.Step(c.m)
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+		if n.HasReady() {
+			t.Errorf("%s: produced output %+v", c.name, n.Ready())
+			n.Advance()
+		}
+		if after := take(n); !reflect.DeepEqual(before, after) {
+			t.Errorf("%s: state changed:\n%+v\n%+v", c.name, before, after)
+		}
+		if n.Stats() == stats {
+			t.Errorf("%s: not counted", c.name)
+		}
+	}
+}
+
+func TestNonLeaderRefusesReplicaWork(t *testing.T) {
+	n, err := core.New(core.Config{ID: 5, Incarnation: 1, View: core.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	err = n.Step(wire.Message{Kind: wire.KindAddTicket, From: 4, To: 5, Epoch: 1, Name: "a", Ticket: 1})
+	if !errors.Is(err, core.ErrWrongTarget) || n.HasReady() {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestAcquireValidation(t *testing.T) {
+	n := newLeader(t, 0)
+	ok := core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 1, Duration: 1}
+	for name, a := range map[string]core.Acquire{
+		"empty name":        {Mode: wire.ModeExclusive, Duration: 1},
+		"oversized name":    {Name: strings.Repeat("n", 1025), Mode: wire.ModeExclusive, Duration: 1},
+		"unknown mode":      {Name: "a", Mode: 77, Duration: 1},
+		"negative timeout":  {Name: "a", Mode: wire.ModeExclusive, Timeout: -1, Duration: 1},
+		"zero duration":     {Name: "a", Mode: wire.ModeExclusive},
+		"negative duration": {Name: "a", Mode: wire.ModeExclusive, Duration: -5},
+		"negative grace":    {Name: "a", Mode: wire.ModeExclusive, Duration: 1, Grace: -1},
+		"absurd duration":   {Name: "a", Mode: wire.ModeExclusive, Duration: 1 << 50},
+	} {
+		if _, err := n.Acquire(a); !errors.Is(err, core.ErrInvalid) {
+			t.Errorf("%s: got %v", name, err)
+		}
+		if n.HasReady() || len(n.Requests()) != 0 {
+			t.Errorf("%s: changed state", name)
+		}
+	}
+	if _, err := n.Acquire(ok); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOverflowAtTheMaster(t *testing.T) {
+	n, err := core.New(core.Config{ID: 1, Incarnation: 1, MaxWaiters: 2,
+		View: core.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10}
+	for range 2 {
+		if _, err := n.Acquire(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.Acquire(a); !errors.Is(err, core.ErrOverflow) || core.CodeOf(err) != wire.CodeOverflow {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestStaleAckAfterRestart pins the incarnation rule: an ENTERING ack for
+// the previous life's request 4.1.1 must not advance the new life's first
+// request. With MutantStaleIncarnation the ids of both lives are equal and
+// the stale acks are counted, which this test must notice.
+func TestStaleAckAfterRestart(t *testing.T) {
+	for _, c := range []struct {
+		mutant    core.Mutant
+		wantPhase string
+	}{{0, "entering"}, {core.MutantStaleIncarnation, "get-max"}} {
+		cfg := core.Config{ID: 4, View: core.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: c.mutant}
+		cfg.Incarnation = 1
+		old, _ := core.New(cfg, nil)
+		drain(old)
+		oldID, _ := old.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5})
+		cfg.Incarnation = 2
+		n, _ := core.New(cfg, nil)
+		drain(n)
+		if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5}); err != nil {
+			t.Fatal(err)
+		}
+		drain(n)
+		for _, from := range []wire.NodeID{1, 2} {
+			_ = n.Step(wire.Message{Kind: wire.KindEnterAck, From: from, To: 4, Epoch: 1, Name: "a", Req: oldID, Inc: 1})
+		}
+		if got := n.Requests()[0].Phase; got != c.wantPhase {
+			t.Errorf("mutant %d: phase %s after stale acks, want %s", c.mutant, got, c.wantPhase)
+		}
+	}
+}
+
+func TestReadyHandsOutOnlyWhatAdvanceDrops(t *testing.T) {
+	n := newLeader(t, 0)
+	if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10}); err != nil {
+		t.Fatal(err)
+	}
+	rd := n.Ready()
+	k := len(rd.Messages)
+	// Input arriving between Ready and Advance is kept for the next Ready.
+	if _, err := n.Acquire(core.Acquire{Name: "b", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10}); err != nil {
+		t.Fatal(err)
+	}
+	n.Advance()
+	next := n.Ready()
+	if k == 0 || len(next.Messages) != k {
+		t.Fatalf("first ready had %d messages, second %d", k, len(next.Messages))
+	}
+	for _, m := range next.Messages {
+		if m.Name != "b" {
+			t.Fatalf("message of the first Ready handed out again: %v", m)
+		}
+	}
+}
+
+func TestDurableApply(t *testing.T) {
+	d := core.NewDurable()
+	e := wire.Entry{Req: wire.RequestID{Node: 1, Seq: 1}, Ticket: 7, Mode: wire.ModeExclusive, State: wire.StateChoosing}
+	d.Apply([]core.Write{{Kind: core.WriteTicket, Name: "a", Entry: e, Lifetime: 10}})
+	d.Apply([]core.Write{{Kind: core.WriteLifetime, Name: "a", Entry: e, Lifetime: 30}})
+	if got := d.Tickets["a"][e.Req]; got.Lifetime != 30 || got.Entry.Ticket != 7 {
+		t.Fatalf("got %+v", got)
+	}
+	d.Apply([]core.Write{{Kind: core.WriteDelete, Name: "a", Entry: e}})
+	if len(d.Tickets) != 0 || d.HighWater["a"] != 7 {
+		t.Fatalf("delete must keep the high-water mark: %+v", d)
+	}
+	lower := e
+	lower.Ticket = 3
+	d.Apply([]core.Write{{Kind: core.WriteTicket, Name: "a", Entry: lower}})
+	if d.HighWater["a"] != 7 {
+		t.Fatal("the high-water mark went down")
+	}
+}
