@@ -336,4 +336,3 @@ func reqArg(t *testing.T, d *datadriven.TestData) wire.RequestID {
 	}
 	return wire.RequestID{Node: wire.NodeID(v[0]), Seq: v[1]<<32 | v[2]}
 }
-
