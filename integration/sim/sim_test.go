@@ -8,8 +8,8 @@ import (
 )
 
 var (
-	seedFlag  = flag.Int64("seed", 0, "replay this one seed")
-	seedsFlag = flag.Int("seeds", 100, "how many seeds TestSim runs, from seed 1")
+	seedFlag  = flag.Int64("seed", 0, "replay this one seed (with -seeds: the first of a range)")
+	seedsFlag = flag.Int("seeds", 100, "how many seeds TestSim runs, from seed 1 or from -seed")
 )
 
 // TestSim runs the simulator with faults on over many seeds, or one seed
@@ -18,6 +18,11 @@ func TestSim(t *testing.T) {
 	first, count := int64(1), *seedsFlag
 	if *seedFlag != 0 {
 		first, count = *seedFlag, 1
+		flag.Visit(func(f *flag.Flag) {
+			if f.Name == "seeds" {
+				count = *seedsFlag
+			}
+		})
 	}
 	start := time.Now()
 	var total Result
