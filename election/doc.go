@@ -1,6 +1,28 @@
-// Package election is the pure election state machine: ids, priorities,
-// quorum gating, views, epochs. It does no I/O; the agent feeds it messages
-// and timer ticks and sends what it returns.
+// Package election elects the three leaders of a sluice cluster, as a pure,
+// deterministic state machine in the shape of package core: inputs are Step,
+// Tick and nothing else; outputs come in a Ready (Persist durably first,
+// then send Messages, then hand View to the lock core); then Advance. It
+// starts no goroutine, does no I/O, reads no clock and draws no randomness
+// (the random part of an ID is drawn by the caller, once per start).
 //
-// Not built yet (issue 3).
+// Rules (DESIGN.md §5):
+//   - Every node has an ID computed once per start: priority | random |
+//     address | pid | name. Smaller IDs win. Priority is 1..14 or Off.
+//     Sitting leaders compete with priority 0, so leadership is sticky: when
+//     one leader is lost, the other two stay and one node joins.
+//   - No election before a quorum of the cluster's nodes know each other
+//     (all of them when the cluster has three nodes or fewer), and before
+//     there are three candidates (all nodes when the cluster is smaller).
+//   - The alive node with the smallest ID coordinates. It runs a two-phase
+//     vote, as in Paxos: PREPARE(e) gathers promises from a quorum, each
+//     carrying the last view the node accepted; ACCEPT(view) then proposes
+//     {e, leaders, previous view}, where the previous view is the highest
+//     accepted one among the promises. A node promises only epochs above
+//     any it promised, accepts at most one view per epoch, and persists
+//     both before it answers. A view is valid once a quorum accepted it, so
+//     there is at most one valid view per epoch whatever the clocks do, and
+//     every valid view names a previous view at least as recent as any
+//     earlier valid view: the one whose leaders hold the lock table.
+//   - A node is ready (LOCK_READY) when it knows a valid view and hears from
+//     a quorum of its leaders; otherwise Status says why not (NO_LOCK).
 package election

@@ -37,6 +37,9 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	if len(m.Entries) > MaxEntries {
 		return dst, fmt.Errorf("%w: %d entries", ErrTooLarge, len(m.Entries))
 	}
+	if len(m.View.Leaders) > MaxLeaders || len(m.View.PrevLeaders) > MaxLeaders {
+		return dst, fmt.Errorf("%w: view of %d leaders", ErrTooLarge, max(len(m.View.Leaders), len(m.View.PrevLeaders)))
+	}
 	start := len(dst)
 	dst = append(dst, Version, byte(m.Kind))
 	for _, v := range [...]uint64{uint64(m.From), uint64(m.To), m.Epoch, m.Clock} {
@@ -60,10 +63,20 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, e.Ticket)
 		dst = append(dst, byte(e.Mode), byte(e.State))
 	}
+	dst = appendNodes(binary.AppendUvarint(dst, m.View.Epoch), m.View.Leaders)
+	dst = appendNodes(binary.AppendUvarint(dst, m.View.PrevEpoch), m.View.PrevLeaders)
 	if len(dst)-start > MaxFrameSize {
 		return dst[:start], fmt.Errorf("%w: %d bytes", ErrTooLarge, len(dst)-start)
 	}
 	return dst, nil
+}
+
+func appendNodes(dst []byte, ids []NodeID) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	for _, id := range ids {
+		dst = binary.AppendUvarint(dst, uint64(id))
+	}
+	return dst
 }
 
 func appendReq(dst []byte, r RequestID) []byte {
@@ -105,6 +118,22 @@ func (d *decoder) uvarint(what string) uint64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+func (d *decoder) nodes(what string) []NodeID {
+	n := d.uvarint(what)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	if n > MaxLeaders || n > uint64(len(d.b)) {
+		d.fail(what)
+		return nil
+	}
+	ids := make([]NodeID, n)
+	for i := range ids {
+		ids[i] = NodeID(d.uvarint(what))
+	}
+	return ids
 }
 
 func (d *decoder) req(what string) RequestID {
@@ -179,6 +208,10 @@ func Decode(b []byte) (Message, error) {
 			}
 		}
 	}
+	m.View.Epoch = d.uvarint("view epoch")
+	m.View.Leaders = d.nodes("view leaders")
+	m.View.PrevEpoch = d.uvarint("previous view epoch")
+	m.View.PrevLeaders = d.nodes("previous view leaders")
 	if d.err != nil {
 		return Message{}, d.err
 	}

@@ -14,6 +14,7 @@ func sample() Message {
 		Req: RequestID{Node: 3, Seq: 5<<32 | 12}, Mode: ModeExclusive, Ticket: 42, Inc: 5,
 		Seq: 8, Lifetime: 600, Reject: true, Event: EventGranted, Code: CodeTimedOut,
 		Entries: []Entry{{Req: RequestID{Node: 2, Seq: 1}, Ticket: 41, Mode: ModeExclusive, State: StateTicket}},
+		View:    View{Epoch: 4, Leaders: []NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []NodeID{1, 2, 9}},
 	}
 }
 
@@ -67,6 +68,10 @@ func TestEncodeRejectsOverCap(t *testing.T) {
 	if _, err := Encode(nil, &m); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("got %v", err)
 	}
+	m = Message{Kind: KindCommit, View: View{Leaders: make([]NodeID, MaxLeaders+1)}}
+	if _, err := Encode(nil, &m); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v", err)
+	}
 }
 
 func TestCodeStringsAreStable(t *testing.T) {
@@ -103,8 +108,8 @@ func longName() []byte {
 func hugeCount() []byte {
 	m := Message{Kind: KindReport}
 	b, _ := Encode(nil, &m)
-	b = b[:len(b)-1] // drop the zero entry count
-	return appendUvarint(b, MaxEntries)
+	b = b[:len(b)-5] // drop the zero entry count and the empty views
+	return append(appendUvarint(b, MaxEntries), 0, 0, 0, 0)
 }
 
 func appendUvarint(b []byte, v uint64) []byte {

@@ -145,12 +145,43 @@ const (
 	// KindExit (master → replica): Req's number Ticket is durable at a
 	// quorum and final; clear its choosing flag (EXITING).
 	KindExit
+
+	// Election (see package election). Messages of the election carry the
+	// epoch they are about in View.Epoch, not in Epoch.
+
+	// KindHello (any → all): From is alive; Name is its election id; View
+	// is the valid view it knows (how late joiners learn the leaders).
+	KindHello
+	// KindPrepare (coordinator → all): promise no view below View.Epoch.
+	KindPrepare
+	// KindPromise: the promise for epoch Ticket, with the view this node
+	// accepted last in View; Reject with Ticket = the epoch it promised.
+	KindPromise
+	// KindAccept (coordinator → all): accept View.
+	KindAccept
+	// KindAccepted: View.Epoch was accepted; Reject when it was not.
+	KindAccepted
+	// KindCommit (coordinator → all): View is valid: a quorum accepted it.
+	KindCommit
 	kindEnd
 )
 
+// MaxLeaders caps the leader lists of a view on the wire.
+const MaxLeaders = 16
+
+// View is a set of leaders for one epoch, and the view before it, whose
+// leaders hand the lock table over to these.
+type View struct {
+	Epoch       uint64
+	Leaders     []NodeID
+	PrevEpoch   uint64
+	PrevLeaders []NodeID
+}
+
 var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"add-ticket", "add-ticket-ack", "watch", "unwatch", "report", "release",
-	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit"}
+	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
+	"hello", "prepare", "promise", "accept", "accepted", "commit"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
@@ -250,6 +281,7 @@ type Message struct {
 	Event    EventKind
 	Code     Code
 	Entries  []Entry
+	View     View
 }
 
 func (m Message) String() string {
