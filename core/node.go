@@ -255,20 +255,28 @@ func (n *Node) HasReady() bool {
 	return len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0
 }
 
-// Ready returns the output accumulated so far. The slices stay valid until
-// Advance, which drops exactly what this Ready handed out.
+// Ready returns the output accumulated so far; Advance drops exactly what
+// it handed out, even if more input came in between.
 func (n *Node) Ready() Ready {
 	n.handed = [3]int{len(n.persists), len(n.msgs), len(n.events)}
 	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],
 		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)]}
 }
 
-// Advance acknowledges that the last Ready was handled.
+// Advance acknowledges that the last Ready was handled. What that Ready
+// handed out stays intact: the node only stops pointing at it.
 func (n *Node) Advance() {
-	n.persists = slices.Delete(n.persists, 0, n.handed[0])
-	n.msgs = slices.Delete(n.msgs, 0, n.handed[1])
-	n.events = slices.Delete(n.events, 0, n.handed[2])
+	n.persists = dropHanded(n.persists, n.handed[0])
+	n.msgs = dropHanded(n.msgs, n.handed[1])
+	n.events = dropHanded(n.events, n.handed[2])
 	n.handed = [3]int{}
+}
+
+func dropHanded[T any](s []T, k int) []T {
+	if k == len(s) {
+		return nil
+	}
+	return s[k:]
 }
 
 // RequestStatus describes one of this node's own requests.

@@ -496,7 +496,9 @@ func (e *Election) Ready() Ready {
 
 // Advance acknowledges the last Ready.
 func (e *Election) Advance() {
-	e.msgs = slices.Delete(e.msgs, 0, e.handed)
+	if e.msgs = e.msgs[e.handed:]; len(e.msgs) == 0 {
+		e.msgs = nil // what Ready handed out stays intact
+	}
 	if e.handedPersist {
 		e.persist = false
 	}

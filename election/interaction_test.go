@@ -233,4 +233,3 @@ func listArg(t *testing.T, d *datadriven.TestData, key string) []int {
 	}
 	return out
 }
-
