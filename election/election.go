@@ -39,6 +39,9 @@ const (
 	// MutantTwoViewsPerEpoch: a node promises and accepts an epoch it has
 	// already promised or accepted, so two views may win one epoch.
 	MutantTwoViewsPerEpoch Mutant = 1 << iota
+	// MutantPrevFromOwnView: the coordinator names its own valid view as the
+	// previous one, which may be older than a view a quorum accepted.
+	MutantPrevFromOwnView
 )
 
 // Persisted is what a node must find again after a restart. It is handed
@@ -330,6 +333,9 @@ func (e *Election) Step(m wire.Message) error {
 			if v := r.promises[id]; v.Epoch > prev.Epoch {
 				prev = v
 			}
+		}
+		if e.cfg.Mutant&MutantPrevFromOwnView != 0 {
+			prev = e.p.Valid
 		}
 		cands := e.candidates()
 		if len(cands) < e.wanted() {

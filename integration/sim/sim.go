@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -70,6 +71,7 @@ type Result struct {
 // Failure is a broken invariant, with the seed to replay it and the last
 // lines of the trace.
 type Failure struct {
+	Test  string // the test that replays it; TestSim when empty
 	Seed  int64
 	Tick  int64
 	What  string
@@ -77,8 +79,9 @@ type Failure struct {
 }
 
 func (f *Failure) Error() string {
-	return fmt.Sprintf("seed %d, tick %d: %s\nreplay: go test ./integration/sim -run 'TestSim$' -seed=%d\nlast trace lines:\n  %s",
-		f.Seed, f.Tick, f.What, f.Seed, strings.Join(f.Trace, "\n  "))
+	test := cmp.Or(f.Test, "TestSim")
+	return fmt.Sprintf("seed %d, tick %d: %s\nreplay: go test ./integration/sim -run '%s$' -seed=%d\nlast trace lines:\n  %s",
+		f.Seed, f.Tick, f.What, test, f.Seed, strings.Join(f.Trace, "\n  "))
 }
 
 const tryTicks = 30
