@@ -39,8 +39,9 @@ const (
 	// MutantTwoViewsPerEpoch: a node promises and accepts an epoch it has
 	// already promised or accepted, so two views may win one epoch.
 	MutantTwoViewsPerEpoch Mutant = 1 << iota
-	// MutantPrevFromOwnView: the coordinator names its own valid view as the
-	// previous one, which may be older than a view a quorum accepted.
+	// MutantPrevFromOwnView: the coordinator ignores a newer view accepted
+	// by a promiser and names its own valid view as the previous one, which
+	// may be older than a view a quorum accepted.
 	MutantPrevFromOwnView
 )
 
@@ -94,7 +95,9 @@ type Status struct {
 // Stats counts rejected input.
 type Stats struct {
 	BadIDs, BadViews, StaleViews, Rejections uint64
-	Rounds                                   uint64
+	// Rounds started, and Continuations: rounds that proposed again a view
+	// a promiser accepted and the coordinator did not know to be valid.
+	Rounds, Continuations uint64
 }
 
 type member struct {
@@ -325,26 +328,34 @@ func (e *Election) Step(m wire.Message) error {
 		if len(r.promises) < Quorum(e.cfg.ClusterSize) {
 			return nil
 		}
-		// The highest view any promiser accepted is the one whose leaders
-		// hold the latest lock table: every valid view was accepted by a
-		// quorum, and this quorum meets it.
-		var prev wire.View
+		// Every valid view was accepted by a quorum, which meets this one:
+		// no valid view is newer than the highest view a promiser accepted.
+		var high wire.View
 		for _, id := range slices.Sorted(maps.Keys(r.promises)) {
-			if v := r.promises[id]; v.Epoch > prev.Epoch {
-				prev = v
+			if v := r.promises[id]; v.Epoch > high.Epoch {
+				high = v
 			}
 		}
-		if e.cfg.Mutant&MutantPrevFromOwnView != 0 {
-			prev = e.p.Valid
+		if high.Epoch > e.p.Valid.Epoch && e.cfg.Mutant&MutantPrevFromOwnView == 0 {
+			// We cannot tell whether that view won. Propose it again as it
+			// was (same leaders, same previous view): if it won, its leaders
+			// carry on with their table; if not, it wins now. Either way
+			// the previous view a view names was valid, so its leaders
+			// hold the lock table to hand over.
+			e.stats.Continuations++
+			r.proposal = &wire.View{Epoch: r.epoch, Leaders: slices.Clone(high.Leaders),
+				PrevEpoch: high.PrevEpoch, PrevLeaders: slices.Clone(high.PrevLeaders)}
+		} else {
+			cands := e.candidates()
+			if len(cands) < e.wanted() {
+				e.round = nil
+				return nil
+			}
+			leaders := slices.Clone(cands[:e.wanted()])
+			slices.Sort(leaders)
+			prev := e.p.Valid
+			r.proposal = &wire.View{Epoch: r.epoch, Leaders: leaders, PrevEpoch: prev.Epoch, PrevLeaders: slices.Clone(prev.Leaders)}
 		}
-		cands := e.candidates()
-		if len(cands) < e.wanted() {
-			e.round = nil
-			return nil
-		}
-		leaders := slices.Clone(cands[:e.wanted()])
-		slices.Sort(leaders)
-		r.proposal = &wire.View{Epoch: r.epoch, Leaders: leaders, PrevEpoch: prev.Epoch, PrevLeaders: slices.Clone(prev.Leaders)}
 		e.sendAll(wire.Message{Kind: wire.KindAccept, View: cloneView(*r.proposal)}, true)
 
 	case wire.KindAccept:

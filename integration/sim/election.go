@@ -25,6 +25,8 @@ type ElectionOptions struct {
 // ElectionResult sums up a run that passed.
 type ElectionResult struct {
 	ValidViews, Crashes, Messages int
+	// Continuations counts rounds that proposed an accepted view again.
+	Continuations int
 }
 
 type electionNode struct {
@@ -109,6 +111,9 @@ func RunElection(o ElectionOptions) (ElectionResult, error) {
 		return s.res, s.fail
 	}
 	s.res.ValidViews = len(s.valid)
+	for _, n := range s.nodes {
+		s.res.Continuations += int(n.e.Stats().Continuations)
+	}
 	return s.res, nil
 }
 
@@ -275,11 +280,16 @@ func (s *electionSim) accepted(i int, v wire.View) {
 		return
 	}
 	for e, w := range s.valid {
-		if e < v.Epoch && v.PrevEpoch < e {
-			s.failf("valid view %s takes its table from epoch %d, but epoch %d was valid", key, v.PrevEpoch, e)
+		if e < v.Epoch && !covers(v, w) {
+			s.failf("valid view %s takes its table from epoch %d, but epoch %d was valid: %s", key, v.PrevEpoch, e, viewKey(w))
 		}
-		if e > v.Epoch && w.PrevEpoch < v.Epoch {
-			s.failf("valid view %s skips the valid epoch %d", viewKey(w), v.Epoch)
+		if e > v.Epoch && !covers(w, v) {
+			s.failf("valid view %s skips the valid view %s", viewKey(w), key)
+		}
+	}
+	if v.PrevEpoch > 0 {
+		if p, ok := s.valid[v.PrevEpoch]; !ok || !slices.Equal(p.Leaders, v.PrevLeaders) {
+			s.failf("valid view %s names a previous view that is not valid", key)
 		}
 	}
 	for _, l := range v.Leaders {
@@ -292,6 +302,14 @@ func (s *electionSim) accepted(i int, v wire.View) {
 	}
 	s.valid[v.Epoch] = v
 	s.tracef("valid: %s", key)
+}
+
+// covers reports whether later, a valid view, knows where the lock table of
+// the earlier valid view is: it takes its table from earlier or a newer
+// view, or it carries earlier's leaders and previous view unchanged.
+func covers(later, earlier wire.View) bool {
+	return later.PrevEpoch >= earlier.Epoch ||
+		slices.Equal(later.Leaders, earlier.Leaders) && later.PrevEpoch == earlier.PrevEpoch
 }
 
 func (s *electionSim) adopt(i int, v wire.View) {

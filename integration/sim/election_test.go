@@ -27,8 +27,10 @@ func TestElection(t *testing.T) {
 		}
 		total.ValidViews += res.ValidViews
 		total.Crashes += res.Crashes
+		total.Continuations += res.Continuations
 	}
-	t.Logf("%d seeds in %v: %d valid views, %d crashes", count, time.Since(start).Round(time.Millisecond), total.ValidViews, total.Crashes)
+	t.Logf("%d seeds in %v: %d valid views, %d crashes, %d continuation rounds (counted on live nodes)",
+		count, time.Since(start).Round(time.Millisecond), total.ValidViews, total.Crashes, total.Continuations)
 	if total.ValidViews < count {
 		t.Fatal("fewer valid views than runs: elections did not happen")
 	}
