@@ -20,6 +20,9 @@ var (
 	ErrStaleEpoch  = errors.New("core: message from another epoch")
 	ErrBadMessage  = errors.New("core: malformed message")
 	ErrWrongTarget = errors.New("core: message for another node")
+	// ErrNotServing: this leader is fenced, or has not finished taking the
+	// lock table over from the previous view's leaders.
+	ErrNotServing = errors.New("core: not serving the lock table")
 )
 
 // CodeOf returns the wire code of one of the sentinel errors above.
@@ -61,10 +64,24 @@ func ErrorOf(c wire.Code) error {
 }
 
 // View is the set of leaders of one epoch, given by the caller (the election
-// supplies it in the runtime; tests and the simulator may fix it).
+// supplies it in the runtime; tests and the simulator may fix it), and the
+// previous view, whose leaders hand the lock table over to these. A view
+// with PrevEpoch 0 starts from the leaders' own tables.
 type View struct {
-	Epoch   uint64
-	Leaders []wire.NodeID
+	Epoch       uint64
+	Leaders     []wire.NodeID
+	PrevEpoch   uint64
+	PrevLeaders []wire.NodeID
+}
+
+// ViewOf converts the election's view.
+func ViewOf(v wire.View) View {
+	return View{Epoch: v.Epoch, Leaders: slices.Clone(v.Leaders), PrevEpoch: v.PrevEpoch, PrevLeaders: slices.Clone(v.PrevLeaders)}
+}
+
+func (v View) clone() View {
+	v.Leaders, v.PrevLeaders = slices.Clone(v.Leaders), slices.Clone(v.PrevLeaders)
+	return v
 }
 
 // Quorum is the number of distinct leaders that make a quorum.
@@ -151,7 +168,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Admit == nil {
 		out.Admit = Exclusive
 	}
-	out.View.Leaders = slices.Clone(out.View.Leaders)
+	out.View = out.View.clone()
 	out.Peers = slices.Clone(out.Peers)
 	return out, nil
 }

@@ -19,6 +19,13 @@ const (
 	WriteLifetime
 	// WriteDelete removes a stored ticket; the high-water mark stays.
 	WriteDelete
+	// WriteHighWater raises Name's high-water mark to Entry.Ticket.
+	WriteHighWater
+	// WriteFence records that lock work below epoch Epoch is refused.
+	WriteFence
+	// WriteComplete records that the table is complete for view Epoch: it
+	// holds what the previous view's leaders handed over.
+	WriteComplete
 )
 
 // Write is one change the caller must make durable before sending the
@@ -30,6 +37,8 @@ type Write struct {
 	// Lifetime is how many ticks the ticket had left when written. A restart
 	// counts it again from zero, which only keeps a ticket longer.
 	Lifetime int64
+	// Epoch is the epoch of WriteFence and WriteComplete.
+	Epoch uint64
 }
 
 // DurableTicket is a ticket as stored.
@@ -43,6 +52,10 @@ type DurableTicket struct {
 type Durable struct {
 	HighWater map[string]uint64
 	Tickets   map[string]map[wire.RequestID]DurableTicket
+	// Fence: lock work of epochs below it is refused.
+	Fence uint64
+	// Complete: the epoch of the last view whose handoff this node finished.
+	Complete uint64
 }
 
 // NewDurable returns an empty durable state.
@@ -74,6 +87,12 @@ func (d *Durable) Apply(ws []Write) {
 			if len(d.Tickets[w.Name]) == 0 {
 				delete(d.Tickets, w.Name)
 			}
+		case WriteHighWater:
+			d.HighWater[w.Name] = max(d.HighWater[w.Name], w.Entry.Ticket)
+		case WriteFence:
+			d.Fence = max(d.Fence, w.Epoch)
+		case WriteComplete:
+			d.Complete = max(d.Complete, w.Epoch)
 		}
 	}
 }
@@ -81,6 +100,7 @@ func (d *Durable) Apply(ws []Write) {
 // Clone returns a deep copy of d.
 func (d *Durable) Clone() *Durable {
 	c := NewDurable()
+	c.Fence, c.Complete = d.Fence, d.Complete
 	maps.Copy(c.HighWater, d.HighWater)
 	for name, t := range d.Tickets {
 		c.Tickets[name] = maps.Clone(t)

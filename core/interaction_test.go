@@ -96,6 +96,23 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.isolated[wire.NodeID(h.nodeArg(t, d))] = true
 	case "heal":
 		clear(h.isolated)
+	case "view":
+		v := core.View{Epoch: uint64(intArg(t, d, "epoch", 0)), Leaders: idsArg(t, d, "leaders"),
+			PrevEpoch: uint64(intArg(t, d, "prev-epoch", 0)), PrevLeaders: idsArg(t, d, "prev-leaders")}
+		for i, n := range h.nodes {
+			if n.core != nil {
+				n.core.SetView(v)
+				h.ready(i + 1)
+			}
+		}
+		// Nodes restarted later start from this view.
+		h.cfg.View = v
+	case "serving":
+		for i, n := range h.nodes {
+			if n.core != nil && n.core.View().IsLeader(wire.NodeID(i+1)) {
+				h.printf("node %d serving=%v\n", i+1, n.core.Serving())
+			}
+		}
 	case "inflight":
 		for _, m := range h.inflight {
 			h.printf("%s\n", fmtMsg(m))
@@ -318,6 +335,20 @@ func intArg(t *testing.T, d *datadriven.TestData, key string, def int64) int64 {
 		d.Fatalf(t, "%s: %v", key, err)
 	}
 	return v
+}
+
+func idsArg(t *testing.T, d *datadriven.TestData, key string) []wire.NodeID {
+	var out []wire.NodeID
+	if a, ok := d.Arg(key); ok {
+		for _, v := range a.Vals {
+			x, err := strconv.Atoi(v)
+			if err != nil {
+				d.Fatalf(t, "%s: %v", key, err)
+			}
+			out = append(out, wire.NodeID(x))
+		}
+	}
+	return out
 }
 
 // reqArg parses req=NODE.INCARNATION.COUNTER, as RequestID.String prints it.

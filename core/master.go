@@ -260,12 +260,20 @@ func (n *Node) checkTicketQuorum(r *request) {
 		n.sendPhase(r, nil)
 		return
 	}
+	n.restartDoorway(r)
+}
+
+// restartDoorway gives up r's doorway and starts a new one, under a fresh
+// request id, for the same client handle and deadline.
+func (n *Node) restartDoorway(r *request) {
 	n.stats.DoorwayRestarts++
 	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead}
 	r.handle = wire.RequestID{}
 	n.startRelease(r)
 	n.reqs[fresh.id] = fresh
-	n.handles[fresh.handle] = fresh
+	if fresh.handle != (wire.RequestID{}) {
+		n.handles[fresh.handle] = fresh
+	}
 	n.masterName(fresh.a.Name).count++
 	n.startEnter(fresh)
 }

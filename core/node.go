@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -36,6 +35,7 @@ type Ready struct {
 type Stats struct {
 	BadMessages, WrongTarget, StaleEpoch, StaleIncarnation, StaleReplies uint64
 	Granted, Failed, Expired, Retransmits, DoorwayRestarts, TicketRaises uint64
+	NotServing, Handoffs                                                 uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica
@@ -52,6 +52,10 @@ type Node struct {
 
 	names  map[string]*replicaName
 	minInc map[wire.NodeID]uint32
+	fence  uint64 // lock work below this epoch is refused (durable)
+	// complete is the epoch of the last view whose handoff finished (durable).
+	complete uint64
+	sync     *syncState
 
 	reqs    map[wire.RequestID]*request // by wire id
 	handles map[wire.RequestID]*request // by the handle Acquire returned
@@ -74,6 +78,10 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
 		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{}}
 	n.restore(persisted)
+	if persisted != nil {
+		n.fence, n.complete = persisted.Fence, persisted.Complete
+	}
+	n.startSync()
 	// Our own requests of earlier lives died with them.
 	n.replicaStep(wire.Message{Kind: wire.KindRestarted, From: c.ID, Inc: uint64(c.Incarnation)})
 	for _, p := range c.Peers {
@@ -97,15 +105,15 @@ func (n *Node) Stats() Stats { return n.stats }
 // View returns the current view.
 func (n *Node) View() View { return n.cfg.View }
 
-// SetView installs a new view. Requests queued for lack of a view start.
-// (Handoff between views with different leaders comes with the election.)
+// SetView installs a view newer than the current one (an older or equal
+// epoch is ignored). A leader of the new view takes the lock table over
+// from the previous view's leaders before it serves; requests that were
+// not granted restart at the new epoch; granted leases carry on.
 func (n *Node) SetView(v View) {
-	n.cfg.View = View{Epoch: v.Epoch, Leaders: slices.Clone(v.Leaders)}
-	for _, id := range sortedReqs(n.reqs) {
-		if r := n.reqs[id]; r.phase == phaseQueued && len(v.Leaders) > 0 {
-			n.startEnter(r)
-		}
+	if v.Epoch <= n.cfg.View.Epoch {
+		return
 	}
+	n.adoptView(v)
 	n.flushReports()
 }
 
@@ -178,6 +186,7 @@ func (n *Node) Renew(id wire.RequestID) error {
 // Tick advances time by one tick.
 func (n *Node) Tick() {
 	n.now++
+	n.syncTick()
 	n.replicaTick()
 	n.masterTick()
 	n.flushReports()
@@ -195,6 +204,10 @@ func (n *Node) Step(m wire.Message) error {
 	case wire.KindRestarted:
 		n.replicaStep(m)
 		n.masterRestarted(m.From, m.Inc)
+	case wire.KindSnapshotRequest:
+		n.onSnapshotRequest(m)
+	case wire.KindSnapshot, wire.KindSnapshotDone:
+		n.onSnapshot(m)
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
 		wire.KindRenewAck, wire.KindReport:
 		n.masterStep(m)
@@ -223,6 +236,15 @@ func (n *Node) check(m wire.Message) error {
 			return bad("incarnation %d", m.Inc)
 		}
 		return nil // about lives, not views: valid in any epoch
+	case wire.KindSnapshotRequest, wire.KindSnapshot, wire.KindSnapshotDone:
+		// About the handoff between epochs: View.Epoch says which.
+		if m.View.Epoch == 0 || m.Kind == wire.KindSnapshot && (m.Name == "" || len(m.Name) > n.cfg.MaxNameLen) {
+			return bad("%s without an epoch or a name", m.Kind)
+		}
+		if m.Kind == wire.KindSnapshot && m.Lifetime > maxSpan*4 {
+			return bad("lifetime %d", m.Lifetime)
+		}
+		return nil
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
 		wire.KindUnwatch, wire.KindRelease, wire.KindRenew:
 		if !n.cfg.View.IsLeader(n.cfg.ID) {
@@ -247,7 +269,20 @@ func (n *Node) check(m wire.Message) error {
 		n.stats.StaleEpoch++
 		return fmt.Errorf("%w: epoch %d, mine is %d", ErrStaleEpoch, m.Epoch, n.cfg.View.Epoch)
 	}
+	if replicaKind(m.Kind) && !n.Serving() {
+		n.stats.NotServing++
+		return fmt.Errorf("%w: epoch %d, fenced at %d, complete for %d", ErrNotServing, n.cfg.View.Epoch, n.fence, n.complete)
+	}
 	return nil
+}
+
+func replicaKind(k wire.Kind) bool {
+	switch k {
+	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew:
+		return true
+	}
+	return false
 }
 
 // HasReady reports whether Ready has anything to handle.

@@ -163,6 +163,20 @@ const (
 	KindAccepted
 	// KindCommit (coordinator → all): View is valid: a quorum accepted it.
 	KindCommit
+
+	// Leader handoff (package core).
+
+	// KindSnapshotRequest (new leader → leader of the previous view): View
+	// is the new view. The receiver first fences: it refuses lock work of
+	// any epoch below View.Epoch, durably; then it sends its lock table.
+	KindSnapshotRequest
+	// KindSnapshot: one entry of the table: Name, Req, Ticket, Mode and
+	// Lifetime of a ticket, or, with a zero Req, Name's high-water mark in
+	// Ticket. View.Epoch is the epoch of the request it answers.
+	KindSnapshot
+	// KindSnapshotDone: the table was Seq entries; Inc is the epoch of the
+	// last view the sender completed a handoff for.
+	KindSnapshotDone
 	kindEnd
 )
 
@@ -181,7 +195,8 @@ type View struct {
 var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"add-ticket", "add-ticket-ack", "watch", "unwatch", "report", "release",
 	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
-	"hello", "prepare", "promise", "accept", "accepted", "commit"}
+	"hello", "prepare", "promise", "accept", "accepted", "commit",
+	"snapshot-request", "snapshot", "snapshot-done"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {

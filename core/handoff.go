@@ -1,0 +1,264 @@
+package core
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Leader handoff (DESIGN.md §7). When a view names leaders, each of them
+// takes the lock table over from the previous view's leaders before it
+// serves: it asks them for their tables; each of them first fences (it
+// refuses lock work below the new epoch, durably) and then sends its whole
+// table. Once a quorum of the previous leaders answered, at least one of
+// them complete for the previous view, the new leader merges the tables
+// into its own (per entry, the higher number wins; high-water marks take the
+// maximum), persists the result, and only then serves.
+//
+// Why that suffices: a ticket that counted for a grant in the previous view
+// is durable at a quorum of its leaders, and every such leader stored it
+// before it fenced (after, it refuses the ticket); a quorum of answers meets
+// that quorum. What the previous view started with is held by each of its
+// leaders that completed its own handoff. The election makes the previous
+// view a valid one, so its leaders are known.
+
+type snapKey struct {
+	name string
+	req  wire.RequestID
+}
+
+type pull struct {
+	entries  map[snapKey]wire.Message
+	done     bool
+	complete uint64 // the responder's last completed handoff
+}
+
+type syncState struct {
+	epoch  uint64
+	sentAt int64
+	from   map[wire.NodeID]*pull
+}
+
+// syncRetryTicks is how long a handoff waits for answers before it asks the
+// previous leaders again.
+const syncRetryTicks = 10
+
+// Serving reports whether this node, as a leader, serves the lock table:
+// it is a leader of its view, not fenced by a newer one, and complete.
+func (n *Node) Serving() bool {
+	v := n.cfg.View
+	return v.IsLeader(n.cfg.ID) && n.fence <= v.Epoch && n.complete >= v.Epoch
+}
+
+func (n *Node) wireView() wire.View {
+	v := n.cfg.View
+	return wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}
+}
+
+// startSync begins taking the table over for the current view, if needed.
+func (n *Node) startSync() {
+	v := n.cfg.View
+	n.sync = nil
+	if !v.IsLeader(n.cfg.ID) || n.complete >= v.Epoch {
+		return
+	}
+	if v.PrevEpoch == 0 {
+		n.setComplete(v.Epoch) // the first view: nothing to take over
+		return
+	}
+	n.sync = &syncState{epoch: v.Epoch, from: map[wire.NodeID]*pull{}}
+	n.requestSnapshots()
+}
+
+func (n *Node) setComplete(epoch uint64) {
+	n.complete = epoch
+	n.persist(Write{Kind: WriteComplete, Epoch: epoch})
+	for _, t := range n.names {
+		t.dirty = true
+	}
+}
+
+// requestSnapshots asks every previous leader that has not answered fully.
+func (n *Node) requestSnapshots() {
+	n.sync.sentAt = n.now
+	for _, l := range n.cfg.View.PrevLeaders {
+		if p := n.sync.from[l]; p != nil && p.done && p.complete >= n.cfg.View.PrevEpoch {
+			continue
+		}
+		n.sync.from[l] = &pull{entries: map[snapKey]wire.Message{}}
+		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l, View: n.wireView()})
+	}
+}
+
+// onSnapshotRequest fences, durably, then sends the whole table. The
+// fence is in this Ready's Persist, so it is on disk before the table
+// leaves: no ticket stored after the snapshot can count in the old view.
+func (n *Node) onSnapshotRequest(m wire.Message) {
+	e := m.View.Epoch
+	if e > n.fence {
+		n.fence = e
+		n.persist(Write{Kind: WriteFence, Epoch: e})
+	}
+	reply := wire.Message{Kind: wire.KindSnapshot, To: m.From, View: wire.View{Epoch: e}}
+	var count uint64
+	for _, name := range sortedKeys(n.names) {
+		t := n.names[name]
+		if t.highWater > 0 {
+			reply.Name, reply.Req, reply.Ticket, reply.Mode, reply.Lifetime = name, wire.RequestID{}, t.highWater, 0, 0
+			n.send(reply)
+			count++
+		}
+		for _, req := range sortedReqs(t.recs) {
+			r := t.recs[req]
+			if r.entry.Ticket == 0 {
+				continue // still choosing its first number: its doorway restarts anyway
+			}
+			reply.Name, reply.Req, reply.Ticket, reply.Mode = name, req, r.entry.Ticket, r.entry.Mode
+			reply.Lifetime = uint64(max(r.deadline-n.now, 0))
+			n.send(reply)
+			count++
+		}
+	}
+	n.send(wire.Message{Kind: wire.KindSnapshotDone, To: m.From, Seq: count, Inc: n.complete, View: wire.View{Epoch: e}})
+}
+
+func (n *Node) onSnapshot(m wire.Message) {
+	if n.sync == nil || m.View.Epoch != n.sync.epoch {
+		return
+	}
+	p := n.sync.from[m.From]
+	if p == nil || p.done {
+		return
+	}
+	switch m.Kind {
+	case wire.KindSnapshot:
+		p.entries[snapKey{m.Name, m.Req}] = m
+	case wire.KindSnapshotDone:
+		if uint64(len(p.entries)) != m.Seq {
+			// Lost or not yet arrived: ask this one again at the next retry.
+			n.sync.from[m.From] = nil
+			return
+		}
+		p.done, p.complete = true, m.Inc
+		n.finishSync()
+	}
+}
+
+// finishSync merges once a quorum of the previous leaders answered in full
+// and one of them was complete for the previous view.
+func (n *Node) finishSync() {
+	v := n.cfg.View
+	done, complete := 0, false
+	for _, l := range v.PrevLeaders {
+		if p := n.sync.from[l]; p != nil && p.done {
+			done++
+			complete = complete || p.complete >= v.PrevEpoch
+		}
+	}
+	if done < len(v.PrevLeaders)/2+1 || !complete {
+		return
+	}
+	for _, l := range sortedNodes(n.sync.from) {
+		p := n.sync.from[l]
+		if p == nil || !p.done {
+			continue
+		}
+		for _, k := range sortedSnapKeys(p.entries) {
+			n.mergeEntry(p.entries[k])
+		}
+	}
+	n.sync = nil
+	n.stats.Handoffs++
+	n.setComplete(v.Epoch)
+}
+
+func (n *Node) mergeEntry(m wire.Message) {
+	t := n.replicaName(m.Name)
+	if m.Req == (wire.RequestID{}) {
+		if m.Ticket > t.highWater {
+			t.highWater = m.Ticket
+			n.persist(Write{Kind: WriteHighWater, Name: m.Name, Entry: wire.Entry{Ticket: m.Ticket}})
+		}
+		return
+	}
+	if _, gone := t.tombs[m.Req]; gone {
+		return
+	}
+	r := t.recs[m.Req]
+	if r != nil && r.entry.Ticket >= m.Ticket {
+		return
+	}
+	if r == nil {
+		r = &record{entry: wire.Entry{Req: m.Req, Mode: m.Mode}}
+		t.recs[m.Req] = r
+	}
+	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
+	r.deadline = max(r.deadline, n.now+int64(m.Lifetime))
+	t.highWater = max(t.highWater, m.Ticket)
+	t.dirty = true
+	n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
+}
+
+func sortedSnapKeys(m map[snapKey]wire.Message) []snapKey {
+	return slices.SortedFunc(maps.Keys(m), func(a, b snapKey) int {
+		return cmp.Or(cmp.Compare(a.name, b.name), a.req.Compare(b.req))
+	})
+}
+
+func (n *Node) syncTick() {
+	if n.sync != nil && n.now-n.sync.sentAt >= syncRetryTicks {
+		n.requestSnapshots()
+	}
+}
+
+// adoptView moves the node to a newer view: as a replica it forgets
+// doorways of the old epoch and starts taking the table over; as a master
+// it restarts every request that was not granted yet, under a fresh id at
+// the new epoch, and sends what granted leases need to the new leaders.
+func (n *Node) adoptView(v View) {
+	n.cfg.View = v.clone()
+	for _, name := range sortedKeys(n.names) {
+		t := n.names[name]
+		for _, req := range sortedReqs(t.recs) {
+			r := t.recs[req]
+			if r.entry.State != wire.StateChoosing {
+				continue
+			}
+			if r.entry.Ticket == 0 {
+				delete(t.recs, req)
+			} else {
+				r.entry.State = wire.StateTicket // durable; its master releases it
+			}
+			t.dirty = true
+		}
+		clear(t.watchers)
+	}
+	n.startSync()
+	for _, name := range sortedKeys(n.mnames) {
+		clear(n.mnames[name].reports)
+	}
+	for _, id := range sortedReqs(n.reqs) {
+		r := n.reqs[id]
+		if r == nil {
+			continue
+		}
+		switch r.phase {
+		case phaseQueued:
+			if len(v.Leaders) > 0 {
+				n.startEnter(r)
+			}
+		case phaseEnter, phaseGetMax, phaseAddTicket, phaseWait:
+			n.restartDoorway(r)
+		case phaseHeld:
+			if r.renew != nil {
+				r.renew.acks, r.renew.rejects = map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
+				n.sendRenew(r, nil)
+			}
+		case phaseReleasing:
+			r.acks, r.sentAt = map[wire.NodeID]uint64{}, n.now
+			n.sendPhase(r, nil)
+		}
+	}
+}
