@@ -144,6 +144,12 @@ const (
 	// MutantStaleReports: a master decides on reports made before its
 	// ticket was durable.
 	MutantStaleReports
+	// MutantHandoffFromOne: a new leader takes the table over from a single
+	// leader of the previous view instead of a quorum.
+	MutantHandoffFromOne
+	// MutantNoFence: a leader of the previous view sends its table without
+	// fencing, and goes on serving the old epoch.
+	MutantNoFence
 )
 
 func (c *Config) withDefaults() (Config, error) {

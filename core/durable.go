@@ -26,6 +26,9 @@ const (
 	// WriteComplete records that the table is complete for view Epoch: it
 	// holds what the previous view's leaders handed over.
 	WriteComplete
+	// WriteLedView records View, a view this node leads: until the node is
+	// complete for it, it keeps taking its table over, across restarts.
+	WriteLedView
 )
 
 // Write is one change the caller must make durable before sending the
@@ -39,6 +42,8 @@ type Write struct {
 	Lifetime int64
 	// Epoch is the epoch of WriteFence and WriteComplete.
 	Epoch uint64
+	// View is the view of WriteLedView.
+	View View
 }
 
 // DurableTicket is a ticket as stored.
@@ -56,11 +61,13 @@ type Durable struct {
 	Fence uint64
 	// Complete: the epoch of the last view whose handoff this node finished.
 	Complete uint64
+	// Led: views this node leads whose handoff it has not finished.
+	Led map[uint64]View
 }
 
 // NewDurable returns an empty durable state.
 func NewDurable() *Durable {
-	return &Durable{HighWater: map[string]uint64{}, Tickets: map[string]map[wire.RequestID]DurableTicket{}}
+	return &Durable{HighWater: map[string]uint64{}, Tickets: map[string]map[wire.RequestID]DurableTicket{}, Led: map[uint64]View{}}
 }
 
 // Apply makes the writes part of d, in order.
@@ -93,6 +100,15 @@ func (d *Durable) Apply(ws []Write) {
 			d.Fence = max(d.Fence, w.Epoch)
 		case WriteComplete:
 			d.Complete = max(d.Complete, w.Epoch)
+			for e := range d.Led {
+				if e <= d.Complete {
+					delete(d.Led, e)
+				}
+			}
+		case WriteLedView:
+			if w.View.Epoch > d.Complete {
+				d.Led[w.View.Epoch] = w.View.clone()
+			}
 		}
 	}
 }
@@ -101,6 +117,9 @@ func (d *Durable) Apply(ws []Write) {
 func (d *Durable) Clone() *Durable {
 	c := NewDurable()
 	c.Fence, c.Complete = d.Fence, d.Complete
+	for e, v := range d.Led {
+		c.Led[e] = v.clone()
+	}
 	maps.Copy(c.HighWater, d.HighWater)
 	for name, t := range d.Tickets {
 		c.Tickets[name] = maps.Clone(t)

@@ -35,8 +35,10 @@ type pull struct {
 	complete uint64 // the responder's last completed handoff
 }
 
+// syncState is one handoff in progress: taking view's table over from the
+// leaders of view's previous view.
 type syncState struct {
-	epoch  uint64
+	view   View
 	sentAt int64
 	from   map[wire.NodeID]*pull
 }
@@ -57,38 +59,63 @@ func (n *Node) wireView() wire.View {
 	return wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}
 }
 
-// startSync begins taking the table over for the current view, if needed.
-func (n *Node) startSync() {
-	v := n.cfg.View
-	n.sync = nil
-	if !v.IsLeader(n.cfg.ID) || n.complete >= v.Epoch {
+// lead records, durably, a view this node leads and has not taken over yet.
+func (n *Node) lead(v View) {
+	if v.IsLeader(n.cfg.ID) && v.Epoch > n.complete && n.adopted[v.Epoch].Epoch == 0 {
+		n.adopted[v.Epoch] = v.clone()
+		n.persist(Write{Kind: WriteLedView, View: v.clone()})
+	}
+}
+
+// startSync begins taking the table over for view, if this node leads it
+// and is not complete for it yet. A node keeps every such handoff going,
+// even after it adopted a newer view: the newer view's leaders may need it
+// to be complete for this one.
+func (n *Node) startSync(v View) {
+	if !v.IsLeader(n.cfg.ID) || n.complete >= v.Epoch || n.syncs[v.Epoch] != nil {
 		return
 	}
 	if v.PrevEpoch == 0 {
 		n.setComplete(v.Epoch) // the first view: nothing to take over
 		return
 	}
-	n.sync = &syncState{epoch: v.Epoch, from: map[wire.NodeID]*pull{}}
-	n.requestSnapshots()
+	s := &syncState{view: v.clone(), from: map[wire.NodeID]*pull{}}
+	n.syncs[v.Epoch] = s
+	n.requestSnapshots(s)
 }
 
 func (n *Node) setComplete(epoch uint64) {
+	if epoch <= n.complete {
+		return
+	}
 	n.complete = epoch
 	n.persist(Write{Kind: WriteComplete, Epoch: epoch})
+	for e := range n.syncs {
+		if e <= epoch {
+			delete(n.syncs, e)
+		}
+	}
+	for e := range n.adopted {
+		if e < epoch {
+			delete(n.adopted, e)
+		}
+	}
 	for _, t := range n.names {
 		t.dirty = true
 	}
 }
 
 // requestSnapshots asks every previous leader that has not answered fully.
-func (n *Node) requestSnapshots() {
-	n.sync.sentAt = n.now
-	for _, l := range n.cfg.View.PrevLeaders {
-		if p := n.sync.from[l]; p != nil && p.done && p.complete >= n.cfg.View.PrevEpoch {
+func (n *Node) requestSnapshots(s *syncState) {
+	s.sentAt = n.now
+	v := s.view
+	for _, l := range v.PrevLeaders {
+		if p := s.from[l]; p != nil && p.done && p.complete >= v.PrevEpoch {
 			continue
 		}
-		n.sync.from[l] = &pull{entries: map[snapKey]wire.Message{}}
-		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l, View: n.wireView()})
+		s.from[l] = &pull{entries: map[snapKey]wire.Message{}}
+		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l,
+			View: wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}})
 	}
 }
 
@@ -97,9 +124,14 @@ func (n *Node) requestSnapshots() {
 // leaves: no ticket stored after the snapshot can count in the old view.
 func (n *Node) onSnapshotRequest(m wire.Message) {
 	e := m.View.Epoch
-	if e > n.fence {
+	if e > n.fence && n.cfg.Mutant&MutantNoFence == 0 {
 		n.fence = e
 		n.persist(Write{Kind: WriteFence, Epoch: e})
+	}
+	// Asked for a view we lead but have not taken over yet: take it over,
+	// so that the asker can finish once we are complete.
+	if prev, ok := n.adopted[m.View.PrevEpoch]; ok {
+		n.startSync(prev)
 	}
 	reply := wire.Message{Kind: wire.KindSnapshot, To: m.From, View: wire.View{Epoch: e}}
 	var count uint64
@@ -125,10 +157,11 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 }
 
 func (n *Node) onSnapshot(m wire.Message) {
-	if n.sync == nil || m.View.Epoch != n.sync.epoch {
+	sync := n.syncs[m.View.Epoch]
+	if sync == nil {
 		return
 	}
-	p := n.sync.from[m.From]
+	p := sync.from[m.From]
 	if p == nil || p.done {
 		return
 	}
@@ -138,30 +171,34 @@ func (n *Node) onSnapshot(m wire.Message) {
 	case wire.KindSnapshotDone:
 		if uint64(len(p.entries)) != m.Seq {
 			// Lost or not yet arrived: ask this one again at the next retry.
-			n.sync.from[m.From] = nil
+			sync.from[m.From] = nil
 			return
 		}
 		p.done, p.complete = true, m.Inc
-		n.finishSync()
+		n.finishSync(sync)
 	}
 }
 
 // finishSync merges once a quorum of the previous leaders answered in full
 // and one of them was complete for the previous view.
-func (n *Node) finishSync() {
-	v := n.cfg.View
+func (n *Node) finishSync(sync *syncState) {
+	v := sync.view
 	done, complete := 0, false
 	for _, l := range v.PrevLeaders {
-		if p := n.sync.from[l]; p != nil && p.done {
+		if p := sync.from[l]; p != nil && p.done {
 			done++
 			complete = complete || p.complete >= v.PrevEpoch
 		}
 	}
-	if done < len(v.PrevLeaders)/2+1 || !complete {
+	need := len(v.PrevLeaders)/2 + 1
+	if n.cfg.Mutant&MutantHandoffFromOne != 0 {
+		need = 1
+	}
+	if done < need || !complete {
 		return
 	}
-	for _, l := range sortedNodes(n.sync.from) {
-		p := n.sync.from[l]
+	for _, l := range sortedNodes(sync.from) {
+		p := sync.from[l]
 		if p == nil || !p.done {
 			continue
 		}
@@ -169,7 +206,6 @@ func (n *Node) finishSync() {
 			n.mergeEntry(p.entries[k])
 		}
 	}
-	n.sync = nil
 	n.stats.Handoffs++
 	n.setComplete(v.Epoch)
 }
@@ -208,8 +244,10 @@ func sortedSnapKeys(m map[snapKey]wire.Message) []snapKey {
 }
 
 func (n *Node) syncTick() {
-	if n.sync != nil && n.now-n.sync.sentAt >= syncRetryTicks {
-		n.requestSnapshots()
+	for _, e := range sortedKeys(n.syncs) {
+		if s := n.syncs[e]; s != nil && n.now-s.sentAt >= syncRetryTicks {
+			n.requestSnapshots(s)
+		}
 	}
 }
 
@@ -219,6 +257,7 @@ func (n *Node) syncTick() {
 // the new epoch, and sends what granted leases need to the new leaders.
 func (n *Node) adoptView(v View) {
 	n.cfg.View = v.clone()
+	n.lead(v)
 	for _, name := range sortedKeys(n.names) {
 		t := n.names[name]
 		for _, req := range sortedReqs(t.recs) {
@@ -235,7 +274,7 @@ func (n *Node) adoptView(v View) {
 		}
 		clear(t.watchers)
 	}
-	n.startSync()
+	n.startSync(v)
 	for _, name := range sortedKeys(n.mnames) {
 		clear(n.mnames[name].reports)
 	}
@@ -261,4 +300,18 @@ func (n *Node) adoptView(v View) {
 			n.sendPhase(r, nil)
 		}
 	}
+}
+
+// HandoffStatus describes this node's part in leader handoffs.
+type HandoffStatus struct {
+	// Complete is the epoch of the last view whose table this node took
+	// over; Fence the epoch below which it refuses lock work.
+	Complete, Fence uint64
+	// Pending are the epochs of handoffs in progress.
+	Pending []uint64
+}
+
+// Handoff reports the node's handoff state, for status output and tests.
+func (n *Node) Handoff() HandoffStatus {
+	return HandoffStatus{Complete: n.complete, Fence: n.fence, Pending: sortedKeys(n.syncs)}
 }

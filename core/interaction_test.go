@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +34,7 @@ type hnode struct {
 // harness is a cluster whose messages wait in one ordered in-flight list
 // until a command delivers, drops or duplicates them.
 type harness struct {
+	mutant   core.Mutant // set by tests that replay a scenario on a broken core
 	nodes    []*hnode
 	view     core.View
 	cfg      core.Config
@@ -99,14 +101,16 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "view":
 		v := core.View{Epoch: uint64(intArg(t, d, "epoch", 0)), Leaders: idsArg(t, d, "leaders"),
 			PrevEpoch: uint64(intArg(t, d, "prev-epoch", 0)), PrevLeaders: idsArg(t, d, "prev-leaders")}
+		only := idsArg(t, d, "nodes") // default: every node that is up
 		for i, n := range h.nodes {
-			if n.core != nil {
+			if n.core != nil && (len(only) == 0 || slices.Contains(only, wire.NodeID(i+1))) {
 				n.core.SetView(v)
 				h.ready(i + 1)
 			}
 		}
-		// Nodes restarted later start from this view.
-		h.cfg.View = v
+		if len(only) == 0 {
+			h.cfg.View = v // nodes restarted later start from this view
+		}
 	case "serving":
 		for i, n := range h.nodes {
 			if n.core != nil && n.core.View().IsLeader(wire.NodeID(i+1)) {
@@ -156,10 +160,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	for i := range size {
 		peers = append(peers, wire.NodeID(i+1))
 	}
-	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20)}
-	if strArg(d, "mutant", "") == "stale-incarnation" {
-		h.cfg.Mutant = core.MutantStaleIncarnation
-	}
+	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant}
 	h.nodes, h.inflight, h.isolated = nil, nil, map[wire.NodeID]bool{}
 	for i := range size {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})

@@ -55,7 +55,8 @@ type Node struct {
 	fence  uint64 // lock work below this epoch is refused (durable)
 	// complete is the epoch of the last view whose handoff finished (durable).
 	complete uint64
-	sync     *syncState
+	syncs    map[uint64]*syncState // handoffs in progress, by epoch
+	adopted  map[uint64]View       // views this node leads and is not complete for
 
 	reqs    map[wire.RequestID]*request // by wire id
 	handles map[wire.RequestID]*request // by the handle Acquire returned
@@ -76,12 +77,20 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
+		syncs: map[uint64]*syncState{}, adopted: map[uint64]View{},
 		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{}}
 	n.restore(persisted)
 	if persisted != nil {
 		n.fence, n.complete = persisted.Fence, persisted.Complete
+		for _, e := range sortedKeys(persisted.Led) {
+			if e > n.complete {
+				n.adopted[e] = persisted.Led[e].clone()
+				n.startSync(n.adopted[e]) // resume what the last life left unfinished
+			}
+		}
 	}
-	n.startSync()
+	n.lead(c.View)
+	n.startSync(c.View)
 	// Our own requests of earlier lives died with them.
 	n.replicaStep(wire.Message{Kind: wire.KindRestarted, From: c.ID, Inc: uint64(c.Incarnation)})
 	for _, p := range c.Peers {

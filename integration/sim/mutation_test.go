@@ -14,6 +14,34 @@ import (
 // 300 today.
 const mutationBound = 800
 
+// TestHandoffMutantsAreCaught: broken handoffs must lose a lock, and the
+// simulator with elected leaders must notice. (Old leaders that do not
+// fence lose a lock only while they have not heard of the new view, a
+// window the simulator's fast view propagation rarely opens: the scripted
+// scenario core/testdata/handoff_fences_old_leaders.txt and
+// TestFenceScenarioCatchesMutant pin that one.)
+func TestHandoffMutantsAreCaught(t *testing.T) {
+	for _, m := range []struct {
+		name   string
+		mutant core.Mutant
+	}{
+		{"takes the table from one old leader", core.MutantHandoffFromOne},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			for seed := int64(1); seed <= mutationBound; seed++ {
+				_, err := Run(Options{Seed: seed, Elect: true, Mutant: m.mutant})
+				var f *Failure
+				if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
+					t.Logf("caught at seed %d: %s", seed, f.What)
+					return
+				}
+			}
+			t.Fatalf("the simulator did not catch the mutant in %d seeds", mutationBound)
+		})
+	}
+}
+
 // TestMutantsAreCaught proves the simulator is worth its seeds: each
 // deliberately broken core must fail a check within mutationBound seeds.
 // safety marks the mutants that must break a safety invariant (two holders,
@@ -33,6 +61,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"decides on stale reports", core.MutantStaleReports, true},
 		{"request ids without incarnation", core.MutantStaleIncarnation, false},
 	} {
+		m := m
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			for seed := int64(1); seed <= mutationBound; seed++ {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/election"
 )
 
 // Options configure one run. The zero value of each field means its default.
@@ -41,6 +43,12 @@ type Options struct {
 	IdleBound int64
 	// TraceMessages adds every delivered message to the trace (slow).
 	TraceMessages bool
+	// Elect runs the election on every node: the leaders are elected, not
+	// fixed, and change (with a handoff of the lock table) when leaders are
+	// lost.
+	Elect bool
+	// ElectionMutant breaks the election on purpose (mutation tests).
+	ElectionMutant election.Mutant
 }
 
 func (o *Options) defaults() {
@@ -66,6 +74,8 @@ type Result struct {
 	// nobody (not even a lease in its grace) while a client waited for it:
 	// the cost of a hand-over, or a stall.
 	MaxIdleWait int64
+	// Views adopted by the lock cores, and Handoffs of the lock table.
+	Views, Handoffs int
 }
 
 // Failure is a broken invariant, with the seed to replay it and the last
@@ -89,12 +99,14 @@ const tryTicks = 30
 type disk struct {
 	incarnation uint32
 	durable     *core.Durable
+	elected     *election.Persisted
 }
 
 type simNode struct {
-	id   wire.NodeID
-	core *core.Node // nil while down
-	disk disk
+	id    wire.NodeID
+	core  *core.Node // nil while down
+	elect *election.Election
+	disk  disk
 }
 
 type envelope struct {
@@ -146,6 +158,7 @@ type Sim struct {
 
 	lastToken map[string]uint64
 	idleWait  map[string]int64
+	views     map[uint64]string // epoch -> the view adopted for it, as seen anywhere
 	hist      history
 	res       Result
 	trace     []string
@@ -156,6 +169,11 @@ type Sim struct {
 // Run simulates one cluster with the given options and returns what it saw,
 // or the first broken invariant.
 func Run(o Options) (Result, error) {
+	s, err := run(o)
+	return s.res, err
+}
+
+func run(o Options) (*Sim, error) {
 	o.defaults()
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed))
 	if o.Names <= 0 {
@@ -165,7 +183,7 @@ func Run(o Options) (Result, error) {
 		o.ClientsPerNode = 1 + rng.IntN(4)
 	}
 	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{},
-		idleWait: map[string]int64{}, trace: make([]string, o.TraceLines)}
+		idleWait: map[string]int64{}, views: map[uint64]string{}, trace: make([]string, o.TraceLines)}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
 		if i < 3 {
@@ -173,6 +191,9 @@ func Run(o Options) (Result, error) {
 		}
 	}
 	s.view = core.View{Epoch: 1, Leaders: leaders}
+	if o.Elect {
+		s.view = core.View{}
+	}
 	for i := range o.Nodes {
 		s.nodes = append(s.nodes, &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}})
 	}
@@ -196,6 +217,10 @@ func Run(o Options) (Result, error) {
 			s.faults()
 		}
 		for i, n := range s.nodes {
+			if n.elect != nil && n.core != nil {
+				n.elect.Tick()
+				s.handleElection(i)
+			}
 			if n.core != nil {
 				n.core.Tick()
 				s.handle(i)
@@ -215,10 +240,16 @@ func Run(o Options) (Result, error) {
 		s.checkHistory()
 	}
 	if s.fail != nil {
-		return s.res, s.fail
+		return s, s.fail
 	}
 	s.res.Operations = len(s.hist.ops)
-	return s.res, nil
+	s.res.Views = len(s.views)
+	for _, n := range s.nodes {
+		if n.core != nil {
+			s.res.Handoffs += int(n.core.Stats().Handoffs)
+		}
+	}
+	return s, nil
 }
 
 func (s *Sim) tracef(format string, args ...any) {
@@ -231,6 +262,9 @@ func (s *Sim) failf(format string, args ...any) {
 		return
 	}
 	s.fail = &Failure{Seed: s.o.Seed, Tick: s.tick, What: fmt.Sprintf(format, args...)}
+	if s.o.Elect {
+		s.fail.Test = "TestSimElected"
+	}
 	for i := range len(s.trace) {
 		if l := s.trace[(s.traceAt+i)%len(s.trace)]; l != "" {
 			s.fail.Trace = append(s.fail.Trace, l)
@@ -255,7 +289,46 @@ func (s *Sim) start(i int) {
 	}
 	n.core = c
 	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
+	if s.o.Elect {
+		e, err := election.New(election.Config{Node: n.id, ClusterSize: len(s.nodes), Peers: peers, Mutant: s.o.ElectionMutant,
+			ID: election.ID{Priority: uint8(1 + s.rng.IntN(14)), Random: s.rng.Uint32(), Address: fmt.Sprintf("sim:%d", n.id),
+				PID: n.disk.incarnation, Name: fmt.Sprintf("n%d", n.id)}}, n.disk.elected)
+		if err != nil {
+			s.failf("start election %d: %v", n.id, err)
+			return
+		}
+		n.elect = e
+		s.handleElection(i)
+	}
 	s.handle(i)
+}
+
+// handleElection applies node i's election Ready: persist, send, then give
+// a new valid view to the lock core.
+func (s *Sim) handleElection(i int) {
+	n := s.nodes[i]
+	for n.core != nil && n.elect.HasReady() {
+		rd := n.elect.Ready()
+		if rd.Persist != nil {
+			n.disk.elected = rd.Persist
+		}
+		for _, m := range rd.Messages {
+			s.post(m)
+		}
+		n.elect.Advance()
+		if rd.View != nil {
+			v := core.ViewOf(*rd.View)
+			key := fmt.Sprintf("%v after %d%v", v.Leaders, v.PrevEpoch, v.PrevLeaders)
+			if old, ok := s.views[v.Epoch]; ok && old != key {
+				s.failf("two views for epoch %d: %s and %s", v.Epoch, old, key)
+				return
+			}
+			s.views[v.Epoch] = key
+			s.tracef("node %d adopts view %d: %s", n.id, v.Epoch, key)
+			n.core.SetView(v)
+			s.handle(i)
+		}
+	}
 }
 
 func (s *Sim) crash(i int) {
@@ -402,13 +475,24 @@ func (s *Sim) stepTick(settling bool) {
 		if s.o.TraceMessages {
 			s.tracef("deliver %v", e.m)
 		}
-		if err := s.nodes[to].core.Step(e.m); err != nil {
+		if electionKind(e.m.Kind) {
+			if s.nodes[to].elect != nil {
+				_ = s.nodes[to].elect.Step(e.m)
+				s.handleElection(to)
+			}
+			continue
+		}
+		if err := s.nodes[to].core.Step(e.m); errors.Is(err, core.ErrBadMessage) {
 			s.failf("node %d rejected a valid message %v: %v", to+1, e.m, err)
 			return
 		}
 		s.handle(to)
 		s.checkInvariants()
 	}
+}
+
+func electionKind(k wire.Kind) bool {
+	return k >= wire.KindHello && k <= wire.KindCommit
 }
 
 func (s *Sim) clientAct(c *client, settling bool) {

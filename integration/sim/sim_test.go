@@ -75,3 +75,31 @@ func TestReplayIsDeterministic(t *testing.T) {
 		t.Fatalf("seed 7 failed: %v", errA)
 	}
 }
+
+var electedSeeds = flag.Int("elected-seeds", 100, "how many seeds TestSimElected runs")
+
+// TestSimElected runs the lock simulator with elected leaders: crashes and
+// partitions change the view, and the lock table is handed over.
+func TestSimElected(t *testing.T) {
+	first, count := int64(1), *electedSeeds
+	if *seedFlag != 0 {
+		first, count = *seedFlag, 1
+	}
+	start := time.Now()
+	var total Result
+	for seed := first; seed < first+int64(count); seed++ {
+		res, err := Run(Options{Seed: seed, Elect: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total.Grants += res.Grants
+		total.Crashes += res.Crashes
+		total.Handoffs += res.Handoffs
+		total.Views += res.Views
+	}
+	t.Logf("%d seeds in %v: %d grants, %d crashes, %d views, %d handoffs",
+		count, time.Since(start).Round(time.Millisecond), total.Grants, total.Crashes, total.Views, total.Handoffs)
+	if total.Grants == 0 || total.Handoffs == 0 {
+		t.Fatal("no grant or no handoff: the workload exercised nothing")
+	}
+}
