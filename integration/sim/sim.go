@@ -107,6 +107,8 @@ type simNode struct {
 	core  *core.Node // nil while down
 	elect *election.Election
 	disk  disk
+	// complete is the last handoff this node finished, as last checked.
+	complete uint64
 }
 
 type envelope struct {
@@ -133,7 +135,8 @@ type client struct {
 	deadline int64 // last tick a grant may arrive
 	expiry   int64 // holds while tick < expiry
 	token    uint64
-	renewAt  int64 // tick of a pending Renew call, -1 if none
+	epoch    uint64 // of the view its master was in when it was granted
+	renewAt  int64  // tick of a pending Renew call, -1 if none
 	op       int   // index of the open history operation, -1 if none
 	probe    bool  // a settle-phase probe that must be granted
 }
@@ -367,6 +370,41 @@ func (s *Sim) handle(i int) {
 		}
 		n.core.Advance()
 	}
+	s.checkHandoff(i)
+}
+
+// checkHandoff: when a leader has just taken a view's table over, every
+// lease a client still holds that was granted in an earlier view must be
+// in it, with the client's token. (A lease granted in the new view is only
+// at a quorum of its leaders: a leader that finishes late may lack it.)
+func (s *Sim) checkHandoff(i int) {
+	n := s.nodes[i]
+	if n.core == nil {
+		return
+	}
+	h := n.core.Handoff()
+	if h.Complete == n.complete {
+		return
+	}
+	n.complete = h.Complete
+	if !n.core.Serving() {
+		return
+	}
+	for _, c := range s.clients {
+		if !c.holds(s.tick) || c.epoch >= h.Complete {
+			continue
+		}
+		entries, _ := n.core.Table(c.name)
+		found := false
+		for _, e := range entries {
+			found = found || e.Ticket == c.token
+		}
+		if !found {
+			s.failf("node %d took view %d over without the lease of client %d on %s (token %d, granted in epoch %d)",
+				n.id, h.Complete, c.id, c.name, c.token, c.epoch)
+			return
+		}
+	}
 }
 
 func (s *Sim) delay() int64 {
@@ -589,6 +627,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		s.lastToken[c.name] = e.Token
 		s.idleWait[c.name] = 0 // a grant is progress, even one released at once
 		c.state, c.token = holding, e.Token
+		c.epoch = s.nodes[node].core.View().Epoch
 		call := s.tick - e.Elapsed // same node: the call's tick
 		c.expiry = call + e.Elapsed + e.Duration
 		s.res.Grants++
