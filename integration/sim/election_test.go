@@ -14,10 +14,7 @@ var electionSeeds = flag.Int("election-seeds", 300, "how many seeds TestElection
 // TestElection runs the election simulator over many seeds
 // (-election-seeds sets how many, -seed replays one).
 func TestElection(t *testing.T) {
-	first, count := int64(1), *electionSeeds
-	if *seedFlag != 0 {
-		first, count = *seedFlag, 1
-	}
+	first, count := seedRange(*electionSeeds, "election-seeds")
 	start := time.Now()
 	var total ElectionResult
 	for seed := first; seed < first+int64(count); seed++ {

@@ -137,8 +137,8 @@ type client struct {
 	token    uint64
 	epoch    uint64 // of the view its master was in when it was granted
 	renewAt  int64  // tick of a pending Renew call, -1 if none
-	op       int   // index of the open history operation, -1 if none
-	probe    bool  // a settle-phase probe that must be granted
+	op       int    // index of the open history operation, -1 if none
+	probe    bool   // a settle-phase probe that must be granted
 }
 
 // Sim is one simulated cluster.

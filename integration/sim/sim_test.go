@@ -12,18 +12,25 @@ var (
 	seedsFlag = flag.Int("seeds", 100, "how many seeds TestSim runs, from seed 1 or from -seed")
 )
 
+// seedRange is the seeds a test runs: 1..count, or just -seed, or count
+// seeds from -seed when the count flag is given too.
+func seedRange(count int, countFlag string) (int64, int) {
+	if *seedFlag == 0 {
+		return 1, count
+	}
+	n := 1
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == countFlag {
+			n = count
+		}
+	})
+	return *seedFlag, n
+}
+
 // TestSim runs the simulator with faults on over many seeds, or one seed
 // given with -seed.
 func TestSim(t *testing.T) {
-	first, count := int64(1), *seedsFlag
-	if *seedFlag != 0 {
-		first, count = *seedFlag, 1
-		flag.Visit(func(f *flag.Flag) {
-			if f.Name == "seeds" {
-				count = *seedsFlag
-			}
-		})
-	}
+	first, count := seedRange(*seedsFlag, "seeds")
 	start := time.Now()
 	var total Result
 	for seed := first; seed < first+int64(count); seed++ {
@@ -81,10 +88,7 @@ var electedSeeds = flag.Int("elected-seeds", 100, "how many seeds TestSimElected
 // TestSimElected runs the lock simulator with elected leaders: crashes and
 // partitions change the view, and the lock table is handed over.
 func TestSimElected(t *testing.T) {
-	first, count := int64(1), *electedSeeds
-	if *seedFlag != 0 {
-		first, count = *seedFlag, 1
-	}
+	first, count := seedRange(*electedSeeds, "elected-seeds")
 	start := time.Now()
 	var total Result
 	for seed := first; seed < first+int64(count); seed++ {
