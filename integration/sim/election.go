@@ -200,16 +200,7 @@ func (s *electionSim) faults() {
 }
 
 func (s *electionSim) deliver() {
-	var due []envelope
-	keep := s.net[:0]
-	for _, e := range s.net {
-		if e.at <= s.tick {
-			due = append(due, e)
-		} else {
-			keep = append(keep, e)
-		}
-	}
-	s.net = keep
+	due := takeDue(&s.net, s.tick)
 	faulty := s.tick <= s.o.FaultTicks
 	for _, k := range s.rng.Perm(len(due)) {
 		m := due[k].m

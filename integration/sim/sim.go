@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/core"
@@ -472,19 +471,25 @@ func (s *Sim) stopFaults() {
 	s.tracef("faults stop")
 }
 
-// stepTick runs this tick's deliveries and client actions in random order.
-func (s *Sim) stepTick(settling bool) {
+// takeDue removes from *net, and returns in sending order, the envelopes
+// due by tick.
+func takeDue(net *[]envelope, tick int64) []envelope {
 	var due []envelope
-	keep := s.net[:0]
-	for _, e := range s.net {
-		if e.at <= s.tick {
+	keep := (*net)[:0]
+	for _, e := range *net {
+		if e.at <= tick {
 			due = append(due, e)
 		} else {
 			keep = append(keep, e)
 		}
 	}
-	s.net = keep
-	slices.SortFunc(due, func(a, b envelope) int { return int(a.seq - b.seq) })
+	*net = keep
+	return due
+}
+
+// stepTick runs this tick's deliveries and client actions in random order.
+func (s *Sim) stepTick(settling bool) {
+	due := takeDue(&s.net, s.tick)
 	actions := len(due) + len(s.clients)
 	order := s.rng.Perm(actions)
 	faulty := !s.o.NoFaults && !settling
