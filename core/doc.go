@@ -20,12 +20,22 @@
 //	ENTERING     choosing flag set at a quorum (not durable)
 //	GET_MAX      high-water ticket read from a quorum, after ENTERING completed
 //	ADD_TICKET   ticket max+1 written durably at a quorum of the replicas that
-//	             acked ENTERING, each still in the incarnation that acked it;
-//	             writing the ticket also clears the choosing flag (EXITING)
+//	             acked ENTERING, each still in the incarnation that acked it,
+//	             and each above its high-water mark (a number refused as too
+//	             low is raised and proposed again: tickets never repeat)
+//	EXITING      the choosing flag is cleared, once the number is final
 //	ACTIVATE     granted once reports from a quorum, each made after the ticket
-//	             was durable, show no request choosing and Admit says yes
+//	             was durable, show no earlier ticket, and no request still
+//	             choosing that was there when the master first looked, and
+//	             Admit says yes
 //
 // Waiting never polls: replicas push a report of a name to the masters that
 // watch it whenever the name changes. A slow refresh (RefreshTicks) only
 // recovers from lost messages.
+//
+// When the view changes (SetView), each leader of the new view takes the
+// lock table over from a quorum of the previous view's leaders, who fence
+// themselves first, and serves only then (handoff.go). Requests that were
+// not granted restart their doorway at the new epoch under a fresh wire id;
+// their client handle stays the same.
 package core
