@@ -75,6 +75,9 @@ type Result struct {
 	MaxIdleWait int64
 	// Views adopted by the lock cores, and Handoffs of the lock table.
 	Views, Handoffs int
+	// LeaderPairCrashes: two leaders crashed at once; HandoffCrashes: a
+	// node crashed while taking a table over.
+	LeaderPairCrashes, HandoffCrashes int
 }
 
 // Failure is a broken invariant, with the seed to replay it and the last
@@ -434,6 +437,9 @@ func (s *Sim) downCount() int {
 }
 
 func (s *Sim) faults() {
+	if s.o.Elect && s.electionFaults() {
+		return
+	}
 	switch {
 	case s.chance(0.006) && s.downCount() < 2:
 		s.crash(s.rng.IntN(len(s.nodes)))
@@ -459,6 +465,40 @@ func (s *Sim) faults() {
 		s.slowUntil = s.tick + 20 + s.rng.Int64N(60)
 		s.tracef("link %d->%d slow until %d", s.slowFrom, s.slowTo, s.slowUntil)
 	}
+}
+
+// electionFaults are the faults that matter to views: two leaders of the
+// current view crashing at once, and a leader crashing in the middle of
+// taking a table over.
+func (s *Sim) electionFaults() bool {
+	if s.downCount() > 0 {
+		return false
+	}
+	var view core.View
+	for _, n := range s.nodes {
+		if v := n.core.View(); v.Epoch > view.Epoch {
+			view = v
+		}
+	}
+	switch {
+	case len(view.Leaders) == 3 && s.chance(0.002):
+		for _, k := range s.rng.Perm(3)[:2] {
+			s.tracef("leader %d of view %d crashes with another", view.Leaders[k], view.Epoch)
+			s.crash(int(view.Leaders[k]) - 1)
+		}
+		s.res.LeaderPairCrashes++
+		return true
+	case s.chance(0.01):
+		for i, n := range s.nodes {
+			if len(n.core.Handoff().Pending) > 0 {
+				s.tracef("node %d crashes while taking a table over", n.id)
+				s.crash(i)
+				s.res.HandoffCrashes++
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Sim) stopFaults() {

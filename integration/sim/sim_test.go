@@ -100,9 +100,13 @@ func TestSimElected(t *testing.T) {
 		total.Crashes += res.Crashes
 		total.Handoffs += res.Handoffs
 		total.Views += res.Views
+		total.LeaderPairCrashes += res.LeaderPairCrashes
+		total.HandoffCrashes += res.HandoffCrashes
+		total.Operations += res.Operations
 	}
-	t.Logf("%d seeds in %v: %d grants, %d crashes, %d views, %d handoffs",
-		count, time.Since(start).Round(time.Millisecond), total.Grants, total.Crashes, total.Views, total.Handoffs)
+	t.Logf("%d seeds from %d in %v: %d grants, %d crashes (%d of two leaders at once, %d during a handoff), %d views, %d handoffs, %d operations checked",
+		count, first, time.Since(start).Round(time.Millisecond), total.Grants, total.Crashes, total.LeaderPairCrashes,
+		total.HandoffCrashes, total.Views, total.Handoffs, total.Operations)
 	if total.Grants == 0 || total.Handoffs == 0 {
 		t.Fatal("no grant or no handoff: the workload exercised nothing")
 	}
