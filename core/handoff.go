@@ -54,11 +54,6 @@ func (n *Node) Serving() bool {
 	return v.IsLeader(n.cfg.ID) && n.fence <= v.Epoch && n.complete >= v.Epoch
 }
 
-func (n *Node) wireView() wire.View {
-	v := n.cfg.View
-	return wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}
-}
-
 // lead records, durably, a view this node leads and has not taken over yet.
 func (n *Node) lead(v View) {
 	if v.IsLeader(n.cfg.ID) && v.Epoch > n.complete && n.adopted[v.Epoch].Epoch == 0 {
