@@ -105,9 +105,6 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 // ID is this node's id.
 func (n *Node) ID() wire.NodeID { return n.cfg.ID }
 
-// Now is the node's tick count since it started.
-func (n *Node) Now() int64 { return n.now }
-
 // Stats returns the counters.
 func (n *Node) Stats() Stats { return n.stats }
 

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -219,5 +220,18 @@ func TestDurableApply(t *testing.T) {
 	d.Apply([]core.Write{{Kind: core.WriteTicket, Name: "a", Entry: lower}})
 	if d.HighWater["a"] != 7 {
 		t.Fatal("the high-water mark went down")
+	}
+}
+
+// TestErrorsAndCodes: every sentinel error has a stable wire code and back.
+func TestErrorsAndCodes(t *testing.T) {
+	for _, err := range []error{core.ErrTimedOut, core.ErrDraining, core.ErrNotReady, core.ErrInvalid, core.ErrOverflow, core.ErrLost} {
+		c := core.CodeOf(fmt.Errorf("wrapped: %w", err))
+		if c == wire.CodeNone || !errors.Is(core.ErrorOf(c), err) {
+			t.Errorf("%v: code %q maps back to %v", err, c, core.ErrorOf(c))
+		}
+	}
+	if core.ErrorOf(wire.CodeNone) != nil || core.CodeOf(errors.New("other")) != wire.CodeNone {
+		t.Fatal("no error must mean no code")
 	}
 }

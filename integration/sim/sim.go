@@ -592,7 +592,7 @@ func (s *Sim) clientAct(c *client, settling bool) {
 	case waiting:
 		if !settling && !s.o.Patient && s.chance(0.005) {
 			s.tracef("client %d abandons %s", c.id, c.handle)
-			if err := n.Release(c.handle); err != nil {
+			if err := n.Abandon(c.handle); err != nil {
 				s.failf("abandon: %v", err)
 				return
 			}
