@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -249,6 +250,14 @@ func (n *Node) check(m wire.Message) error {
 		}
 		if m.Kind == wire.KindSnapshot && m.Lifetime > maxSpan*4 {
 			return bad("lifetime %d", m.Lifetime)
+		}
+		// Only a leader of the view it names may ask, and only a leader of
+		// that view's previous view is asked: a stray request must not
+		// fence this node.
+		if m.Kind == wire.KindSnapshotRequest && (!slices.Contains(m.View.Leaders, m.From) ||
+			!slices.Contains(m.View.PrevLeaders, n.cfg.ID) || m.View.PrevEpoch >= m.View.Epoch) {
+			return bad("snapshot request from %d for view %d %v after %d %v", m.From, m.View.Epoch,
+				m.View.Leaders, m.View.PrevEpoch, m.View.PrevLeaders)
 		}
 		return nil
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,

@@ -36,14 +36,15 @@ func drain(n *core.Node) core.Ready {
 
 // snapshot is what a bad input must not change.
 type snapshot struct {
-	reqs  []core.RequestStatus
-	table []wire.Entry
-	hw    uint64
+	reqs    []core.RequestStatus
+	table   []wire.Entry
+	hw      uint64
+	handoff core.HandoffStatus
 }
 
 func take(n *core.Node) snapshot {
 	e, hw := n.Table("a")
-	return snapshot{n.Requests(), e, hw}
+	return snapshot{n.Requests(), e, hw, n.Handoff()}
 }
 
 func TestBadMessagesAreRejectedCountedAndChangeNothing(t *testing.T) {
@@ -76,6 +77,11 @@ func TestBadMessagesAreRejectedCountedAndChangeNothing(t *testing.T) {
 		{"for another node", with(func(m *wire.Message) { m.To = 7 }), core.ErrWrongTarget},
 		{"no sender", with(func(m *wire.Message) { m.From = 0 }), core.ErrBadMessage},
 		{"restart with no incarnation", with(func(m *wire.Message) { m.Kind = wire.KindRestarted; m.Inc = 0 }), core.ErrBadMessage},
+		{"snapshot request from a non-leader", wire.Message{Kind: wire.KindSnapshotRequest, From: 9, To: 1,
+			View: wire.View{Epoch: 1 << 40, Leaders: []wire.NodeID{2, 3, 4}, PrevEpoch: 3, PrevLeaders: []wire.NodeID{1, 2, 3}}}, core.ErrBadMessage},
+		{"snapshot request to a node not in the previous view", wire.Message{Kind: wire.KindSnapshotRequest, From: 2, To: 1,
+			View: wire.View{Epoch: 9, Leaders: []wire.NodeID{2, 3, 4}, PrevEpoch: 3, PrevLeaders: []wire.NodeID{2, 3, 4}}}, core.ErrBadMessage},
+		{"snapshot without an epoch", wire.Message{Kind: wire.KindSnapshot, From: 2, To: 1, Name: "a"}, core.ErrBadMessage},
 	}
 	for _, c := range cases {
 		before, stats := take(n), n.Stats()
