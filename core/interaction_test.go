@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 )
 
 // TestInteraction runs the scripted scenarios in testdata/. Each file is one
@@ -52,7 +53,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.cluster(t, d)
 	case "acquire":
 		n := h.nodeArg(t, d)
-		a := core.Acquire{Name: strArg(d, "name", "a"), Mode: wire.ModeExclusive,
+		mode := wire.ModeExclusive
+		if m := strArg(d, "mode", ""); m != "" {
+			var err error
+			if mode, err = semaphore.ParseMode(m); err != nil {
+				d.Fatalf(t, "%v", err)
+			}
+		}
+		a := core.Acquire{Name: strArg(d, "name", "a"), Mode: mode,
 			Timeout: intArg(t, d, "timeout", 100), Duration: intArg(t, d, "duration", 50), Grace: intArg(t, d, "grace", 10)}
 		id, err := h.nodes[n-1].core.Acquire(a)
 		if err != nil {
@@ -124,7 +132,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "status":
 		n := h.nodeArg(t, d)
 		for _, r := range h.nodes[n-1].core.Requests() {
-			h.printf("%s %s %s ticket=%d\n", r.Handle, r.Name, r.Phase, r.Ticket)
+			h.printf("%s %s %s %s ticket=%d\n", r.Handle, r.Name, r.Mode, r.Phase, r.Ticket)
 		}
 	case "table":
 		n := h.nodeArg(t, d)
@@ -161,6 +169,9 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 		peers = append(peers, wire.NodeID(i+1))
 	}
 	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant}
+	if strArg(d, "admit", "") == "semaphore" {
+		h.cfg.Admit = semaphore.Admit
+	}
 	h.nodes, h.inflight, h.isolated = nil, nil, map[wire.NodeID]bool{}
 	for i := range size {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})

@@ -2,6 +2,9 @@ package sim
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -19,6 +22,7 @@ type opInput struct {
 	name   string
 	kind   opKind
 	token  uint64 // of opEnd
+	write  bool   // an exclusive or writer mode; readers share
 }
 
 type opOutput struct {
@@ -33,9 +37,9 @@ type history struct {
 	clock int64
 }
 
-func (h *history) call(client int, name string, k opKind, token uint64) int {
+func (h *history) call(client int, name string, k opKind, token uint64, write bool) int {
 	h.clock++
-	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: opInput{client, name, k, token},
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: opInput{client, name, k, token, write},
 		Call: h.clock, Return: -1})
 	return len(h.ops) - 1
 }
@@ -46,19 +50,42 @@ func (h *history) ret(i int, ok bool, token uint64) {
 	h.ops[i].Return = h.clock
 }
 
-func (h *history) instant(client int, name string, k opKind, token uint64) {
-	h.ret(h.call(client, name, k, token), true, token)
+func (h *history) instant(client int, name string, k opKind, token uint64, write bool) {
+	h.ret(h.call(client, name, k, token, write), true, token)
 }
 
-// lockState is one name's sequential state: who holds it and the last token.
+// lockState is one name's sequential state: its writer, its readers (a
+// sorted list, as a string so states compare with ==), the last token
+// granted and the last writer's token.
 type lockState struct {
-	holder int // -1: nobody
-	last   uint64
+	writer    int // -1: none
+	readers   string
+	last      uint64
+	lastWrite uint64
 }
 
-// lockModel is an exclusive lock with fencing tokens: a grant needs a free
-// lock and a token above every earlier grant; a failed acquire changes
-// nothing; an end frees the lock of its holder.
+func readerList(s string) []int {
+	var out []int
+	for _, f := range strings.Fields(s) {
+		v, _ := strconv.Atoi(f)
+		out = append(out, v)
+	}
+	return out
+}
+
+func readerString(ids []int) string {
+	slices.Sort(ids)
+	parts := make([]string, len(ids))
+	for i, v := range ids {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, " ")
+}
+
+// lockModel is a reader/writer lock with fencing tokens: a writer needs no
+// holder and a token above every earlier grant; a reader needs no writer
+// and a token above every earlier writer's; a failed acquire changes
+// nothing; an end frees the holder's place.
 var lockModel = porcupine.Model{
 	Partition: func(ops []porcupine.Operation) [][]porcupine.Operation {
 		byName := map[string]int{}
@@ -75,23 +102,39 @@ var lockModel = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() any { return lockState{holder: -1} },
+	Init: func() any { return lockState{writer: -1} },
 	Step: func(state, input, output any) (bool, any) {
 		st, in, out := state.(lockState), input.(opInput), output.(opOutput)
-		switch in.kind {
-		case opAcquire:
-			if !out.ok {
-				return true, st
-			}
-			if st.holder != -1 || out.token <= st.last {
+		switch {
+		case in.kind == opAcquire && !out.ok:
+			return true, st
+		case in.kind == opAcquire && in.write:
+			if st.writer != -1 || st.readers != "" || out.token <= st.last {
 				return false, st
 			}
-			return true, lockState{holder: in.client, last: out.token}
-		case opEnd:
-			if st.holder != in.client || st.last != in.token {
+			st.writer, st.last, st.lastWrite = in.client, out.token, out.token
+			return true, st
+		case in.kind == opAcquire:
+			if st.writer != -1 || out.token <= st.lastWrite {
 				return false, st
 			}
-			return true, lockState{holder: -1, last: st.last}
+			st.readers = readerString(append(readerList(st.readers), in.client))
+			st.last = max(st.last, out.token)
+			return true, st
+		case in.kind == opEnd && in.write:
+			if st.writer != in.client || st.lastWrite != in.token {
+				return false, st
+			}
+			st.writer = -1
+			return true, st
+		case in.kind == opEnd:
+			rs := readerList(st.readers)
+			i := slices.Index(rs, in.client)
+			if i < 0 {
+				return false, st
+			}
+			st.readers = readerString(slices.Delete(rs, i, i+1))
+			return true, st
 		}
 		return false, st
 	},

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 )
 
 // mutationBound is how many seeds a broken core may survive before the
@@ -40,6 +42,29 @@ func TestHandoffMutantsAreCaught(t *testing.T) {
 			t.Fatalf("the simulator did not catch the mutant in %d seeds", mutationBound)
 		})
 	}
+}
+
+// readersIgnoreWriters is a broken semaphore policy: readers go in past
+// earlier writers.
+func readersIgnoreWriters(me core.Candidate, others []wire.Entry) core.Decision {
+	if me.Mode == semaphore.ReadOnly {
+		return core.Decision{Grant: true}
+	}
+	return semaphore.Admit(me, others)
+}
+
+// TestModeMutantIsCaught: readers that ignore a priority writer must be
+// caught by the mode invariants.
+func TestModeMutantIsCaught(t *testing.T) {
+	for seed := int64(1); seed <= mutationBound; seed++ {
+		_, err := Run(Options{Seed: seed, Modes: true, Admit: readersIgnoreWriters})
+		var f *Failure
+		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
+			t.Logf("caught at seed %d: %s", seed, f.What)
+			return
+		}
+	}
+	t.Fatalf("the simulator did not catch readers ignoring writers in %d seeds", mutationBound)
 }
 
 // TestMutantsAreCaught proves the simulator is worth its seeds: each

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
+	"github.com/sluicehq/sluice/semaphore"
 )
 
 // Options configure one run. The zero value of each field means its default.
@@ -48,6 +49,11 @@ type Options struct {
 	Elect bool
 	// ElectionMutant breaks the election on purpose (mutation tests).
 	ElectionMutant election.Mutant
+	// Modes makes clients take READ_ONLY and READ_WRITE_PRIORITY locks as
+	// well as exclusive ones, admitted by the semaphore's policy.
+	Modes bool
+	// Admit replaces the admission policy (mutation tests).
+	Admit core.Admit
 }
 
 func (o *Options) defaults() {
@@ -78,6 +84,8 @@ type Result struct {
 	// LeaderPairCrashes: two leaders crashed at once; HandoffCrashes: a
 	// node crashed while taking a table over.
 	LeaderPairCrashes, HandoffCrashes int
+	// SharedGrants: reader grants made while another reader held the name.
+	SharedGrants int
 }
 
 // Failure is a broken invariant, with the seed to replay it and the last
@@ -133,6 +141,7 @@ type client struct {
 	state    clientState
 	handle   wire.RequestID
 	name     string
+	mode     wire.Mode
 	timeout  int64
 	deadline int64 // last tick a grant may arrive
 	expiry   int64 // holds while tick < expiry
@@ -161,8 +170,9 @@ type Sim struct {
 	names            []string
 	view             core.View
 
-	lastToken map[string]uint64
-	idleWait  map[string]int64
+	lastToken       map[string]uint64
+	lastWriterToken map[string]uint64
+	idleWait        map[string]int64
 	views     map[uint64]string // epoch -> the view adopted for it, as seen anywhere
 	hist      history
 	res       Result
@@ -187,7 +197,7 @@ func run(o Options) (*Sim, error) {
 	if o.ClientsPerNode <= 0 {
 		o.ClientsPerNode = 1 + rng.IntN(4)
 	}
-	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{},
+	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{},
 		idleWait: map[string]int64{}, views: map[uint64]string{}, trace: make([]string, o.TraceLines)}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
@@ -286,8 +296,12 @@ func (s *Sim) start(i int) {
 	for j := range s.nodes {
 		peers[j] = wire.NodeID(j + 1)
 	}
+	admit := s.o.Admit
+	if admit == nil && s.o.Modes {
+		admit = semaphore.Admit
+	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
-		TryTicks: tryTicks, Mutant: s.o.Mutant}, n.disk.durable.Clone())
+		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return
@@ -621,6 +635,14 @@ func (s *Sim) clientAct(c *client, settling bool) {
 
 func (s *Sim) acquire(c *client, name string, probe bool) {
 	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
+	if s.o.Modes && !probe {
+		switch r := s.rng.IntN(20); {
+		case r < 13:
+			a.Mode = semaphore.ReadOnly
+		case r < 18:
+			a.Mode = semaphore.ReadWritePriority
+		}
+	}
 	if probe {
 		a.Timeout = s.o.SettleTicks / 2
 	} else if s.o.Patient {
@@ -637,10 +659,10 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	if wait == 0 {
 		wait = tryTicks
 	}
-	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, timeout: a.Timeout,
+	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, mode: a.Mode, timeout: a.Timeout,
 		deadline: s.tick + wait, renewAt: -1, probe: probe}
-	c.op = s.hist.call(c.id, name, opAcquire, 0)
-	s.tracef("client %d on node %d acquires %s as %s (timeout %d, duration %d)", c.id, c.node+1, name, id, a.Timeout, a.Duration)
+	c.op = s.hist.call(c.id, name, opAcquire, 0, a.Mode != semaphore.ReadOnly)
+	s.tracef("client %d on node %d acquires %s %s as %s (timeout %d, duration %d)", c.id, c.node+1, name, a.Mode, id, a.Timeout, a.Duration)
 	s.handle(c.node)
 }
 
@@ -665,11 +687,29 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			s.failf("client %d granted at %d after its obtain deadline %d", c.id, s.tick, c.deadline)
 			return
 		}
-		if last := s.lastToken[c.name]; e.Token <= last {
-			s.failf("fencing token %d for %s is not above the previous %d", e.Token, c.name, last)
+		// A writer's token is above every earlier grant's; a reader's above
+		// every earlier writer's (readers granted together may come in any
+		// order of their tickets).
+		last := s.lastToken[c.name]
+		if c.mode == semaphore.ReadOnly {
+			last = s.lastWriterToken[c.name]
+		}
+		if e.Token <= last {
+			s.failf("fencing token %d of a %s grant on %s is not above the previous %d", e.Token, c.mode, c.name, last)
 			return
 		}
-		s.lastToken[c.name] = e.Token
+		s.lastToken[c.name] = max(s.lastToken[c.name], e.Token)
+		if c.mode != semaphore.ReadOnly {
+			s.lastWriterToken[c.name] = e.Token
+		} else {
+			s.checkReaderBehindWriters(c, e.Token)
+			for _, o := range s.clients {
+				if o != c && o.name == c.name && o.mode == semaphore.ReadOnly && o.holds(s.tick) {
+					s.res.SharedGrants++
+					break
+				}
+			}
+		}
 		s.idleWait[c.name] = 0 // a grant is progress, even one released at once
 		c.state, c.token = holding, e.Token
 		c.epoch = s.nodes[node].core.View().Epoch
@@ -749,7 +789,7 @@ func (s *Sim) endHold(c *client, why string) {
 // closeHold records the end of the client's hold once.
 func (s *Sim) closeHold(c *client) {
 	if c.token != 0 {
-		s.hist.instant(c.id, c.name, opEnd, c.token)
+		s.hist.instant(c.id, c.name, opEnd, c.token, c.mode != semaphore.ReadOnly)
 		c.token = 0
 	}
 }
@@ -776,17 +816,40 @@ func (s *Sim) finishOp(c *client, ok bool, token uint64) {
 
 func (c *client) holds(tick int64) bool { return c.state == holding && c.token != 0 && tick < c.expiry }
 
-// checkInvariants: at most one holder of an exclusive lock per name.
+// checkInvariants: per name, at most one writer holds, and no reader
+// holds beside a writer.
 func (s *Sim) checkInvariants() {
 	for _, name := range s.names {
-		var who []string
+		var writers, readers []string
 		for _, c := range s.clients {
 			if c.name == name && c.holds(s.tick) {
-				who = append(who, fmt.Sprintf("client %d (token %d, expiry %d)", c.id, c.token, c.expiry))
+				who := fmt.Sprintf("client %d (%s, token %d, expiry %d)", c.id, c.mode, c.token, c.expiry)
+				if c.mode == semaphore.ReadOnly {
+					readers = append(readers, who)
+				} else {
+					writers = append(writers, who)
+				}
 			}
 		}
-		if len(who) > 1 {
-			s.failf("%s held by %d clients at once: %s", name, len(who), strings.Join(who, ", "))
+		if len(writers) > 1 || len(writers) == 1 && len(readers) > 0 {
+			s.failf("%s held by writers %s and readers %s at once", name, strings.Join(writers, ", "), strings.Join(readers, ", "))
+		}
+	}
+}
+
+// checkReaderBehindWriters: a reader is never granted while a writer whose
+// ticket comes before its own waits with that ticket durable at a quorum.
+func (s *Sim) checkReaderBehindWriters(c *client, token uint64) {
+	for _, n := range s.nodes {
+		if n.core == nil {
+			continue
+		}
+		for _, r := range n.core.Requests() {
+			if r.Name == c.name && r.Mode != semaphore.ReadOnly && r.Phase == "waiting" && r.Ticket < token {
+				s.failf("reader client %d granted %s with token %d while writer %s waits with ticket %d",
+					c.id, c.name, token, r.Handle, r.Ticket)
+				return
+			}
 		}
 	}
 }

@@ -111,3 +111,29 @@ func TestSimElected(t *testing.T) {
 		t.Fatal("no grant or no handoff: the workload exercised nothing")
 	}
 }
+
+var modesSeeds = flag.Int("modes-seeds", 100, "how many seeds TestSimModes runs")
+
+// TestSimModes runs the simulator with readers, priority writers and
+// exclusive lockers on the same names, with faults on; every other seed
+// with elected leaders, so modes also cross view changes.
+func TestSimModes(t *testing.T) {
+	first, count := seedRange(*modesSeeds, "modes-seeds")
+	start := time.Now()
+	var total Result
+	for seed := first; seed < first+int64(count); seed++ {
+		res, err := Run(Options{Seed: seed, Modes: true, Elect: seed%2 == 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total.Grants += res.Grants
+		total.Crashes += res.Crashes
+		total.Operations += res.Operations
+		total.SharedGrants += res.SharedGrants
+	}
+	t.Logf("%d seeds from %d in %v: %d grants (%d while another reader held the name), %d crashes, %d operations checked",
+		count, first, time.Since(start).Round(time.Millisecond), total.Grants, total.SharedGrants, total.Crashes, total.Operations)
+	if total.SharedGrants == 0 {
+		t.Fatal("no reader ever shared a name: the workload exercised nothing")
+	}
+}
