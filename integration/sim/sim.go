@@ -173,12 +173,12 @@ type Sim struct {
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
 	idleWait        map[string]int64
-	views     map[uint64]string // epoch -> the view adopted for it, as seen anywhere
-	hist      history
-	res       Result
-	trace     []string
-	traceAt   int
-	fail      *Failure
+	views           map[uint64]string // epoch -> the view adopted for it, as seen anywhere
+	hist            history
+	res             Result
+	trace           []string
+	traceAt         int
+	fail            *Failure
 }
 
 // Run simulates one cluster with the given options and returns what it saw,
