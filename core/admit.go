@@ -10,6 +10,15 @@ type Candidate struct {
 	// Try is set for an obtain timeout of 0: the policy must grant or refuse,
 	// never wait on another holder.
 	Try bool
+	// Quiet is the quiet period the request asked for, in ticks (0: the
+	// policy's default).
+	Quiet int64
+	// SinceReaders is how many ticks ago, at the least on the quorum of
+	// reports decided on, a READ_ONLY ticket of the name was in the table.
+	SinceReaders int64
+	// Activated: the request is marked active at a quorum, and the reports
+	// decided on were made after that.
+	Activated bool
 }
 
 // Decision is an admission policy's answer. Neither Grant nor a Refuse code
@@ -17,6 +26,11 @@ type Candidate struct {
 type Decision struct {
 	Grant  bool
 	Refuse wire.Code
+	// Activate, with Grant: grant only once the request is marked active at
+	// a quorum and the policy, asked again on reports made after that,
+	// still says Grant. For modes whose grant others must see before it
+	// happens (a writer that lets later readers pass).
+	Activate bool
 }
 
 // Admit decides whether me may be granted, given every other request of the

@@ -150,6 +150,9 @@ const (
 	// MutantNoFence: a leader of the previous view sends its table without
 	// fencing, and goes on serving the old epoch.
 	MutantNoFence
+	// MutantNoConfirm: a request whose policy asks for activation is
+	// granted without it.
+	MutantNoConfirm
 )
 
 func (c *Config) withDefaults() (Config, error) {
@@ -190,6 +193,9 @@ type Acquire struct {
 	Duration int64
 	// Grace is how long after Duration the lease is released by force; >= 0.
 	Grace int64
+	// Quiet is the quiet period of READ_WRITE_GENTLE, in ticks; >= 0 (0:
+	// the admission policy's default).
+	Quiet int64
 }
 
 func (n *Node) validate(a Acquire) error {
@@ -206,7 +212,9 @@ func (n *Node) validate(a Acquire) error {
 		return fmt.Errorf("%w: duration must be positive", ErrInvalid)
 	case a.Grace < 0:
 		return fmt.Errorf("%w: negative grace", ErrInvalid)
-	case a.Timeout > maxSpan || a.Duration > maxSpan || a.Grace > maxSpan:
+	case a.Quiet < 0:
+		return fmt.Errorf("%w: negative quiet period", ErrInvalid)
+	case a.Timeout > maxSpan || a.Duration > maxSpan || a.Grace > maxSpan || a.Quiet > maxSpan:
 		return fmt.Errorf("%w: span over %d ticks", ErrInvalid, int64(maxSpan))
 	}
 	return nil

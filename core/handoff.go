@@ -202,6 +202,12 @@ func (n *Node) finishSync(sync *syncState) {
 		}
 	}
 	n.stats.Handoffs++
+	// Readers of the old view came and went without us: what we know of
+	// them starts now.
+	n.readerHorizon = n.now
+	for _, t := range n.names {
+		t.readerSeen = n.now
+	}
 	n.setComplete(v.Epoch)
 }
 
@@ -218,7 +224,17 @@ func (n *Node) mergeEntry(m wire.Message) {
 		return
 	}
 	r := t.recs[m.Req]
-	if r != nil && r.entry.Ticket >= m.Ticket {
+	if r != nil && r.entry.Ticket > m.Ticket {
+		return
+	}
+	if r != nil && r.entry.Ticket == m.Ticket {
+		// The same ticket from another old leader: keep its longest life. A
+		// renewal reached only a quorum of the old leaders, and this answer
+		// may be the one that saw it.
+		if dl := n.now + int64(m.Lifetime); dl > r.deadline {
+			r.deadline = dl
+			n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: dl - n.now})
+		}
 		return
 	}
 	if r == nil {
@@ -226,6 +242,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 		t.recs[m.Req] = r
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
+	r.entry.Active = r.entry.Active || mayBeActive(m.Mode)
 	r.deadline = max(r.deadline, n.now+int64(m.Lifetime))
 	t.highWater = max(t.highWater, m.Ticket)
 	t.dirty = true

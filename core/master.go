@@ -41,9 +41,15 @@ type request struct {
 	tooLow   map[wire.NodeID]bool // refused the current number as too low
 	raises   uint64
 	resends  int // retransmits of the current phase
-	max      uint64
-	ticket   uint64
-	watchSeq uint64
+	// Activation (see Decision.Activate): activating while the mark is on
+	// its way to a quorum, activated once it is there; marked once any
+	// mark was sent, so refreshes repeat the current one.
+	activating, activated, marked bool
+	actAcks                       map[wire.NodeID]bool
+	actSentAt                     int64
+	max                           uint64
+	ticket                        uint64
+	watchSeq                      uint64
 	// firstSeen: the replicas whose first report made after the ticket was
 	// durable has been read; relevant: every other request in those reports.
 	// Once firstSeen is a quorum, a request missing from relevant entered
@@ -70,6 +76,7 @@ type renewal struct {
 // report is the latest report of one replica about one name.
 type report struct {
 	inc, seq, echo uint64
+	sinceReaders   uint64
 	entries        []wire.Entry
 }
 
@@ -216,6 +223,15 @@ func (n *Node) masterStep(m wire.Message) {
 		if len(r.acks) >= n.quorum() {
 			n.startWait(r)
 		}
+	case m.Kind == wire.KindActivateAck && r.phase == phaseWait && r.activating:
+		if !m.Reject {
+			r.actAcks[m.From] = true
+			if len(r.actAcks) >= n.quorum() {
+				n.onActivated(r)
+			}
+		}
+	case m.Kind == wire.KindActivateAck:
+		// An ack of a mark that is over, or of a clearing: nothing to do.
 	case m.Kind == wire.KindReleaseAck && r.phase == phaseReleasing:
 		r.acks[m.From] = 0
 		if len(r.acks) == len(n.cfg.View.Leaders) {
@@ -307,7 +323,7 @@ func (n *Node) onReport(m wire.Message) {
 	if old := mn.reports[m.From]; old != nil && (old.inc > m.Inc || old.inc == m.Inc && old.seq >= m.Seq) {
 		return // reordered: an older report of that replica
 	}
-	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, entries: m.Entries}
+	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, sinceReaders: m.Lifetime, entries: m.Entries}
 	if mn.waiting == 0 {
 		return
 	}
@@ -324,12 +340,14 @@ func (n *Node) evaluate(r *request) {
 	mn := n.mnames[r.a.Name]
 	merged := map[wire.RequestID]wire.Entry{}
 	fresh := 0
+	sinceReaders := int64(maxSpan)
 	for _, l := range n.cfg.View.Leaders {
 		rep := mn.reports[l]
 		if rep == nil || rep.echo < r.watchSeq && n.cfg.Mutant&MutantStaleReports == 0 {
 			continue
 		}
 		fresh++
+		sinceReaders = min(sinceReaders, int64(min(rep.sinceReaders, maxSpan)))
 		first := !r.firstSeen[l] && len(r.firstSeen) < n.quorum()
 		if first {
 			r.firstSeen[l] = true
@@ -342,9 +360,9 @@ func (n *Node) evaluate(r *request) {
 				r.relevant[e.Req] = true
 			}
 			// Per request, keep the furthest state and the highest number
-			// any replica reported: both only grow.
+			// any replica reported: both only grow. Active if any says so.
 			if old, ok := merged[e.Req]; ok {
-				e.State, e.Ticket = max(e.State, old.State), max(e.Ticket, old.Ticket)
+				e.State, e.Ticket, e.Active = max(e.State, old.State), max(e.Ticket, old.Ticket), e.Active || old.Active
 			}
 			merged[e.Req] = e
 		}
@@ -368,13 +386,39 @@ func (n *Node) evaluate(r *request) {
 		}
 		others = append(others, e)
 	}
-	d := n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0}, others)
+	d := n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
+		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated}, others)
 	switch {
+	case d.Grant && d.Activate && !r.activated && n.cfg.Mutant&MutantNoConfirm == 0:
+		if !r.activating {
+			n.sendMark(r, true, nil)
+		}
 	case d.Grant:
 		n.grant(r)
 	case d.Refuse != wire.CodeNone:
 		n.fail(r, d.Refuse)
+	case r.activated || r.activating:
+		n.sendMark(r, false, nil) // back off: others must not see us active
 	}
+}
+
+// sendMark marks r active at the leaders (or clears the mark), to those
+// skip allows. A new activation waits for a quorum of acks.
+func (n *Node) sendMark(r *request, active bool, skip func(wire.NodeID) bool) {
+	if skip == nil {
+		r.activating, r.activated, r.marked = active, false, true
+		r.actAcks, r.actSentAt = map[wire.NodeID]bool{}, n.now
+	}
+	n.toLeaders(wire.Message{Kind: wire.KindActivate, Name: r.a.Name, Req: r.id, Reject: !active}, skip)
+}
+
+// onActivated: the mark is at a quorum. Decide again, on reports made
+// after it: watch under a new sequence.
+func (n *Node) onActivated(r *request) {
+	r.activating, r.activated = false, true
+	n.watchCounter++
+	r.watchSeq, r.sentAt = n.watchCounter, n.now
+	n.sendPhase(r, nil)
 }
 
 func (n *Node) leaveWait(r *request) {
@@ -455,6 +499,13 @@ func (n *Node) masterTick() {
 				n.fail(r, wire.CodeTimedOut)
 				continue
 			}
+			if r.phase == phaseWait && r.activating && n.now-r.actSentAt >= n.cfg.RetransmitTicks {
+				r.actSentAt = n.now
+				n.sendMark(r, true, func(l wire.NodeID) bool { return r.actAcks[l] })
+			}
+			if r.phase == phaseWait && since >= n.cfg.RefreshTicks && r.marked && !r.activating {
+				n.sendMark(r, r.activated, func(wire.NodeID) bool { return false })
+			}
 			if r.phase == phaseWait && since >= n.cfg.RefreshTicks ||
 				r.phase != phaseWait && r.phase != phaseQueued && since >= n.cfg.RetransmitTicks {
 				r.sentAt = n.now
@@ -528,6 +579,10 @@ func (n *Node) masterRestarted(from wire.NodeID, inc uint64) {
 			}
 		case phaseGetMax, phaseWait:
 			n.sendPhase(r, only)
+			if r.phase == phaseWait && mayBeActive(r.a.Mode) {
+				// A restarted replica takes such tickets as active: correct it.
+				n.sendMark(r, r.activated || r.activating, only)
+			}
 		case phaseReleasing:
 			if _, ok := r.acks[from]; !ok {
 				n.sendPhase(r, only)

@@ -57,7 +57,10 @@ type Node struct {
 	// complete is the epoch of the last view whose handoff finished (durable).
 	complete uint64
 	syncs    map[uint64]*syncState // handoffs in progress, by epoch
-	adopted  map[uint64]View       // views this node leads and is not complete for
+	// readerHorizon: before this tick the replica knows nothing of readers
+	// (its start, or its last handoff).
+	readerHorizon int64
+	adopted       map[uint64]View // views this node leads and is not complete for
 
 	reqs    map[wire.RequestID]*request // by wire id
 	handles map[wire.RequestID]*request // by the handle Acquire returned
@@ -216,7 +219,7 @@ func (n *Node) Step(m wire.Message) error {
 	case wire.KindSnapshot, wire.KindSnapshotDone:
 		n.onSnapshot(m)
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
-		wire.KindRenewAck, wire.KindReport:
+		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck:
 		n.masterStep(m)
 	default:
 		n.replicaStep(m)
@@ -261,7 +264,7 @@ func (n *Node) check(m wire.Message) error {
 		}
 		return nil
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
-		wire.KindUnwatch, wire.KindRelease, wire.KindRenew:
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate:
 		if !n.cfg.View.IsLeader(n.cfg.ID) {
 			n.stats.WrongTarget++
 			return fmt.Errorf("%w: %s to a node that is not a leader", ErrWrongTarget, m.Kind)
@@ -273,7 +276,7 @@ func (n *Node) check(m wire.Message) error {
 			return bad("lifetime %d", m.Lifetime)
 		}
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
-		wire.KindRenewAck, wire.KindReport:
+		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck:
 	default:
 		return bad("kind %s is not for the lock core", m.Kind)
 	}
@@ -294,7 +297,7 @@ func (n *Node) check(m wire.Message) error {
 func replicaKind(k wire.Kind) bool {
 	switch k {
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
-		wire.KindUnwatch, wire.KindRelease, wire.KindRenew:
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate:
 		return true
 	}
 	return false

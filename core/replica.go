@@ -26,12 +26,16 @@ type replicaName struct {
 	tombs    map[wire.RequestID]int64
 	watchers map[wire.NodeID]*watcher
 	dirty    bool
+	// readerSeen is the last tick a READ_ONLY ticket was in the table (or
+	// the start of what this replica knows of the name).
+	readerSeen int64
 }
 
 func (n *Node) replicaName(name string) *replicaName {
 	t := n.names[name]
 	if t == nil {
-		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]int64{}, watchers: map[wire.NodeID]*watcher{}}
+		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]int64{}, watchers: map[wire.NodeID]*watcher{},
+			readerSeen: n.readerHorizon}
 		n.names[name] = t
 	}
 	return t
@@ -51,12 +55,20 @@ func (n *Node) restore(d *Durable) {
 			// durable, and its number can only be lower than the final one.
 			e := dt.Entry
 			e.State = wire.StateTicket
+			e.Active = mayBeActive(e.Mode)
 			t.recs[req] = &record{entry: e, deadline: n.now + dt.Lifetime}
 			if dt.Entry.Ticket > t.highWater {
 				t.highWater = dt.Entry.Ticket
 			}
 		}
 	}
+}
+
+// mayBeActive: whether a ticket of mode m whose active mark was lost (a
+// restart, a handoff) must be taken as active until its master says
+// otherwise. Only writers that let later readers pass are marked.
+func mayBeActive(m wire.Mode) bool {
+	return m == wire.ModeReadWrite || m == wire.ModeReadWriteGentle
 }
 
 // replicaStep handles the messages a leader answers.
@@ -155,6 +167,18 @@ func (n *Node) replicaStep(m wire.Message) {
 		n.dropRecord(m.Name, t, m.Req, n.now+int64(m.Lifetime))
 		n.send(reply)
 
+	case wire.KindActivate:
+		reply.Kind = wire.KindActivateAck
+		t := n.replicaName(m.Name)
+		r := t.recs[m.Req]
+		if r == nil || r.entry.Ticket == 0 {
+			reply.Reject = true
+		} else if r.entry.Active != !m.Reject {
+			r.entry.Active = !m.Reject
+			t.dirty = true
+		}
+		n.send(reply)
+
 	case wire.KindRenew:
 		reply.Kind = wire.KindRenewAck
 		t := n.replicaName(m.Name)
@@ -192,6 +216,9 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 	if r := t.recs[req]; r != nil {
 		if r.entry.Ticket != 0 {
 			n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry})
+		}
+		if r.entry.Mode == wire.ModeReadOnly {
+			t.readerSeen = n.now
 		}
 		delete(t.recs, req)
 		t.dirty = true
@@ -245,8 +272,12 @@ func (n *Node) report(name string, t *replicaName, to wire.NodeID, w *watcher) {
 	n.reportSeq++
 	entries := make([]wire.Entry, 0, len(t.recs))
 	for _, req := range sortedReqs(t.recs) {
-		entries = append(entries, t.recs[req].entry)
+		e := t.recs[req].entry
+		if e.Mode == wire.ModeReadOnly {
+			t.readerSeen = n.now
+		}
+		entries = append(entries, e)
 	}
 	n.send(wire.Message{Kind: wire.KindReport, To: to, Name: name, Inc: uint64(n.cfg.Incarnation),
-		Seq: n.reportSeq, Ticket: w.seq, Entries: entries})
+		Seq: n.reportSeq, Ticket: w.seq, Entries: entries, Lifetime: uint64(n.now - t.readerSeen)})
 }

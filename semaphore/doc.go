@@ -6,9 +6,10 @@
 // of its name, in bakery order; the core has already waited for every
 // request still choosing a number that could come before the candidate.
 //
-// Built today: READ_ONLY and READ_WRITE_PRIORITY, which follow from ticket
-// order alone, and the core's exclusive mode. READ_WRITE, READ_WRITE_GENTLE
-// and reader limits need the core to know which tickets are active, not
-// only their order; until it does, ParseMode and Admit refuse them with
-// ErrUnsupported rather than grant them with other semantics.
+// READ_ONLY and READ_WRITE_PRIORITY follow from ticket order alone. The
+// soft writers (READ_WRITE, READ_WRITE_GENTLE) must be seen before they go
+// in: they ask the core to activate them (Decision.Activate) and are
+// granted only if the policy still agrees on reports made after that.
+// Reader limits would need readers to announce themselves too; they are
+// refused with ErrUnsupported until then.
 package semaphore

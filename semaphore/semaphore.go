@@ -20,9 +20,12 @@ const (
 	// after it, so it runs as soon as the earlier holders are done: the
 	// default way to drain a site.
 	ReadWritePriority = wire.ModeReadWritePriority
-	// ReadWrite is exclusive but lets later readers in (not built yet).
+	// ReadWrite is exclusive but lets later readers in while it waits: it
+	// goes in only at a moment no reader is in the table, so it may starve
+	// while readers keep coming. That is the mode's point, not a bug.
 	ReadWrite = wire.ModeReadWrite
-	// ReadWriteGentle is ReadWrite plus a quiet period (not built yet).
+	// ReadWriteGentle is ReadWrite that also waits for a quiet period with
+	// no reader in the table, so visitors can finish browsing.
 	ReadWriteGentle = wire.ModeReadWriteGentle
 	// Exclusive is the core's own exclusive lock, as `sluice lock` takes it:
 	// the same admission as ReadWritePriority.
@@ -68,14 +71,15 @@ func ParseMode(s string) (Mode, error) {
 
 // Supported reports whether this build grants mode m.
 func Supported(m Mode) error {
-	switch m {
-	case ReadOnly, ReadWritePriority, Exclusive:
-		return nil
-	case ReadWrite, ReadWriteGentle:
-		return fmt.Errorf("%w: mode %s needs active-ticket tracking in the core", ErrUnsupported, m)
+	if !m.Valid() {
+		return fmt.Errorf("%w: unknown mode %d", ErrInvalid, m)
 	}
-	return fmt.Errorf("%w: unknown mode %d", ErrInvalid, m)
+	return nil
 }
+
+// DefaultQuietTicks is READ_WRITE_GENTLE's quiet period when a request
+// names none: 10 minutes at the agent's tick of 10 ms.
+const DefaultQuietTicks = 60_000
 
 // Options are the semaphore's own request options.
 type Options struct {
@@ -89,7 +93,7 @@ type Options struct {
 
 // ValidateOptions refuses options that make no sense: a negative quiet
 // period, a negative reader limit; and a reader limit, which this build
-// cannot enforce yet.
+// cannot enforce yet (readers would have to announce themselves).
 func ValidateOptions(o Options) error {
 	var errs []error
 	if o.QuietPeriod < 0 {
@@ -118,33 +122,62 @@ type Lease struct {
 
 func writer(m Mode) bool { return m != ReadOnly }
 
+// soft writers let later readers pass while they wait.
+func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
+
 // Admit is the core.Admit policy of the semaphore. Tickets are in bakery
 // order (number, then request id); others are every other ticket of the
-// name that is not released.
+// name that is not released. Readers never announce themselves, so a soft
+// writer takes every reader ticket in the table as possibly active.
 //
-//   - READ_ONLY waits while any earlier ticket is a writer's; a try is told
-//     ErrDraining at once instead.
-//   - READ_WRITE_PRIORITY and Exclusive wait while any earlier ticket
-//     exists; a try is told ErrTimedOut.
+//   - READ_ONLY waits for every earlier READ_WRITE_PRIORITY or exclusive
+//     ticket, and for any active soft writer; a try is told ErrDraining.
+//   - READ_WRITE_PRIORITY and exclusive wait for every earlier ticket and
+//     for any active soft writer; a try is told ErrTimedOut.
+//   - READ_WRITE waits while any reader ticket is in the table, any earlier
+//     writer ticket, or any other active writer; then it must be activated
+//     (announced at a quorum) and asked again before it is granted.
+//   - READ_WRITE_GENTLE is READ_WRITE that also waits until, on the
+//     reports decided on, no reader ticket was in the table for its quiet
+//     period.
 func Admit(me core.Candidate, others []wire.Entry) core.Decision {
-	for _, o := range others {
-		if !core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req) {
-			continue
-		}
-		if !writer(me.Mode) && !writer(o.Mode) {
-			continue // readers share
-		}
-		switch {
-		case !me.Try:
-			return core.Decision{}
-		case writer(me.Mode):
-			return core.Decision{Refuse: wire.CodeTimedOut}
-		default:
-			return core.Decision{Refuse: wire.CodeDraining}
+	wait := core.Decision{}
+	if me.Try {
+		wait.Refuse = wire.CodeTimedOut
+		if me.Mode == ReadOnly {
+			wait.Refuse = wire.CodeDraining
 		}
 	}
 	if Supported(me.Mode) != nil {
 		return core.Decision{Refuse: wire.CodeInvalid}
 	}
-	return core.Decision{Grant: true}
+	for _, o := range others {
+		earlier := core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req)
+		activeSoft := soft(o.Mode) && o.Active
+		var blocked bool
+		switch {
+		case me.Mode == ReadOnly:
+			blocked = earlier && writer(o.Mode) && !soft(o.Mode) || activeSoft
+		case soft(me.Mode):
+			blocked = o.Mode == ReadOnly || earlier && writer(o.Mode) || activeSoft
+		default:
+			blocked = earlier || activeSoft
+		}
+		if blocked {
+			return wait
+		}
+	}
+	if !soft(me.Mode) {
+		return core.Decision{Grant: true}
+	}
+	if me.Mode == ReadWriteGentle {
+		quiet := me.Quiet
+		if quiet == 0 {
+			quiet = DefaultQuietTicks
+		}
+		if me.SinceReaders < quiet {
+			return wait
+		}
+	}
+	return core.Decision{Grant: true, Activate: true}
 }

@@ -9,73 +9,99 @@ import (
 	"github.com/sluicehq/sluice/semaphore"
 )
 
-// reference says, from the definition, whether a request may go in: no
-// earlier ticket conflicts with it, where two tickets conflict unless both
-// are readers.
-func reference(me core.Candidate, others []wire.Entry) (grant, conflict bool) {
+// reference decides from DESIGN.md §6's table, phrased as conditions on
+// sets: whether the candidate may go in, and whether it must be announced
+// first. Hard writers (READ_WRITE_PRIORITY, exclusive) block every later
+// ticket, so an earlier one stands for "active or waiting with priority";
+// a soft writer is active only when marked so; readers never announce
+// themselves, so any reader ticket may be active.
+func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
+	isSoft := func(m wire.Mode) bool { return m == semaphore.ReadWrite || m == semaphore.ReadWriteGentle }
+	var anyEarlier, earlierHard, earlierWriter, anyReader, activeSoft bool
 	for _, o := range others {
 		earlier := o.Ticket < me.Ticket || o.Ticket == me.Ticket && o.Req.Compare(me.Req) < 0
-		bothRead := me.Mode == semaphore.ReadOnly && o.Mode == semaphore.ReadOnly
-		if earlier && !bothRead {
-			return false, true
-		}
+		anyEarlier = anyEarlier || earlier
+		earlierWriter = earlierWriter || earlier && o.Mode != semaphore.ReadOnly
+		earlierHard = earlierHard || earlier && o.Mode != semaphore.ReadOnly && !isSoft(o.Mode)
+		anyReader = anyReader || o.Mode == semaphore.ReadOnly
+		activeSoft = activeSoft || isSoft(o.Mode) && o.Active
 	}
-	return true, false
+	quiet := me.Quiet
+	if quiet == 0 {
+		quiet = semaphore.DefaultQuietTicks
+	}
+	switch me.Mode {
+	case semaphore.ReadOnly:
+		return !earlierHard && !activeSoft, false
+	case semaphore.ReadWrite:
+		return !anyReader && !earlierWriter && !activeSoft, true
+	case semaphore.ReadWriteGentle:
+		return !anyReader && !earlierWriter && !activeSoft && me.SinceReaders >= quiet, true
+	}
+	return !anyEarlier && !activeSoft, false
 }
 
 // TestAdmitAgainstReference compares Admit with the reference over every
-// combination of up to four other tickets in the supported modes, around a
-// candidate of each mode, tried or waiting.
+// combination of up to three other tickets in every mode, active or not,
+// around a candidate of each mode, tried or waiting, with a quiet period
+// over or not.
 func TestAdmitAgainstReference(t *testing.T) {
-	modes := []wire.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.Exclusive}
+	modes := []wire.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.Exclusive, semaphore.ReadWrite, semaphore.ReadWriteGentle}
 	checked := 0
 	var others []wire.Entry
 	var rec func(k int)
 	rec = func(k int) {
 		for _, mm := range modes {
 			for _, try := range []bool{false, true} {
-				me := core.Candidate{Req: wire.RequestID{Node: 9, Seq: 3}, Ticket: 3, Mode: mm, Try: try}
-				d := semaphore.Admit(me, others)
-				grant, _ := reference(me, others)
-				checked++
-				switch {
-				case grant && !d.Grant:
-					t.Fatalf("%+v among %+v: want grant, got %+v", me, others, d)
-				case !grant && d.Grant:
-					t.Fatalf("%+v among %+v: granted against the reference", me, others)
-				case !grant && try && d.Refuse == wire.CodeNone:
-					t.Fatalf("%+v among %+v: a try must be answered at once", me, others)
-				case !grant && !try && d.Refuse != wire.CodeNone:
-					t.Fatalf("%+v among %+v: a waiter was refused", me, others)
-				case !grant && try && mm == semaphore.ReadOnly && d.Refuse != wire.CodeDraining:
-					t.Fatalf("a reader's try behind a writer must say draining, got %s", d.Refuse)
+				for _, since := range []int64{5, 50} {
+					me := core.Candidate{Req: wire.RequestID{Node: 9, Seq: 3}, Ticket: 3, Mode: mm, Try: try, Quiet: 20, SinceReaders: since}
+					d := semaphore.Admit(me, others)
+					grant, activate := reference(me, others)
+					checked++
+					switch {
+					case grant != d.Grant:
+						t.Fatalf("%+v among %+v: reference grant=%v, Admit %+v", me, others, grant, d)
+					case grant && activate != d.Activate:
+						t.Fatalf("%+v among %+v: activation must be %v", me, others, activate)
+					case !grant && try && d.Refuse == wire.CodeNone:
+						t.Fatalf("%+v among %+v: a try must be answered at once", me, others)
+					case !grant && !try && d.Refuse != wire.CodeNone:
+						t.Fatalf("%+v among %+v: a waiter was refused", me, others)
+					case !grant && try && mm == semaphore.ReadOnly && d.Refuse != wire.CodeDraining:
+						t.Fatalf("a reader's try behind a writer must say draining, got %s", d.Refuse)
+					}
 				}
 			}
 		}
-		if k == 4 {
+		if k == 3 {
 			return
 		}
-		// Each further ticket: any supported mode, before, tied with, or after
-		// the candidate's number 3, from a node before or after its node 9.
+		// Each further ticket: any mode, active or not, before, tied with,
+		// or after the candidate's number 3, from a node before or after 9.
 		for _, mm := range modes {
-			for _, tk := range []uint64{1, 3, 5} {
-				for _, node := range []wire.NodeID{1, 12} {
-					others = append(others, wire.Entry{Req: wire.RequestID{Node: node, Seq: uint64(k)}, Ticket: tk, Mode: mm, State: wire.StateTicket})
-					rec(k + 1)
-					others = others[:len(others)-1]
+			for _, active := range []bool{false, true} {
+				for _, tk := range []uint64{1, 3, 5} {
+					for _, node := range []wire.NodeID{1, 12} {
+						others = append(others, wire.Entry{Req: wire.RequestID{Node: node, Seq: uint64(k)}, Ticket: tk, Mode: mm,
+							State: wire.StateTicket, Active: active})
+						rec(k + 1)
+						others = others[:len(others)-1]
+					}
 				}
 			}
 		}
 	}
 	rec(0)
-	if checked < 100000 {
+	if checked < 1000000 {
 		t.Fatalf("only %d cases checked", checked)
 	}
 }
 
 func TestParseMode(t *testing.T) {
 	for s, want := range map[string]wire.Mode{"read-only": semaphore.ReadOnly, "hard": semaphore.ReadWritePriority,
-		"read-write-priority": semaphore.ReadWritePriority, "exclusive": semaphore.Exclusive} {
+		"read-write-priority": semaphore.ReadWritePriority, "exclusive": semaphore.Exclusive,
+		"soft": semaphore.ReadWrite, "read-write": semaphore.ReadWrite, "gentle": semaphore.ReadWriteGentle,
+		"read-write-gentle": semaphore.ReadWriteGentle} {
 		if m, err := semaphore.ParseMode(s); err != nil || m != want {
 			t.Errorf("%q: %v %v", s, m, err)
 		}
@@ -83,11 +109,6 @@ func TestParseMode(t *testing.T) {
 	for _, s := range []string{"", "write", "READ-ONLY"} {
 		if _, err := semaphore.ParseMode(s); !errors.Is(err, semaphore.ErrInvalid) || errors.Is(err, semaphore.ErrUnsupported) {
 			t.Errorf("%q: %v", s, err)
-		}
-	}
-	for _, s := range []string{"soft", "gentle", "read-write", "read-write-gentle"} {
-		if _, err := semaphore.ParseMode(s); !errors.Is(err, semaphore.ErrUnsupported) {
-			t.Errorf("%q must be refused as unsupported, got %v", s, err)
 		}
 	}
 }

@@ -61,7 +61,11 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	for _, e := range m.Entries {
 		dst = appendReq(dst, e.Req)
 		dst = binary.AppendUvarint(dst, e.Ticket)
-		dst = append(dst, byte(e.Mode), byte(e.State))
+		var flags byte
+		if e.Active {
+			flags = 1
+		}
+		dst = append(dst, byte(e.Mode), byte(e.State), flags)
 	}
 	dst = appendNodes(binary.AppendUvarint(dst, m.View.Epoch), m.View.Leaders)
 	dst = appendNodes(binary.AppendUvarint(dst, m.View.PrevEpoch), m.View.PrevLeaders)
@@ -191,8 +195,8 @@ func Decode(b []byte) (Message, error) {
 	if d.err == nil && count > MaxEntries {
 		return Message{}, fmt.Errorf("%w: %d entries", ErrTooLarge, count)
 	}
-	// Each entry takes at least 5 bytes; a count the frame cannot hold is a lie.
-	if d.err == nil && count > uint64(len(d.b))/5 {
+	// Each entry takes at least 6 bytes; a count the frame cannot hold is a lie.
+	if d.err == nil && count > uint64(len(d.b))/6 {
 		d.fail("entry count")
 	}
 	if d.err == nil && count > 0 {
@@ -203,6 +207,13 @@ func Decode(b []byte) (Message, error) {
 			e.Ticket = d.uvarint("entry ticket")
 			e.Mode = Mode(d.byte("entry mode"))
 			e.State = EntryState(d.byte("entry state"))
+			switch d.byte("entry flags") {
+			case 0:
+			case 1:
+				e.Active = true
+			default:
+				d.fail("entry flags")
+			}
 			if d.err == nil && (!e.Mode.Valid() || e.State == 0 || e.State >= stateEnd) {
 				d.fail("entry mode or state")
 			}

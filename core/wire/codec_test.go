@@ -13,8 +13,9 @@ func sample() Message {
 		Kind: KindReport, From: 3, To: 1, Epoch: 7, Clock: 99, Name: "https://example.com/",
 		Req: RequestID{Node: 3, Seq: 5<<32 | 12}, Mode: ModeExclusive, Ticket: 42, Inc: 5,
 		Seq: 8, Lifetime: 600, Reject: true, Event: EventGranted, Code: CodeTimedOut,
-		Entries: []Entry{{Req: RequestID{Node: 2, Seq: 1}, Ticket: 41, Mode: ModeExclusive, State: StateTicket}},
-		View:    View{Epoch: 4, Leaders: []NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []NodeID{1, 2, 9}},
+		Entries: []Entry{{Req: RequestID{Node: 2, Seq: 1}, Ticket: 41, Mode: ModeExclusive, State: StateTicket},
+			{Req: RequestID{Node: 3, Seq: 9}, Ticket: 42, Mode: ModeReadWrite, State: StateTicket, Active: true}},
+		View: View{Epoch: 4, Leaders: []NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []NodeID{1, 2, 9}},
 	}
 }
 

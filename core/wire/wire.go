@@ -97,6 +97,9 @@ type Entry struct {
 	Ticket uint64
 	Mode   Mode
 	State  EntryState
+	// Active: the request announced that it is going in (a writer of a mode
+	// that lets later readers pass must say so before it is granted).
+	Active bool
 }
 
 // Kind is the type of a message.
@@ -127,7 +130,9 @@ const (
 	KindUnwatch
 	// KindReport (replica → master): the entries of Name at the replica.
 	// Inc/Seq order reports of one replica; Ticket echoes the highest watch
-	// sequence the replica has seen from that master for Name.
+	// sequence the replica has seen from that master for Name; Lifetime is
+	// how many ticks ago a READ_ONLY ticket of Name was last in the table
+	// (0 while one is).
 	KindReport
 	// KindRelease (master → replica): Req is gone; drop it durably.
 	KindRelease
@@ -177,6 +182,12 @@ const (
 	// KindSnapshotDone: the table was Seq entries; Inc is the epoch of the
 	// last view the sender completed a handoff for.
 	KindSnapshotDone
+
+	// KindActivate (master → replica): mark Req active (Reject unset) or
+	// not active any more (Reject set).
+	KindActivate
+	// KindActivateAck: the mark is set.
+	KindActivateAck
 	kindEnd
 )
 
@@ -196,7 +207,7 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"add-ticket", "add-ticket-ack", "watch", "unwatch", "report", "release",
 	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
-	"snapshot-request", "snapshot", "snapshot-done"}
+	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {

@@ -83,9 +83,9 @@ func readerString(ids []int) string {
 }
 
 // lockModel is a reader/writer lock with fencing tokens: a writer needs no
-// holder and a token above every earlier grant; a reader needs no writer
-// and a token above every earlier writer's; a failed acquire changes
-// nothing; an end frees the holder's place.
+// holder, a reader needs no writer, and every token is above every earlier
+// writer's (the per-step check holds hard writers to more); a failed
+// acquire changes nothing; an end frees the holder's place.
 var lockModel = porcupine.Model{
 	Partition: func(ops []porcupine.Operation) [][]porcupine.Operation {
 		byName := map[string]int{}
@@ -109,7 +109,7 @@ var lockModel = porcupine.Model{
 		case in.kind == opAcquire && !out.ok:
 			return true, st
 		case in.kind == opAcquire && in.write:
-			if st.writer != -1 || st.readers != "" || out.token <= st.last {
+			if st.writer != -1 || st.readers != "" || out.token <= st.lastWrite {
 				return false, st
 			}
 			st.writer, st.last, st.lastWrite = in.client, out.token, out.token

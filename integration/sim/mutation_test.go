@@ -67,6 +67,20 @@ func TestModeMutantIsCaught(t *testing.T) {
 	t.Fatalf("the simulator did not catch readers ignoring writers in %d seeds", mutationBound)
 }
 
+// TestActivationMutantIsCaught: soft writers granted without being seen
+// first must be caught.
+func TestActivationMutantIsCaught(t *testing.T) {
+	for seed := int64(1); seed <= mutationBound; seed++ {
+		_, err := Run(Options{Seed: seed, Modes: true, Mutant: core.MutantNoConfirm})
+		var f *Failure
+		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
+			t.Logf("caught at seed %d: %s", seed, f.What)
+			return
+		}
+	}
+	t.Fatalf("the simulator did not catch soft writers granted without activation in %d seeds", mutationBound)
+}
+
 // TestMutantsAreCaught proves the simulator is worth its seeds: each
 // deliberately broken core must fail a check within mutationBound seeds.
 // safety marks the mutants that must break a safety invariant (two holders,

@@ -142,6 +142,7 @@ type client struct {
 	handle   wire.RequestID
 	name     string
 	mode     wire.Mode
+	quiet    int64 // of a READ_WRITE_GENTLE request
 	timeout  int64
 	deadline int64 // last tick a grant may arrive
 	expiry   int64 // holds while tick < expiry
@@ -172,6 +173,7 @@ type Sim struct {
 
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
+	lastReaderEvent map[string]int64 // tick a reader was last granted or stopped holding
 	idleWait        map[string]int64
 	views           map[uint64]string // epoch -> the view adopted for it, as seen anywhere
 	hist            history
@@ -197,7 +199,7 @@ func run(o Options) (*Sim, error) {
 	if o.ClientsPerNode <= 0 {
 		o.ClientsPerNode = 1 + rng.IntN(4)
 	}
-	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{},
+	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{},
 		idleWait: map[string]int64{}, views: map[uint64]string{}, trace: make([]string, o.TraceLines)}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
@@ -389,10 +391,11 @@ func (s *Sim) handle(i int) {
 	s.checkHandoff(i)
 }
 
-// checkHandoff: when a leader has just taken a view's table over, every
-// lease a client still holds that was granted in an earlier view must be
-// in it, with the client's token. (A lease granted in the new view is only
-// at a quorum of its leaders: a leader that finishes late may lack it.)
+// checkHandoff: when a leader has just taken a view's table over from the
+// previous view, every lease a client still holds that was granted in that
+// previous view or before must be in it, with the client's token. (A lease
+// granted later, in the new view or in one that the new view continues with
+// the same leaders, is only promised at a quorum of them.)
 func (s *Sim) checkHandoff(i int) {
 	n := s.nodes[i]
 	if n.core == nil {
@@ -403,11 +406,12 @@ func (s *Sim) checkHandoff(i int) {
 		return
 	}
 	n.complete = h.Complete
-	if !n.core.Serving() {
+	v := n.core.View()
+	if !n.core.Serving() || v.Epoch != h.Complete {
 		return
 	}
 	for _, c := range s.clients {
-		if !c.holds(s.tick) || c.epoch >= h.Complete {
+		if !c.holds(s.tick) || c.epoch > v.PrevEpoch {
 			continue
 		}
 		entries, _ := n.core.Table(c.name)
@@ -637,10 +641,14 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
 	if s.o.Modes && !probe {
 		switch r := s.rng.IntN(20); {
-		case r < 13:
+		case r < 11:
 			a.Mode = semaphore.ReadOnly
-		case r < 18:
+		case r < 14:
 			a.Mode = semaphore.ReadWritePriority
+		case r < 16:
+			a.Mode = semaphore.ReadWrite
+		case r < 18:
+			a.Mode, a.Quiet = semaphore.ReadWriteGentle, 10+s.rng.Int64N(30)
 		}
 	}
 	if probe {
@@ -659,7 +667,7 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	if wait == 0 {
 		wait = tryTicks
 	}
-	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, mode: a.Mode, timeout: a.Timeout,
+	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, mode: a.Mode, quiet: a.Quiet, timeout: a.Timeout,
 		deadline: s.tick + wait, renewAt: -1, probe: probe}
 	c.op = s.hist.call(c.id, name, opAcquire, 0, a.Mode != semaphore.ReadOnly)
 	s.tracef("client %d on node %d acquires %s %s as %s (timeout %d, duration %d)", c.id, c.node+1, name, a.Mode, id, a.Timeout, a.Duration)
@@ -687,21 +695,29 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			s.failf("client %d granted at %d after its obtain deadline %d", c.id, s.tick, c.deadline)
 			return
 		}
-		// A writer's token is above every earlier grant's; a reader's above
-		// every earlier writer's (readers granted together may come in any
-		// order of their tickets).
-		last := s.lastToken[c.name]
-		if c.mode == semaphore.ReadOnly {
-			last = s.lastWriterToken[c.name]
+		// Every token is above every earlier writer's. A hard writer's is
+		// above every earlier grant's; readers that passed a waiting soft
+		// writer may hold higher tokens than it, by design.
+		last := s.lastWriterToken[c.name]
+		if c.mode == semaphore.ReadWritePriority || c.mode == semaphore.Exclusive {
+			last = s.lastToken[c.name]
 		}
 		if e.Token <= last {
 			s.failf("fencing token %d of a %s grant on %s is not above the previous %d", e.Token, c.mode, c.name, last)
 			return
 		}
 		s.lastToken[c.name] = max(s.lastToken[c.name], e.Token)
+		if c.mode == semaphore.ReadWriteGentle {
+			if since := s.tick - s.lastReaderEvent[c.name]; since < c.quiet {
+				s.failf("gentle writer client %d granted %s %d ticks after a reader came or went, quiet period %d",
+					c.id, c.name, since, c.quiet)
+				return
+			}
+		}
 		if c.mode != semaphore.ReadOnly {
 			s.lastWriterToken[c.name] = e.Token
 		} else {
+			s.lastReaderEvent[c.name] = s.tick
 			s.checkReaderBehindWriters(c, e.Token)
 			for _, o := range s.clients {
 				if o != c && o.name == c.name && o.mode == semaphore.ReadOnly && o.holds(s.tick) {
@@ -788,6 +804,9 @@ func (s *Sim) endHold(c *client, why string) {
 
 // closeHold records the end of the client's hold once.
 func (s *Sim) closeHold(c *client) {
+	if c.token != 0 && c.mode == semaphore.ReadOnly {
+		s.lastReaderEvent[c.name] = s.tick
+	}
 	if c.token != 0 {
 		s.hist.instant(c.id, c.name, opEnd, c.token, c.mode != semaphore.ReadOnly)
 		c.token = 0
@@ -837,15 +856,17 @@ func (s *Sim) checkInvariants() {
 	}
 }
 
-// checkReaderBehindWriters: a reader is never granted while a writer whose
-// ticket comes before its own waits with that ticket durable at a quorum.
+// checkReaderBehindWriters: a reader is never granted while a hard writer
+// (priority, exclusive) whose ticket comes before its own waits with that
+// ticket durable at a quorum. Soft writers let readers pass: by design.
 func (s *Sim) checkReaderBehindWriters(c *client, token uint64) {
 	for _, n := range s.nodes {
 		if n.core == nil {
 			continue
 		}
 		for _, r := range n.core.Requests() {
-			if r.Name == c.name && r.Mode != semaphore.ReadOnly && r.Phase == "waiting" && r.Ticket < token {
+			hard := r.Mode == semaphore.ReadWritePriority || r.Mode == semaphore.Exclusive
+			if r.Name == c.name && hard && r.Phase == "waiting" && r.Ticket < token {
 				s.failf("reader client %d granted %s with token %d while writer %s waits with ticket %d",
 					c.id, c.name, token, r.Handle, r.Ticket)
 				return
