@@ -19,6 +19,8 @@ type Candidate struct {
 	// Activated: the request is marked active at a quorum, and the reports
 	// decided on were made after that.
 	Activated bool
+	// Limit is the reader limit the request asked for (0: none).
+	Limit int
 }
 
 // Decision is an admission policy's answer. Neither Grant nor a Refuse code
@@ -31,6 +33,10 @@ type Decision struct {
 	// still says Grant. For modes whose grant others must see before it
 	// happens (a writer that lets later readers pass).
 	Activate bool
+	// RetryIn, when waiting, asks to be asked again on fresh reports after
+	// that many ticks even if nothing changes: for a wait that ends with
+	// time (a quiet period), not with a change replicas would push.
+	RetryIn int64
 }
 
 // Admit decides whether me may be granted, given every other request of the

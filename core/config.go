@@ -196,6 +196,8 @@ type Acquire struct {
 	// Quiet is the quiet period of READ_WRITE_GENTLE, in ticks; >= 0 (0:
 	// the admission policy's default).
 	Quiet int64
+	// Limit caps the readers ahead of a READ_ONLY request; >= 0 (0: none).
+	Limit int
 }
 
 func (n *Node) validate(a Acquire) error {
@@ -214,6 +216,8 @@ func (n *Node) validate(a Acquire) error {
 		return fmt.Errorf("%w: negative grace", ErrInvalid)
 	case a.Quiet < 0:
 		return fmt.Errorf("%w: negative quiet period", ErrInvalid)
+	case a.Limit < 0 || a.Limit > n.cfg.MaxWaiters:
+		return fmt.Errorf("%w: reader limit %d is not 1..%d", ErrInvalid, a.Limit, n.cfg.MaxWaiters)
 	case a.Timeout > maxSpan || a.Duration > maxSpan || a.Grace > maxSpan || a.Quiet > maxSpan:
 		return fmt.Errorf("%w: span over %d ticks", ErrInvalid, int64(maxSpan))
 	}

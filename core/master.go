@@ -47,9 +47,11 @@ type request struct {
 	activating, activated, marked bool
 	actAcks                       map[wire.NodeID]bool
 	actSentAt                     int64
-	max                           uint64
-	ticket                        uint64
-	watchSeq                      uint64
+	// retryAt: when the policy asked to be asked again (0: not asked).
+	retryAt  int64
+	max      uint64
+	ticket   uint64
+	watchSeq uint64
 	// firstSeen: the replicas whose first report made after the ticket was
 	// durable has been read; relevant: every other request in those reports.
 	// Once firstSeen is a quorum, a request missing from relevant entered
@@ -387,7 +389,7 @@ func (n *Node) evaluate(r *request) {
 		others = append(others, e)
 	}
 	d := n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
-		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated}, others)
+		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, others)
 	switch {
 	case d.Grant && d.Activate && !r.activated && n.cfg.Mutant&MutantNoConfirm == 0:
 		if !r.activating {
@@ -399,6 +401,9 @@ func (n *Node) evaluate(r *request) {
 		n.fail(r, d.Refuse)
 	case r.activated || r.activating:
 		n.sendMark(r, false, nil) // back off: others must not see us active
+	}
+	if !d.Grant && d.Refuse == wire.CodeNone && d.RetryIn > 0 {
+		r.retryAt = n.now + d.RetryIn
 	}
 }
 
@@ -505,6 +510,14 @@ func (n *Node) masterTick() {
 			}
 			if r.phase == phaseWait && since >= n.cfg.RefreshTicks && r.marked && !r.activating {
 				n.sendMark(r, r.activated, func(wire.NodeID) bool { return false })
+			}
+			if r.phase == phaseWait && r.retryAt > 0 && n.now >= r.retryAt {
+				// The wait the policy timed may be over: fresh reports.
+				r.retryAt, r.sentAt = 0, n.now
+				n.watchCounter++
+				r.watchSeq = n.watchCounter
+				n.sendPhase(r, nil)
+				continue
 			}
 			if r.phase == phaseWait && since >= n.cfg.RefreshTicks ||
 				r.phase != phaseWait && r.phase != phaseQueued && since >= n.cfg.RetransmitTicks {

@@ -6,10 +6,9 @@
 // of its name, in bakery order; the core has already waited for every
 // request still choosing a number that could come before the candidate.
 //
-// READ_ONLY and READ_WRITE_PRIORITY follow from ticket order alone. The
-// soft writers (READ_WRITE, READ_WRITE_GENTLE) must be seen before they go
-// in: they ask the core to activate them (Decision.Activate) and are
-// granted only if the policy still agrees on reports made after that.
-// Reader limits would need readers to announce themselves too; they are
-// refused with ErrUnsupported until then.
+// READ_ONLY, READ_WRITE_PRIORITY and reader limits follow from ticket order
+// alone. The soft writers (READ_WRITE, READ_WRITE_GENTLE) must be seen
+// before they go in: they ask the core to activate them (Decision.Activate)
+// and are granted only if the policy still agrees on reports made after
+// that.
 package semaphore

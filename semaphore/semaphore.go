@@ -41,8 +41,6 @@ var (
 	ErrLost     = core.ErrLost
 	ErrInvalid  = core.ErrInvalid
 	ErrOverflow = core.ErrOverflow
-	// ErrUnsupported: a mode or option this build cannot grant safely yet.
-	ErrUnsupported = fmt.Errorf("%w: not supported yet", core.ErrInvalid)
 )
 
 // Code is the stable spelling of err on the wire and in JSON ("draining",
@@ -56,25 +54,13 @@ var modeNames = map[string]Mode{
 	"hard": ReadWritePriority, "soft": ReadWrite, "gentle": ReadWriteGentle,
 }
 
-// ParseMode reads a mode as users write it ("read-only", "hard", ...). It
-// refuses unknown names, and the modes this build cannot grant yet.
+// ParseMode reads a mode as users write it ("read-only", "hard", ...).
 func ParseMode(s string) (Mode, error) {
 	m, ok := modeNames[s]
 	if !ok {
 		return 0, fmt.Errorf("%w: unknown mode %q (read-only, read-write-priority, read-write, read-write-gentle)", ErrInvalid, s)
 	}
-	if err := Supported(m); err != nil {
-		return 0, err
-	}
 	return m, nil
-}
-
-// Supported reports whether this build grants mode m.
-func Supported(m Mode) error {
-	if !m.Valid() {
-		return fmt.Errorf("%w: unknown mode %d", ErrInvalid, m)
-	}
-	return nil
 }
 
 // DefaultQuietTicks is READ_WRITE_GENTLE's quiet period when a request
@@ -86,26 +72,33 @@ type Options struct {
 	// QuietPeriod, in ticks, is how long READ_WRITE_GENTLE waits without a
 	// reader coming or going. Zero means the default of 10 minutes.
 	QuietPeriod int64
-	// ReaderLimit caps concurrent READ_ONLY holders of the name. Zero means
-	// no limit.
+	// ReaderLimit caps concurrent READ_ONLY holders among the readers that
+	// ask for it: such a reader goes in only while fewer readers than the
+	// limit are ahead of it in the line (a fair counting semaphore, as
+	// `consul lock -n`). Zero means no limit.
 	ReaderLimit int
 }
 
 // ValidateOptions refuses options that make no sense: a negative quiet
-// period, a negative reader limit; and a reader limit, which this build
-// cannot enforce yet (readers would have to announce themselves).
+// period, a reader limit below zero (zero means none).
 func ValidateOptions(o Options) error {
 	var errs []error
 	if o.QuietPeriod < 0 {
 		errs = append(errs, fmt.Errorf("%w: negative quiet period %d", ErrInvalid, o.QuietPeriod))
 	}
-	switch {
-	case o.ReaderLimit < 0:
+	if o.ReaderLimit < 0 {
 		errs = append(errs, fmt.Errorf("%w: reader limit %d is below 1", ErrInvalid, o.ReaderLimit))
-	case o.ReaderLimit > 0:
-		errs = append(errs, fmt.Errorf("%w: reader limits need active-ticket tracking in the core", ErrUnsupported))
 	}
 	return errors.Join(errs...)
+}
+
+// ParseLimit reads a reader limit as a user gives it: a whole number of at
+// least 1 (a user who wants no limit leaves it out).
+func ParseLimit(n int) (int, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("%w: reader limit %d is below 1", ErrInvalid, n)
+	}
+	return n, nil
 }
 
 // Lease is a granted lock as a client holds it.
@@ -132,6 +125,9 @@ func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
 //
 //   - READ_ONLY waits for every earlier READ_WRITE_PRIORITY or exclusive
 //     ticket, and for any active soft writer; a try is told ErrDraining.
+//     With a limit L it also waits while L reader tickets are ahead of it
+//     (a try is told ErrTimedOut): of L+1 readers holding at once, the last
+//     in line would have seen the L before it, so that cannot happen.
 //   - READ_WRITE_PRIORITY and exclusive wait for every earlier ticket and
 //     for any active soft writer; a try is told ErrTimedOut.
 //   - READ_WRITE waits while any reader ticket is in the table, any earlier
@@ -148,11 +144,15 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 			wait.Refuse = wire.CodeDraining
 		}
 	}
-	if Supported(me.Mode) != nil {
+	if !me.Mode.Valid() {
 		return core.Decision{Refuse: wire.CodeInvalid}
 	}
+	readersAhead := 0
 	for _, o := range others {
 		earlier := core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req)
+		if earlier && o.Mode == ReadOnly {
+			readersAhead++
+		}
 		activeSoft := soft(o.Mode) && o.Active
 		var blocked bool
 		switch {
@@ -167,6 +167,12 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 			return wait
 		}
 	}
+	if me.Mode == ReadOnly && me.Limit > 0 && readersAhead >= me.Limit {
+		if me.Try {
+			return core.Decision{Refuse: wire.CodeTimedOut} // full, not draining
+		}
+		return core.Decision{}
+	}
 	if !soft(me.Mode) {
 		return core.Decision{Grant: true}
 	}
@@ -176,6 +182,7 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 			quiet = DefaultQuietTicks
 		}
 		if me.SinceReaders < quiet {
+			wait.RetryIn = quiet - me.SinceReaders // ask again when it may be over
 			return wait
 		}
 	}

@@ -18,6 +18,7 @@ import (
 func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 	isSoft := func(m wire.Mode) bool { return m == semaphore.ReadWrite || m == semaphore.ReadWriteGentle }
 	var anyEarlier, earlierHard, earlierWriter, anyReader, activeSoft bool
+	readersAhead := 0
 	for _, o := range others {
 		earlier := o.Ticket < me.Ticket || o.Ticket == me.Ticket && o.Req.Compare(me.Req) < 0
 		anyEarlier = anyEarlier || earlier
@@ -25,6 +26,9 @@ func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 		earlierHard = earlierHard || earlier && o.Mode != semaphore.ReadOnly && !isSoft(o.Mode)
 		anyReader = anyReader || o.Mode == semaphore.ReadOnly
 		activeSoft = activeSoft || isSoft(o.Mode) && o.Active
+		if earlier && o.Mode == semaphore.ReadOnly {
+			readersAhead++
+		}
 	}
 	quiet := me.Quiet
 	if quiet == 0 {
@@ -32,7 +36,7 @@ func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 	}
 	switch me.Mode {
 	case semaphore.ReadOnly:
-		return !earlierHard && !activeSoft, false
+		return !earlierHard && !activeSoft && (me.Limit == 0 || readersAhead < me.Limit), false
 	case semaphore.ReadWrite:
 		return !anyReader && !earlierWriter && !activeSoft, true
 	case semaphore.ReadWriteGentle:
@@ -53,8 +57,13 @@ func TestAdmitAgainstReference(t *testing.T) {
 	rec = func(k int) {
 		for _, mm := range modes {
 			for _, try := range []bool{false, true} {
-				for _, since := range []int64{5, 50} {
-					me := core.Candidate{Req: wire.RequestID{Node: 9, Seq: 3}, Ticket: 3, Mode: mm, Try: try, Quiet: 20, SinceReaders: since}
+				for _, variant := range []struct {
+					since int64
+					limit int
+				}{{5, 0}, {50, 0}, {50, 1}, {50, 2}} {
+					since := variant.since
+					me := core.Candidate{Req: wire.RequestID{Node: 9, Seq: 3}, Ticket: 3, Mode: mm, Try: try, Quiet: 20,
+						SinceReaders: since, Limit: variant.limit}
 					d := semaphore.Admit(me, others)
 					grant, activate := reference(me, others)
 					checked++
@@ -67,7 +76,7 @@ func TestAdmitAgainstReference(t *testing.T) {
 						t.Fatalf("%+v among %+v: a try must be answered at once", me, others)
 					case !grant && !try && d.Refuse != wire.CodeNone:
 						t.Fatalf("%+v among %+v: a waiter was refused", me, others)
-					case !grant && try && mm == semaphore.ReadOnly && d.Refuse != wire.CodeDraining:
+					case !grant && try && mm == semaphore.ReadOnly && variant.limit == 0 && d.Refuse != wire.CodeDraining:
 						t.Fatalf("a reader's try behind a writer must say draining, got %s", d.Refuse)
 					}
 				}
@@ -107,7 +116,7 @@ func TestParseMode(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"", "write", "READ-ONLY"} {
-		if _, err := semaphore.ParseMode(s); !errors.Is(err, semaphore.ErrInvalid) || errors.Is(err, semaphore.ErrUnsupported) {
+		if _, err := semaphore.ParseMode(s); !errors.Is(err, semaphore.ErrInvalid) {
 			t.Errorf("%q: %v", s, err)
 		}
 	}
@@ -122,15 +131,20 @@ func TestValidateOptions(t *testing.T) {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
-	if err := semaphore.ValidateOptions(semaphore.Options{ReaderLimit: 3}); !errors.Is(err, semaphore.ErrUnsupported) {
-		t.Errorf("a reader limit must be refused until it is enforced: %v", err)
+	if err := semaphore.ValidateOptions(semaphore.Options{ReaderLimit: 3, QuietPeriod: 5}); err != nil {
+		t.Errorf("a reader limit and a quiet period are fine: %v", err)
+	}
+	for _, n := range []int{0, -1} {
+		if _, err := semaphore.ParseLimit(n); !errors.Is(err, semaphore.ErrInvalid) {
+			t.Errorf("limit %d: %v", n, err)
+		}
 	}
 }
 
 func TestCodes(t *testing.T) {
 	for err, want := range map[error]string{semaphore.ErrDraining: "draining", semaphore.ErrTimedOut: "timedout",
 		semaphore.ErrNotReady: "not_ready", semaphore.ErrLost: "lost", semaphore.ErrInvalid: "invalid",
-		semaphore.ErrOverflow: "overflow", semaphore.ErrUnsupported: "invalid"} {
+		semaphore.ErrOverflow: "overflow"} {
 		if got := semaphore.Code(err); got != want {
 			t.Errorf("%v: %q, want %q", err, got, want)
 		}

@@ -45,10 +45,16 @@ func TestHandoffMutantsAreCaught(t *testing.T) {
 }
 
 // readersIgnoreWriters is a broken semaphore policy: readers go in past
-// earlier writers.
+// writers (their limits still hold).
 func readersIgnoreWriters(me core.Candidate, others []wire.Entry) core.Decision {
 	if me.Mode == semaphore.ReadOnly {
-		return core.Decision{Grant: true}
+		var readers []wire.Entry
+		for _, o := range others {
+			if o.Mode == semaphore.ReadOnly {
+				readers = append(readers, o)
+			}
+		}
+		others = readers
 	}
 	return semaphore.Admit(me, others)
 }
@@ -65,6 +71,25 @@ func TestModeMutantIsCaught(t *testing.T) {
 		}
 	}
 	t.Fatalf("the simulator did not catch readers ignoring writers in %d seeds", mutationBound)
+}
+
+// ignoreLimits is a broken policy: readers disregard their limit.
+func ignoreLimits(me core.Candidate, others []wire.Entry) core.Decision {
+	me.Limit = 0
+	return semaphore.Admit(me, others)
+}
+
+// TestLimitMutantIsCaught: readers that ignore their limit must be caught.
+func TestLimitMutantIsCaught(t *testing.T) {
+	for seed := int64(1); seed <= mutationBound; seed++ {
+		_, err := Run(Options{Seed: seed, Modes: true, Admit: ignoreLimits})
+		var f *Failure
+		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
+			t.Logf("caught at seed %d: %s", seed, f.What)
+			return
+		}
+	}
+	t.Fatalf("the simulator did not catch readers ignoring their limit in %d seeds", mutationBound)
 }
 
 // TestActivationMutantIsCaught: soft writers granted without being seen

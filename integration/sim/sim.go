@@ -174,6 +174,7 @@ type Sim struct {
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
 	lastReaderEvent map[string]int64 // tick a reader was last granted or stopped holding
+	readerLimit     map[string]int   // per name, with Modes (0: none)
 	idleWait        map[string]int64
 	views           map[uint64]string // epoch -> the view adopted for it, as seen anywhere
 	hist            history
@@ -199,7 +200,7 @@ func run(o Options) (*Sim, error) {
 	if o.ClientsPerNode <= 0 {
 		o.ClientsPerNode = 1 + rng.IntN(4)
 	}
-	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{},
+	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
 		idleWait: map[string]int64{}, views: map[uint64]string{}, trace: make([]string, o.TraceLines)}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
@@ -216,6 +217,9 @@ func run(o Options) (*Sim, error) {
 	}
 	for i := range o.Names {
 		s.names = append(s.names, fmt.Sprintf("https://site%d.example/", i))
+		if o.Modes {
+			s.readerLimit[s.names[i]] = rng.IntN(3)
+		}
 	}
 	for i := range o.Nodes * o.ClientsPerNode {
 		s.clients = append(s.clients, &client{id: i, node: i % o.Nodes, renewAt: -1, op: -1})
@@ -642,7 +646,7 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	if s.o.Modes && !probe {
 		switch r := s.rng.IntN(20); {
 		case r < 11:
-			a.Mode = semaphore.ReadOnly
+			a.Mode, a.Limit = semaphore.ReadOnly, s.readerLimit[name]
 		case r < 14:
 			a.Mode = semaphore.ReadWritePriority
 		case r < 16:
@@ -852,6 +856,9 @@ func (s *Sim) checkInvariants() {
 		}
 		if len(writers) > 1 || len(writers) == 1 && len(readers) > 0 {
 			s.failf("%s held by writers %s and readers %s at once", name, strings.Join(writers, ", "), strings.Join(readers, ", "))
+		}
+		if l := s.readerLimit[name]; l > 0 && len(readers) > l {
+			s.failf("%s held by %d readers, limit %d: %s", name, len(readers), l, strings.Join(readers, ", "))
 		}
 	}
 }
