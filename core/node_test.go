@@ -126,6 +126,9 @@ func TestAcquireValidation(t *testing.T) {
 		"negative duration": {Name: "a", Mode: wire.ModeExclusive, Duration: -5},
 		"negative grace":    {Name: "a", Mode: wire.ModeExclusive, Duration: 1, Grace: -1},
 		"absurd duration":   {Name: "a", Mode: wire.ModeExclusive, Duration: 1 << 50},
+		"negative quiet":    {Name: "a", Mode: wire.ModeReadWriteGentle, Duration: 1, Quiet: -1},
+		"negative limit":    {Name: "a", Mode: wire.ModeReadOnly, Duration: 1, Limit: -1},
+		"absurd limit":      {Name: "a", Mode: wire.ModeReadOnly, Duration: 1, Limit: 1 << 30},
 	} {
 		if _, err := n.Acquire(a); !errors.Is(err, core.ErrInvalid) {
 			t.Errorf("%s: got %v", name, err)
