@@ -16,6 +16,34 @@ import (
 // 300 today.
 const mutationBound = 800
 
+// caughtWithin runs seeds 1..mutationBound until run fails a safety check
+// (a liveness failure is not what a safety mutant must show), and returns
+// the seed and what failed, or 0.
+func caughtWithin(t *testing.T, run func(seed int64) (Result, error)) (int64, string) {
+	t.Helper()
+	for seed := int64(1); seed <= mutationBound; seed++ {
+		_, err := run(seed)
+		var f *Failure
+		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
+			return seed, f.What
+		}
+		if err != nil && f == nil {
+			t.Fatalf("seed %d: unexpected error %v", seed, err)
+		}
+	}
+	return 0, ""
+}
+
+// requireCaught fails the test unless the options are caught by a safety check.
+func requireCaught(t *testing.T, what string, o Options) {
+	t.Helper()
+	seed, why := caughtWithin(t, func(seed int64) (Result, error) { o.Seed = seed; return Run(o) })
+	if seed == 0 {
+		t.Fatalf("the simulator did not catch %s in %d seeds", what, mutationBound)
+	}
+	t.Logf("caught at seed %d: %s", seed, why)
+}
+
 // TestHandoffMutantsAreCaught: broken handoffs must lose a lock, and the
 // simulator with elected leaders must notice. (Old leaders that do not
 // fence lose a lock only while they have not heard of the new view, a
@@ -31,15 +59,7 @@ func TestHandoffMutantsAreCaught(t *testing.T) {
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			for seed := int64(1); seed <= mutationBound; seed++ {
-				_, err := Run(Options{Seed: seed, Elect: true, Mutant: m.mutant})
-				var f *Failure
-				if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
-					t.Logf("caught at seed %d: %s", seed, f.What)
-					return
-				}
-			}
-			t.Fatalf("the simulator did not catch the mutant in %d seeds", mutationBound)
+			requireCaught(t, m.name, Options{Elect: true, Mutant: m.mutant})
 		})
 	}
 }
@@ -62,15 +82,7 @@ func readersIgnoreWriters(me core.Candidate, others []wire.Entry) core.Decision 
 // TestModeMutantIsCaught: readers that ignore a priority writer must be
 // caught by the mode invariants.
 func TestModeMutantIsCaught(t *testing.T) {
-	for seed := int64(1); seed <= mutationBound; seed++ {
-		_, err := Run(Options{Seed: seed, Modes: true, Admit: readersIgnoreWriters})
-		var f *Failure
-		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
-			t.Logf("caught at seed %d: %s", seed, f.What)
-			return
-		}
-	}
-	t.Fatalf("the simulator did not catch readers ignoring writers in %d seeds", mutationBound)
+	requireCaught(t, "readers ignoring writers", Options{Modes: true, Admit: readersIgnoreWriters})
 }
 
 // ignoreLimits is a broken policy: readers disregard their limit.
@@ -81,29 +93,13 @@ func ignoreLimits(me core.Candidate, others []wire.Entry) core.Decision {
 
 // TestLimitMutantIsCaught: readers that ignore their limit must be caught.
 func TestLimitMutantIsCaught(t *testing.T) {
-	for seed := int64(1); seed <= mutationBound; seed++ {
-		_, err := Run(Options{Seed: seed, Modes: true, Admit: ignoreLimits})
-		var f *Failure
-		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
-			t.Logf("caught at seed %d: %s", seed, f.What)
-			return
-		}
-	}
-	t.Fatalf("the simulator did not catch readers ignoring their limit in %d seeds", mutationBound)
+	requireCaught(t, "readers ignoring their limit", Options{Modes: true, Admit: ignoreLimits})
 }
 
 // TestActivationMutantIsCaught: soft writers granted without being seen
 // first must be caught.
 func TestActivationMutantIsCaught(t *testing.T) {
-	for seed := int64(1); seed <= mutationBound; seed++ {
-		_, err := Run(Options{Seed: seed, Modes: true, Mutant: core.MutantNoConfirm})
-		var f *Failure
-		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
-			t.Logf("caught at seed %d: %s", seed, f.What)
-			return
-		}
-	}
-	t.Fatalf("the simulator did not catch soft writers granted without activation in %d seeds", mutationBound)
+	requireCaught(t, "soft writers granted without activation", Options{Modes: true, Mutant: core.MutantNoConfirm})
 }
 
 // TestMutantsAreCaught proves the simulator is worth its seeds: each
