@@ -47,6 +47,7 @@ type request struct {
 	activating, activated, marked bool
 	actAcks                       map[wire.NodeID]bool
 	actSentAt                     int64
+	actRound                      uint64 // numbers the marks; acks must echo it
 	// retryAt: when the policy asked to be asked again (0: not asked).
 	retryAt  int64
 	max      uint64
@@ -226,7 +227,7 @@ func (n *Node) masterStep(m wire.Message) {
 			n.startWait(r)
 		}
 	case m.Kind == wire.KindActivateAck && r.phase == phaseWait && r.activating:
-		if !m.Reject {
+		if !m.Reject && m.Seq == r.actRound {
 			r.actAcks[m.From] = true
 			if len(r.actAcks) >= n.quorum() {
 				n.onActivated(r)
@@ -413,8 +414,9 @@ func (n *Node) sendMark(r *request, active bool, skip func(wire.NodeID) bool) {
 	if skip == nil {
 		r.activating, r.activated, r.marked = active, false, true
 		r.actAcks, r.actSentAt = map[wire.NodeID]bool{}, n.now
+		r.actRound++
 	}
-	n.toLeaders(wire.Message{Kind: wire.KindActivate, Name: r.a.Name, Req: r.id, Reject: !active}, skip)
+	n.toLeaders(wire.Message{Kind: wire.KindActivate, Name: r.a.Name, Req: r.id, Reject: !active, Seq: r.actRound}, skip)
 }
 
 // onActivated: the mark is at a quorum. Decide again, on reports made

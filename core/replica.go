@@ -11,6 +11,8 @@ import (
 type record struct {
 	entry    wire.Entry
 	deadline int64 // the replica forgets the request after this tick
+	// markRound is the newest activation round applied to the entry.
+	markRound uint64
 }
 
 type watcher struct {
@@ -168,14 +170,20 @@ func (n *Node) replicaStep(m wire.Message) {
 		n.send(reply)
 
 	case wire.KindActivate:
-		reply.Kind = wire.KindActivateAck
+		reply.Kind, reply.Seq = wire.KindActivateAck, m.Seq
 		t := n.replicaName(m.Name)
 		r := t.recs[m.Req]
-		if r == nil || r.entry.Ticket == 0 {
+		switch {
+		case r == nil || r.entry.Ticket == 0:
 			reply.Reject = true
-		} else if r.entry.Active != !m.Reject {
-			r.entry.Active = !m.Reject
-			t.dirty = true
+		case m.Seq < r.markRound:
+			return // a mark the master has since replaced, arriving late
+		default:
+			r.markRound = m.Seq
+			if r.entry.Active != !m.Reject {
+				r.entry.Active = !m.Reject
+				t.dirty = true
+			}
 		}
 		n.send(reply)
 

@@ -184,9 +184,10 @@ const (
 	KindSnapshotDone
 
 	// KindActivate (master → replica): mark Req active (Reject unset) or
-	// not active any more (Reject set).
+	// not active any more (Reject set), as of the master's round Seq; a
+	// replica ignores rounds older than the newest it has seen.
 	KindActivate
-	// KindActivateAck: the mark is set.
+	// KindActivateAck: the mark of round Seq is set.
 	KindActivateAck
 	kindEnd
 )
