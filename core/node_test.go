@@ -244,3 +244,43 @@ func TestErrorsAndCodes(t *testing.T) {
 		t.Fatal("no error must mean no code")
 	}
 }
+
+// TestActivationRounds: a replica keeps the newest round's mark; a late
+// mark of an older round changes nothing and is not acknowledged.
+func TestActivationRounds(t *testing.T) {
+	n := newLeader(t, 0)
+	req := wire.RequestID{Node: 2, Seq: 1<<32 | 1}
+	steps := []wire.Message{
+		{Kind: wire.KindEnter, Mode: wire.ModeReadWrite, Lifetime: 500},
+		{Kind: wire.KindAddTicket, Ticket: 1, Inc: 1, Mode: wire.ModeReadWrite, Lifetime: 500},
+		{Kind: wire.KindActivate, Seq: 2},
+	}
+	for _, m := range steps {
+		m.From, m.To, m.Epoch, m.Name, m.Req = 2, 1, 3, "a", req
+		if err := n.Step(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(n)
+	late := wire.Message{Kind: wire.KindActivate, From: 2, To: 1, Epoch: 3, Name: "a", Req: req, Seq: 1, Reject: true}
+	if err := n.Step(late); err != nil {
+		t.Fatal(err)
+	}
+	if rd := drain(n); len(rd.Messages) != 0 {
+		t.Fatalf("a late mark was answered: %v", rd.Messages)
+	}
+	if e, _ := n.Table("a"); len(e) != 1 || !e[0].Active {
+		t.Fatalf("a late mark of round 1 undid round 2: %+v", e)
+	}
+	newer := late
+	newer.Seq = 3
+	if err := n.Step(newer); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := n.Table("a"); e[0].Active {
+		t.Fatalf("round 3 cleared nothing: %+v", e)
+	}
+	if rd := drain(n); len(rd.Messages) != 1 || rd.Messages[0].Seq != 3 {
+		t.Fatalf("round 3 must be acknowledged with its round: %v", rd.Messages)
+	}
+}
