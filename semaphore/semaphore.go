@@ -14,7 +14,8 @@ type Mode = wire.Mode
 // The modes (DESIGN.md §6).
 const (
 	// ReadOnly is shared with other readers. A reader waits for every
-	// earlier writer; a try gets ErrDraining while one is there.
+	// earlier READ_WRITE_PRIORITY or exclusive ticket and for an active soft
+	// writer; a try gets ErrDraining while one is there.
 	ReadOnly = wire.ModeReadOnly
 	// ReadWritePriority is exclusive and blocks every reader that comes
 	// after it, so it runs as soon as the earlier holders are done: the
