@@ -189,3 +189,11 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	}
 	return core.Decision{Grant: true, Activate: true}
 }
+
+// LeaseOf is the lease a grant event gives a request that was sent at tick
+// sent, in the requester's own clock. It expires Elapsed + Duration after
+// the send: never later than the master ends it, even when the request
+// travelled before the master saw it (DESIGN.md §4).
+func LeaseOf(e core.Event, mode Mode, sent int64) Lease {
+	return Lease{Name: e.Name, Mode: mode, Token: e.Token, Expiry: sent + e.Elapsed + e.Duration}
+}

@@ -150,3 +150,11 @@ func TestCodes(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseOf(t *testing.T) {
+	e := core.Event{Name: "site", Kind: wire.EventGranted, Token: 7, Elapsed: 12, Duration: 100}
+	l := semaphore.LeaseOf(e, semaphore.ReadOnly, 1000)
+	if l != (semaphore.Lease{Name: "site", Mode: semaphore.ReadOnly, Token: 7, Expiry: 1112}) {
+		t.Fatalf("got %+v", l)
+	}
+}
