@@ -734,7 +734,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		c.state, c.token = holding, e.Token
 		c.epoch = s.nodes[node].core.View().Epoch
 		call := s.tick - e.Elapsed // same node: the call's tick
-		c.expiry = call + e.Elapsed + e.Duration
+		c.expiry = semaphore.LeaseOf(e, c.mode, call).Expiry
 		s.res.Grants++
 		s.finishOp(c, true, e.Token)
 		s.checkInvariants()
