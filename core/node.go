@@ -106,9 +106,6 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	return n, nil
 }
 
-// ID is this node's id.
-func (n *Node) ID() wire.NodeID { return n.cfg.ID }
-
 // Stats returns the counters.
 func (n *Node) Stats() Stats { return n.stats }
 

@@ -88,6 +88,21 @@ type Result struct {
 	SharedGrants int
 }
 
+// add sums another run's figures into r (MaxIdleWait keeps the largest).
+func (r *Result) add(o Result) {
+	r.Grants += o.Grants
+	r.Failures += o.Failures
+	r.Crashes += o.Crashes
+	r.Messages += o.Messages
+	r.Operations += o.Operations
+	r.MaxIdleWait = max(r.MaxIdleWait, o.MaxIdleWait)
+	r.Views += o.Views
+	r.Handoffs += o.Handoffs
+	r.LeaderPairCrashes += o.LeaderPairCrashes
+	r.HandoffCrashes += o.HandoffCrashes
+	r.SharedGrants += o.SharedGrants
+}
+
 // Failure is a broken invariant, with the seed to replay it and the last
 // lines of the trace.
 type Failure struct {

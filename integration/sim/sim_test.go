@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -27,25 +28,30 @@ func seedRange(count int, countFlag string) (int64, int) {
 	return *seedFlag, n
 }
 
-// TestSim runs the simulator with faults on over many seeds, or one seed
-// given with -seed.
-func TestSim(t *testing.T) {
-	first, count := seedRange(*seedsFlag, "seeds")
+// runSeeds runs the simulator over the seeds a test was asked for, with
+// the options opts gives each seed, and returns the sums and the timing.
+func runSeeds(t *testing.T, count int, countFlag string, opts func(seed int64) Options) (total Result, summary string) {
+	t.Helper()
+	first, n := seedRange(count, countFlag)
 	start := time.Now()
-	var total Result
-	for seed := first; seed < first+int64(count); seed++ {
-		res, err := Run(Options{Seed: seed})
+	for seed := first; seed < first+int64(n); seed++ {
+		o := opts(seed)
+		o.Seed = seed
+		res, err := Run(o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		total.Grants += res.Grants
-		total.Failures += res.Failures
-		total.Crashes += res.Crashes
-		total.Messages += res.Messages
-		total.Operations += res.Operations
+		total.add(res)
 	}
-	t.Logf("%d seeds from %d in %v: %d grants, %d failed requests, %d crashes, %d messages, %d operations checked",
-		count, first, time.Since(start).Round(time.Millisecond), total.Grants, total.Failures, total.Crashes, total.Messages, total.Operations)
+	return total, fmt.Sprintf("%d seeds from %d in %v", n, first, time.Since(start).Round(time.Millisecond))
+}
+
+// TestSim runs the simulator with faults on over many seeds, or one seed
+// given with -seed.
+func TestSim(t *testing.T) {
+	total, summary := runSeeds(t, *seedsFlag, "seeds", func(int64) Options { return Options{} })
+	t.Logf("%s: %d grants, %d failed requests, %d crashes, %d messages, %d operations checked",
+		summary, total.Grants, total.Failures, total.Crashes, total.Messages, total.Operations)
 	if total.Grants == 0 {
 		t.Fatal("no lock was granted: the workload exercised nothing")
 	}
@@ -88,25 +94,9 @@ var electedSeeds = flag.Int("elected-seeds", 100, "how many seeds TestSimElected
 // TestSimElected runs the lock simulator with elected leaders: crashes and
 // partitions change the view, and the lock table is handed over.
 func TestSimElected(t *testing.T) {
-	first, count := seedRange(*electedSeeds, "elected-seeds")
-	start := time.Now()
-	var total Result
-	for seed := first; seed < first+int64(count); seed++ {
-		res, err := Run(Options{Seed: seed, Elect: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		total.Grants += res.Grants
-		total.Crashes += res.Crashes
-		total.Handoffs += res.Handoffs
-		total.Views += res.Views
-		total.LeaderPairCrashes += res.LeaderPairCrashes
-		total.HandoffCrashes += res.HandoffCrashes
-		total.Operations += res.Operations
-	}
-	t.Logf("%d seeds from %d in %v: %d grants, %d crashes (%d of two leaders at once, %d during a handoff), %d views, %d handoffs, %d operations checked",
-		count, first, time.Since(start).Round(time.Millisecond), total.Grants, total.Crashes, total.LeaderPairCrashes,
-		total.HandoffCrashes, total.Views, total.Handoffs, total.Operations)
+	total, summary := runSeeds(t, *electedSeeds, "elected-seeds", func(int64) Options { return Options{Elect: true} })
+	t.Logf("%s: %d grants, %d crashes (%d of two leaders at once, %d during a handoff), %d views, %d handoffs, %d operations checked",
+		summary, total.Grants, total.Crashes, total.LeaderPairCrashes, total.HandoffCrashes, total.Views, total.Handoffs, total.Operations)
 	if total.Grants == 0 || total.Handoffs == 0 {
 		t.Fatal("no grant or no handoff: the workload exercised nothing")
 	}
@@ -118,21 +108,11 @@ var modesSeeds = flag.Int("modes-seeds", 100, "how many seeds TestSimModes runs"
 // exclusive lockers on the same names, with faults on; every other seed
 // with elected leaders, so modes also cross view changes.
 func TestSimModes(t *testing.T) {
-	first, count := seedRange(*modesSeeds, "modes-seeds")
-	start := time.Now()
-	var total Result
-	for seed := first; seed < first+int64(count); seed++ {
-		res, err := Run(Options{Seed: seed, Modes: true, Elect: seed%2 == 0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		total.Grants += res.Grants
-		total.Crashes += res.Crashes
-		total.Operations += res.Operations
-		total.SharedGrants += res.SharedGrants
-	}
-	t.Logf("%d seeds from %d in %v: %d grants (%d while another reader held the name), %d crashes, %d operations checked",
-		count, first, time.Since(start).Round(time.Millisecond), total.Grants, total.SharedGrants, total.Crashes, total.Operations)
+	total, summary := runSeeds(t, *modesSeeds, "modes-seeds", func(seed int64) Options {
+		return Options{Modes: true, Elect: seed%2 == 0}
+	})
+	t.Logf("%s: %d grants (%d while another reader held the name), %d crashes, %d operations checked",
+		summary, total.Grants, total.SharedGrants, total.Crashes, total.Operations)
 	if total.SharedGrants == 0 {
 		t.Fatal("no reader ever shared a name: the workload exercised nothing")
 	}
