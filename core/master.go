@@ -85,14 +85,14 @@ type report struct {
 
 type masterName struct {
 	reports map[wire.NodeID]*report
-	waiting int // requests of this node in phaseWait on the name
-	count   int // requests of this node on the name, in any phase
+	waiters map[wire.RequestID]*request // this node's requests in phaseWait on the name, by wire id
+	count   int                         // requests of this node on the name, in any phase
 }
 
 func (n *Node) masterName(name string) *masterName {
 	mn := n.mnames[name]
 	if mn == nil {
-		mn = &masterName{reports: map[wire.NodeID]*report{}}
+		mn = &masterName{reports: map[wire.NodeID]*report{}, waiters: map[wire.RequestID]*request{}}
 		n.mnames[name] = mn
 	}
 	return mn
@@ -312,7 +312,7 @@ func (n *Node) startWait(r *request) {
 	r.phase, r.sentAt, r.watchSeq = phaseWait, n.now, n.watchCounter
 	r.acks = nil
 	r.firstSeen, r.relevant = map[wire.NodeID]bool{}, map[wire.RequestID]bool{}
-	n.masterName(r.a.Name).waiting++
+	n.masterName(r.a.Name).waiters[r.id] = r
 	n.sendPhase(r, nil)
 	n.evaluate(r)
 }
@@ -327,11 +327,10 @@ func (n *Node) onReport(m wire.Message) {
 		return // reordered: an older report of that replica
 	}
 	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, sinceReaders: m.Lifetime, entries: m.Entries}
-	if mn.waiting == 0 {
-		return
-	}
-	for _, id := range sortedReqs(n.reqs) {
-		if r := n.reqs[id]; r.phase == phaseWait && r.a.Name == m.Name {
+	// Only this name's waiters, not every request of the node: this runs
+	// for every report, on the per-request READ_ONLY path too.
+	for _, id := range sortedReqs(mn.waiters) {
+		if r := mn.waiters[id]; r != nil {
 			n.evaluate(r)
 		}
 	}
@@ -433,8 +432,8 @@ func (n *Node) leaveWait(r *request) {
 		return
 	}
 	mn := n.mnames[r.a.Name]
-	mn.waiting--
-	if mn.waiting == 0 {
+	delete(mn.waiters, r.id)
+	if len(mn.waiters) == 0 {
 		n.watchCounter++
 		n.toLeaders(wire.Message{Kind: wire.KindUnwatch, Name: r.a.Name, Ticket: n.watchCounter}, nil)
 		clear(mn.reports)
