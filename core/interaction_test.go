@@ -83,6 +83,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.printf("error: %v\n", err)
 		}
 		h.ready(n)
+	case "force-release":
+		n := h.nodeArg(t, d)
+		if err := h.nodes[n-1].core.ForceRelease(strArg(d, "name", "a"), reqArg(t, d)); err != nil {
+			h.printf("error: %v\n", err)
+		}
+		h.ready(n)
 	case "deliver", "drop", "dup":
 		h.matching(t, d)
 	case "stabilize":

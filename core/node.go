@@ -190,6 +190,24 @@ func (n *Node) Renew(id wire.RequestID) error {
 	return nil
 }
 
+// ForceRelease is the operator's unlock: it tells every leader of the view
+// to drop req's ticket of name, whoever holds it. The holder's node is not
+// asked: its client learns of the loss when a renewal is refused, and the
+// fencing token is what protects the resource meanwhile. One try, no
+// retransmission; the operator checks the table and repeats if needed.
+func (n *Node) ForceRelease(name string, req wire.RequestID) error {
+	switch {
+	case name == "" || len(name) > n.cfg.MaxNameLen:
+		return fmt.Errorf("%w: name of %d bytes", ErrInvalid, len(name))
+	case req.Node == 0:
+		return fmt.Errorf("%w: no request", ErrInvalid)
+	case len(n.cfg.View.Leaders) == 0:
+		return fmt.Errorf("%w: no leaders to ask", ErrNotReady)
+	}
+	n.toLeaders(wire.Message{Kind: wire.KindRelease, Epoch: n.cfg.View.Epoch, Name: name, Req: req}, nil)
+	return nil
+}
+
 // Tick advances time by one tick.
 func (n *Node) Tick() {
 	n.now++

@@ -161,6 +161,15 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	return e, nil
 }
 
+// AddPeer makes id a peer: hellos go to it from now on. The runtime calls
+// it for nodes the mesh learned after the start (announcements, inbound
+// connections), so that every node greets every other one.
+func (e *Election) AddPeer(id wire.NodeID) {
+	if id != 0 && id != e.cfg.Node && !slices.Contains(e.cfg.Peers, id) {
+		e.cfg.Peers = append(e.cfg.Peers, id)
+	}
+}
+
 // Quorum is the number of nodes that must know each other, and accept a
 // view, in a cluster of n: all of them up to three, a majority above.
 func Quorum(n int) int {

@@ -3,6 +3,7 @@ package election_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"testing/quick"
 
@@ -147,5 +148,39 @@ func TestPersistBeforeAnswer(t *testing.T) {
 	rd = e.Ready()
 	if !rd.Messages[0].Reject || rd.Messages[0].Seq != 7 || rd.Persist != nil {
 		t.Fatalf("got %+v", rd)
+	}
+}
+
+// A node learned after the start (AddPeer) is greeted like a configured
+// peer; adding a known peer, itself or 0 changes nothing.
+func TestAddPeerGetsHellos(t *testing.T) {
+	e, err := election.New(election.Config{Node: 1, ClusterSize: 3,
+		ID: election.ID{Priority: 5, Address: "a", Name: "n1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hellosTo := func() []wire.NodeID {
+		var to []wire.NodeID
+		for range 5 {
+			e.Tick()
+		}
+		rd := e.Ready()
+		for _, m := range rd.Messages {
+			if m.Kind == wire.KindHello {
+				to = append(to, m.To)
+			}
+		}
+		e.Advance()
+		return to
+	}
+	if to := hellosTo(); len(to) != 0 {
+		t.Fatalf("hellos to %v with no peers", to)
+	}
+	e.AddPeer(7)
+	e.AddPeer(7)
+	e.AddPeer(1)
+	e.AddPeer(0)
+	if to := hellosTo(); !slices.Equal(to, []wire.NodeID{7}) {
+		t.Fatalf("hellos to %v, want [7]", to)
 	}
 }
