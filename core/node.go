@@ -372,6 +372,18 @@ func (n *Node) Requests() []RequestStatus {
 	return out
 }
 
+// Names lists, in order, the names this node holds anything of as a
+// replica: tickets or a high-water mark.
+func (n *Node) Names() []string {
+	out := []string{}
+	for _, name := range sortedKeys(n.names) {
+		if t := n.names[name]; len(t.recs) > 0 || t.highWater > 0 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // Table returns what this node, as a replica, holds for name: its requests
 // in order of id, and the name's high-water ticket.
 func (n *Node) Table(name string) ([]wire.Entry, uint64) {

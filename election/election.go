@@ -239,6 +239,21 @@ func (e *Election) blocked() string {
 	return ""
 }
 
+// starting reports whether this node is too fresh to judge others: it
+// has not had the time to hear every live node's hello. Without it a node
+// that just started takes leaders it has not heard from yet for dead, and
+// replaces a view that is fine (seen on a real mesh, where a new node's
+// hellos and its peers' arrive 200 ms apart).
+func (e *Election) starting() bool {
+	if e.cfg.ClusterSize == 1 {
+		return false // nobody to hear
+	}
+	if e.p.Valid.Epoch > 0 {
+		return e.now <= e.cfg.DeadTicks
+	}
+	return e.now <= 2*e.cfg.HelloTicks
+}
+
 // needed reports whether the valid view must be replaced.
 func (e *Election) needed() bool {
 	if e.p.Valid.Epoch == 0 {
@@ -280,7 +295,7 @@ func (e *Election) Tick() {
 	}
 	alive := e.aliveIDs()
 	coordinator := len(alive) > 0 && alive[0] == e.cfg.Node
-	if !coordinator || !e.needed() || e.blocked() != "" {
+	if !coordinator || !e.needed() || e.blocked() != "" || e.starting() {
 		e.round = nil
 		return
 	}
