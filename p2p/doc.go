@@ -1,5 +1,22 @@
 // Package p2p is the only package importing libp2p: it forms the mesh and
 // carries the core and election messages between daemons.
 //
-// Not built yet (issue 5).
+// Contract:
+//
+//   - A Host is a libp2p host on TCP with Noise and yamux only (no QUIC, relay,
+//     NAT traversal or hole punching). A pre-shared key makes it a private
+//     network; an allow-list gates every connection at the secured stage.
+//   - Lock traffic travels on protocol LockProtocol: one long-lived outbound
+//     stream per peer, fed by a bounded queue. Send never blocks; a frame that
+//     cannot be queued or written is dropped and counted, because the core
+//     retransmits. Frames are a uvarint length and a wire.Encode body, capped
+//     at Config.MaxFrame; a malformed or oversized frame resets the stream and
+//     is counted, never panics.
+//   - Every message delivered on Inbox carries, in From, the node id of the
+//     authenticated peer that sent it, whatever the peer wrote there.
+//   - Membership rides on gossipsub (topic MembersTopic), off the lock path:
+//     announcements carry peer id, name and addresses; known members are
+//     redialed with jittered exponential backoff until Close.
+//   - Close stops every goroutine the Host started and closes libp2p.
+//     Inbox and Joined are never closed.
 package p2p

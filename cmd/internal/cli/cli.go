@@ -140,7 +140,7 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErrorf("%v (see '%s --help')", err, cmd.CommandPath())
 	})
-	root.AddCommand(newDevCmd(), newVersionCmd())
+	root.AddCommand(newAgentCmd(), newDevCmd(), newIDCmd(), newVersionCmd())
 	return root
 }
 
@@ -150,32 +150,6 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return &usageError{err: err}
 	}
 	return nil
-}
-
-func newDevCmd() *cobra.Command {
-	var (
-		nodes int
-		api   string
-		data  string
-	)
-	cmd := &cobra.Command{
-		Use:   "dev",
-		Short: "Start the service on an embedded cluster for development",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if nodes < 1 {
-				return usageErrorf("dev: --nodes must be at least 1, got %d", nodes)
-			}
-			_, _ = api, data // accepted now, used once the agent exists
-			fmt.Fprintln(cmd.ErrOrStderr(), "sluice dev: the agent is not built yet; see README.md (Status) for what works today")
-			return &exitError{code: ExitUnavailable}
-		},
-	}
-	f := cmd.Flags()
-	f.IntVar(&nodes, "nodes", 3, "number of nodes in the embedded cluster (at least 1)")
-	f.StringVar(&api, "api", "", "listen address of the local API")
-	f.StringVar(&data, "data", "", "data directory (default: a temporary directory)")
-	return cmd
 }
 
 func newVersionCmd() *cobra.Command {

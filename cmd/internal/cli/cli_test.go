@@ -38,6 +38,20 @@ func TestUsageErrors(t *testing.T) {
 		{"dev", "--nodes", "0"},
 		{"dev", "--nodes=-2"},
 		{"dev", "extra"},
+		{"dev", "--nodes", "10"},
+		{"dev", "--log-level", "loud"},
+		{"agent"},
+		{"agent", "--in-memory", "--cluster-size", "0"},
+		{"agent", "--in-memory", "--priority", "15"},
+		{"agent", "--in-memory", "--priority", "high"},
+		{"agent", "--in-memory", "--psk-file", "/nonexistent/psk"},
+		{"agent", "--in-memory", "--api-token-file", "/nonexistent/token"},
+		{"agent", "--in-memory", "--peers", "/ip4/127.0.0.1/tcp/1"},
+		{"agent", "--in-memory", "--listen", "not-a-multiaddr", "--api", ""},
+		{"agent", "--in-memory", "--api", "127.0.0.1:0"},
+		{"agent", "--in-memory", "--api", "10.1.2.3:7000", "--api-token-file", "/dev/null"},
+		{"agent", "--in-memory", "--allow", "not-a-peer-id"},
+		{"id"},
 		{"version", "extra"},
 		{"frobnicate"},
 		{},
@@ -52,25 +66,6 @@ func TestUsageErrors(t *testing.T) {
 			}
 			assertOneCleanLine(t, stderr, "sluice: ")
 		})
-	}
-}
-
-func TestDevNotBuilt(t *testing.T) {
-	for _, args := range [][]string{
-		{"dev"},
-		{"dev", "--nodes", "5", "--api", "127.0.0.1:7420", "--data", t.TempDir()},
-	} {
-		code, stdout, stderr := runCapture(t, args...)
-		if code != ExitUnavailable {
-			t.Errorf("%v: exit code = %d, want %d", args, code, ExitUnavailable)
-		}
-		if stdout != "" {
-			t.Errorf("%v: stdout = %q, want empty", args, stdout)
-		}
-		const want = "sluice dev: the agent is not built yet; see README.md (Status) for what works today\n"
-		if stderr != want {
-			t.Errorf("%v: stderr = %q, want %q", args, stderr, want)
-		}
 	}
 }
 

@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/election"
+	"github.com/sluicehq/sluice/p2p"
+	"github.com/sluicehq/sluice/semaphore/daemon"
+)
+
+// signalContext ends on SIGINT or SIGTERM: the long-running commands shut
+// down cleanly on Ctrl-C.
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	parent := cmd.Context()
+	if parent == nil {
+		parent = context.Background()
+	}
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageErrorf("--log-level %q is not debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// startError maps an agent's start failure to an exit code: a bad
+// configuration is a usage error, anything else (a port in use, a corrupt
+// data directory) a plain failure.
+func startError(err error) error {
+	if errors.Is(err, daemon.ErrConfig) {
+		return &usageError{err: err}
+	}
+	return err
+}
+
+func newAgentCmd() *cobra.Command {
+	var (
+		name, data, priority, pskFile, api, tokenFile, logLevel string
+		listen, peers, allow                                    []string
+		size                                                    int
+		inMemory                                                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run this machine's node of the cluster",
+		Long: "Run this machine's node: it joins the mesh of --peers, takes part in\n" +
+			"the election and serves the local API on --api (a Unix socket by\n" +
+			"default; a loopback host:port needs --api-token-file).",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			if err != nil {
+				return err
+			}
+			if data == "" && !inMemory {
+				return usageErrorf("agent: --data DIR is required (or --in-memory)")
+			}
+			if size < 1 {
+				return usageErrorf("agent: --cluster-size must be at least 1, got %d", size)
+			}
+			prio, err := election.ParsePriority(priority)
+			if err != nil {
+				return usageErrorf("agent: --priority: %v", err)
+			}
+			cfg := daemon.AgentConfig{Name: name, DataDir: data, InMemory: inMemory, Listen: listen, Peers: peers,
+				ClusterSize: size, Priority: prio, AllowList: allow, API: api, Logger: log}
+			if pskFile != "" {
+				if cfg.PSK, err = p2p.ReadPSK(pskFile); err != nil {
+					return usageErrorf("agent: --psk-file: %v", err)
+				}
+			}
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return usageErrorf("agent: --api-token-file: %v", err)
+				}
+				cfg.APIToken = strings.TrimSpace(string(b))
+				if cfg.APIToken == "" {
+					return usageErrorf("agent: --api-token-file %s is empty", tokenFile)
+				}
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			a, err := daemon.StartAgent(ctx, cfg)
+			if err != nil {
+				return startError(err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: node %s, peer id %s\n  listening on %s\n  API on %s\n",
+				name, a.Host().PeerID(), strings.Join(a.Host().Addrs(), " "), a.APIAddr())
+			<-ctx.Done()
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return a.Stop(stopCtx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&name, "name", "", "node name (default: the host name)")
+	f.StringVar(&data, "data", "", "data directory: identity key and lock table")
+	f.StringSliceVar(&listen, "listen", []string{"/ip4/0.0.0.0/tcp/4001"}, "libp2p listen multiaddrs")
+	f.StringSliceVar(&peers, "peers", nil, "other nodes, as multiaddrs ending in /p2p/ID")
+	f.IntVar(&size, "cluster-size", 1, "number of nodes in the cluster")
+	f.StringVar(&priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
+	f.StringVar(&pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
+	f.StringSliceVar(&allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
+	f.StringVar(&api, "api", daemon.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
+	f.StringVar(&tokenFile, "api-token-file", "", "bearer token for a TCP API address")
+	f.BoolVar(&inMemory, "in-memory", false, "keep the lock table in memory (dev and tests; lost on restart)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func newIDCmd() *cobra.Command {
+	var data string
+	cmd := &cobra.Command{
+		Use:   "id",
+		Short: "Print this node's peer id (creating its key if needed)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if data == "" {
+				return usageErrorf("id: --data DIR is required")
+			}
+			key, err := p2p.LoadOrCreateIdentity(data)
+			if err != nil {
+				return err
+			}
+			id, err := p2p.PeerIDOf(key)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), id)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "data directory holding the identity key")
+	return cmd
+}
+
+func newDevCmd() *cobra.Command {
+	var (
+		nodes          int
+		api, data, lvl string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Start the service on an embedded cluster for development",
+		Long: "Start an embedded cluster of --nodes real agents in this process, on\n" +
+			"loopback, and serve the first one's API on --api. In memory unless\n" +
+			"--data is given. Ctrl-C stops it.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if nodes < 1 || nodes > 9 {
+				return usageErrorf("dev: --nodes must be 1..9, got %d", nodes)
+			}
+			log, err := newLogger(cmd.ErrOrStderr(), lvl)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			cluster, err := startDev(ctx, nodes, api, data, log)
+			if err != nil {
+				return startError(err)
+			}
+			defer func() {
+				stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				cluster.stop(stopCtx)
+			}()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "sluice dev: %d nodes on 127.0.0.1, API on %s\n", nodes, api)
+			fmt.Fprintf(out, "try:\n  curl --unix-socket %s -X POST http://sluice/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n", api)
+			if err := cluster.waitReady(ctx); err == nil {
+				fmt.Fprintln(out, "sluice dev: LOCK_READY")
+			}
+			<-ctx.Done()
+			fmt.Fprintln(out, "sluice dev: stopping")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&nodes, "nodes", 3, "number of nodes in the embedded cluster (1..9)")
+	f.StringVar(&api, "api", daemon.DefaultAPI(), "listen address of the local API (a Unix socket path)")
+	f.StringVar(&data, "data", "", "data directory, one sub-directory per node (default: in memory)")
+	f.StringVar(&lvl, "log-level", "warn", "debug, info, warn or error")
+	return cmd
+}
+
+type devCluster struct{ agents []*daemon.Agent }
+
+// startDev starts n agents on loopback; each knows the earlier ones and the
+// mesh's announcements tell the earlier ones of the later.
+func startDev(ctx context.Context, n int, api, data string, log *slog.Logger) (*devCluster, error) {
+	c := &devCluster{}
+	var peers []string
+	for i := 1; i <= n; i++ {
+		cfg := daemon.AgentConfig{Name: fmt.Sprintf("dev-%d", i), InMemory: data == "", ClusterSize: n,
+			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, Logger: log.With("node", i)}
+		if data != "" {
+			cfg.DataDir = filepath.Join(data, fmt.Sprintf("node-%d", i))
+		}
+		if i == 1 {
+			cfg.API = api
+		}
+		a, err := daemon.StartAgent(ctx, cfg)
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c.stop(stopCtx)
+			return nil, err
+		}
+		c.agents = append(c.agents, a)
+		peers = append(peers, a.Host().Addrs()...)
+	}
+	return c, nil
+}
+
+// waitReady returns once the API's node is LOCK_READY, or ctx ends.
+func (c *devCluster) waitReady(ctx context.Context) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s, err := c.agents[0].Node().Status(ctx)
+		if err != nil {
+			return err
+		}
+		if s.Ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *devCluster) stop(ctx context.Context) {
+	for _, a := range c.agents {
+		_ = a.Stop(ctx)
+	}
+}

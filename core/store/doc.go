@@ -1,0 +1,61 @@
+// Package store keeps a node's durable state in Badger v4: the lock table of
+// core.Durable, the election's Persisted record and the node's incarnation.
+//
+// Contract:
+//   - Open loads everything in one transaction, bumps the stored incarnation
+//     with a synced write and returns the new one, so request ids of this
+//     start never repeat those of an earlier one (wire.RequestID).
+//   - Submit queues a Batch and never blocks. A single writer goroutine takes
+//     the oldest queued batch plus every batch queued behind it (up to
+//     Config.MaxBatch writes), applies them in order to one Badger
+//     transaction and commits it with SyncWrites: one fsync for the whole
+//     group (group commit). Each batch's channel then receives nil, in Submit
+//     order. A batch too large for one Badger transaction (ErrTxnTooBig) is
+//     split at batch boundaries first, and only a single oversized batch is
+//     split between its writes; a crash can then leave a prefix of that
+//     batch's writes durable, which is a state core.Durable.Apply passes
+//     through anyway.
+//   - Applying a batch has exactly the meaning of core.Durable.Apply on the
+//     same writes in the same order; the writes of one transaction read
+//     their predecessors' effects (Badger transactions read their own
+//     writes).
+//   - A failed commit (a full disk, an I/O error, corrupt data met while
+//     applying) is sticky: that batch and every later one fail with an error
+//     wrapping ErrFailed, because what is on disk is then unknown and the
+//     node must stop serving.
+//     Badger v4.9.6 writes its log through a memory map of a sparse file,
+//     so a full disk usually kills the process with SIGBUS inside Badger
+//     instead of failing the commit; a crash is fail-stop, and what was
+//     acknowledged stays durable.
+//   - Decoding is strict: a key or value that does not parse exactly (wrong
+//     prefix, unknown version, truncated or trailing bytes) is an error
+//     wrapping ErrCorrupt, never a panic.
+//
+// Key layout. Every key starts with one byte saying what it holds:
+//
+//	"n" name 0x00 0x01 "h"                 high-water mark of name
+//	"n" name 0x00 0x01 "t" node(8) seq(8)  ticket of request {node, seq} on name
+//	"l" epoch(8)                           led view of that epoch (core.Durable.Led)
+//	"m:fence"  "m:complete"                core.Durable.Fence and Complete
+//	"m:inc"                                the incarnation of the last Open
+//	"m:election"                           election.Persisted
+//
+// Numbers in keys are big-endian so that key order is numeric order. Names
+// are arbitrary bytes, so each 0x00 of a name is stored as 0x00 0xFF and the
+// name ends with 0x00 0x01: the key is unambiguous and keys sort in name
+// order (then the high-water mark, then the tickets in wire.RequestID order),
+// which is the order Snapshot streams without sorting in memory.
+//
+// Values are a version byte (1) followed by encoding/binary varints:
+//
+//	high water, fence, complete, inc   uvarint
+//	ticket                             uvarint ticket, byte mode, byte state,
+//	                                   byte flags (bit 0: active), varint lifetime
+//	view                               uvarint epoch, uvarint n, n uvarint leaders,
+//	                                   uvarint prev epoch, uvarint m, m uvarint prev leaders
+//	election                           uvarint promised, view accepted, view valid
+//
+// A name must fit a Badger key (65000 bytes escaped; the wire caps names at
+// 1 KiB), or its write fails. A ticket's request id lives only in its key. Empty leader lists load as
+// nil. A led view's epoch is stored in both key and value and must agree.
+package store

@@ -1,0 +1,558 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/election"
+)
+
+var (
+	// ErrCorrupt: stored bytes do not parse (bad key or value, unknown version).
+	ErrCorrupt = errors.New("store: corrupt data")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store: closed")
+	// ErrFailed wraps the error of a failed write. It is sticky: after one
+	// failure every later Submit fails too, and the node must stop serving.
+	ErrFailed = errors.New("store: write failed")
+)
+
+// defaultMaxBatch is Config.MaxBatch when it is zero or less.
+const defaultMaxBatch = 4096
+
+// Config configures a Store.
+type Config struct {
+	// Dir is the data directory; Badger's files go in Dir/badger. Required
+	// unless InMemory.
+	Dir string
+	// InMemory keeps everything in memory (dev and tests): Dir is ignored,
+	// nothing is written to disk and nothing survives Close.
+	InMemory bool
+	// Logger receives the store's and Badger's messages (Badger's at Warn
+	// and Error only). Default: discard.
+	Logger *slog.Logger
+	// MaxBatch caps the writes of the batches merged into one transaction;
+	// default 4096. A single larger batch is still taken whole. Badger's
+	// own transaction limit also applies (see the package comment).
+	MaxBatch int
+}
+
+// State is what Open and Load find.
+type State struct {
+	Durable *core.Durable // never nil
+	// Election is nil if it was never persisted.
+	Election *election.Persisted
+	// Incarnation: from Open, the new incarnation (1 on a first start);
+	// from Load, the stored one.
+	Incarnation uint32
+}
+
+// Batch is one unit of Submit: writes applied in order, and the election's
+// record if it changed.
+type Batch struct {
+	Writes   []core.Write
+	Election *election.Persisted // nil: unchanged
+}
+
+// Stats counts the writer's work.
+type Stats struct {
+	Batches uint64 // batches made durable
+	Writes  uint64 // writes made durable
+	// Syncs counts committed Badger transactions that changed something:
+	// each is one synced write on disk (none in memory; batches that
+	// change nothing commit without one). Batches/Syncs is the
+	// group-commit factor.
+	Syncs uint64
+	// Failures counts batches answered with an ErrFailed error, including
+	// those refused after the first failure.
+	Failures  uint64
+	LastError string
+}
+
+// Store is the Badger-backed durable state of one node. Its methods are safe
+// for concurrent use.
+type Store struct {
+	db       *badger.DB
+	log      *slog.Logger
+	path     string
+	maxBatch int
+
+	mu      sync.Mutex
+	queue   []request
+	closing bool
+	failed  error // sticky write failure
+	stats   Stats
+	wake    chan struct{} // cap 1: the queue or closing changed
+	done    chan struct{} // closed when the writer exits
+
+	// dbMu keeps Close from closing Badger under a Load or Snapshot: Badger
+	// panics when a transaction is used after DB.Close.
+	dbMu      sync.RWMutex
+	dbClosed  bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type request struct {
+	b  Batch
+	ch chan error
+}
+
+// Open opens the store (creating Dir), loads it, and durably bumps the
+// incarnation. The returned State carries the new incarnation.
+func Open(ctx context.Context, cfg Config) (*Store, State, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, State{}, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	maxBatch := cfg.MaxBatch
+	if maxBatch <= 0 {
+		maxBatch = defaultMaxBatch
+	}
+	var opts badger.Options
+	path := "(in memory)"
+	if cfg.InMemory {
+		opts = badger.DefaultOptions("").WithInMemory(true)
+	} else {
+		if cfg.Dir == "" {
+			return nil, State{}, errors.New("store: Config.Dir is required unless InMemory")
+		}
+		path = filepath.Join(cfg.Dir, "badger")
+		if err := os.MkdirAll(path, 0o700); err != nil {
+			return nil, State{}, fmt.Errorf("store: open %s: %w", path, err)
+		}
+		opts = badger.DefaultOptions(path).WithSyncWrites(true)
+	}
+	opts = opts.WithLogger(badgerLogger{log}).
+		// One writer goroutine does every update: nothing can conflict.
+		WithDetectConflicts(false).
+		// The lock table is small: 16 MiB memtables (default 64) bound
+		// memory and restart replay, and still fit thousands of writes
+		// per transaction (Badger allows 15% of a memtable).
+		WithMemTableSize(16 << 20).
+		// Values are tiny and all stay in the LSM tree (below
+		// ValueThreshold); the value log file, mapped at twice its size,
+		// need not be the default 1 GiB.
+		WithValueLogFileSize(16 << 20).
+		WithBlockCacheSize(32 << 20)
+
+	db, err := openBadger(opts, path)
+	if err != nil {
+		return nil, State{}, err
+	}
+	st, err := bump(db)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, State{}, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	s := &Store{
+		db:       db,
+		log:      log,
+		path:     path,
+		maxBatch: maxBatch,
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	go s.run()
+	log.Info("store opened", "path", path, "incarnation", st.Incarnation,
+		"names", len(st.Durable.HighWater), "fence", st.Durable.Fence, "complete", st.Durable.Complete)
+	return s, st, nil
+}
+
+// openBadger turns a Badger panic on a damaged directory into an error:
+// some of its checks of the files it reads are assertions. (A panic in one
+// of Badger's own goroutines, as on a garbage table file, still crashes
+// the process: nothing outside Badger can recover it.)
+func openBadger(opts badger.Options, path string) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: open %s: badger panicked: %v", ErrCorrupt, path, r)
+		}
+	}()
+	db, err = badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// bump loads everything and stores incarnation+1 in one transaction, whose
+// commit is synced.
+func bump(db *badger.DB) (State, error) {
+	var st State
+	err := db.Update(func(txn *badger.Txn) error {
+		var err error
+		if st, err = load(txn); err != nil {
+			return err
+		}
+		if st.Incarnation == math.MaxUint32 {
+			return errors.New("incarnation counter exhausted")
+		}
+		st.Incarnation++
+		return txn.Set(keyInc, encodeUint(uint64(st.Incarnation)))
+	})
+	return st, err
+}
+
+// load reads the whole store in txn. Every key must be one of the layout.
+func load(txn *badger.Txn) (State, error) {
+	st := State{Durable: core.NewDurable()}
+	d := st.Durable
+	it := txn.NewIterator(badger.DefaultIteratorOptions)
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		k := item.Key()
+		err := item.Value(func(v []byte) error {
+			switch {
+			case len(k) > 0 && k[0] == prefixName:
+				e, err := decodeNameEntry(k, v)
+				if err != nil {
+					return err
+				}
+				if e.high {
+					d.HighWater[e.name] = e.value
+					return nil
+				}
+				t := d.Tickets[e.name]
+				if t == nil {
+					t = map[wire.RequestID]core.DurableTicket{}
+					d.Tickets[e.name] = t
+				}
+				t[e.req] = e.ticket
+			case len(k) > 0 && k[0] == prefixLed:
+				view, err := decodeLed(k, v)
+				if err != nil {
+					return err
+				}
+				d.Led[view.Epoch] = view
+			case string(k) == string(keyFence):
+				return decodeInto(&d.Fence, k, v)
+			case string(k) == string(keyComplete):
+				return decodeInto(&d.Complete, k, v)
+			case string(k) == string(keyInc):
+				inc, err := decodeInc(k, v)
+				st.Incarnation = inc
+				return err
+			case string(k) == string(keyElection):
+				p, err := decodeElection(k, v)
+				st.Election = p
+				return err
+			default:
+				return corrupt(k, "unknown key")
+			}
+			return nil
+		})
+		if err != nil {
+			return State{}, err
+		}
+	}
+	return st, nil
+}
+
+func decodeInto(dst *uint64, k, v []byte) error {
+	x, err := decodeUint(k, v)
+	*dst = x
+	return err
+}
+
+// Submit queues b and returns a channel that receives nil once b is durable,
+// or an error (wrapping ErrFailed or ErrClosed). Batches become durable in
+// Submit order. Submit never blocks. It copies b's slices; the views inside
+// must not change until the answer arrives.
+func (s *Store) Submit(b Batch) <-chan error {
+	ch := make(chan error, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closing:
+		ch <- ErrClosed
+		return ch
+	case s.failed != nil:
+		s.stats.Failures++
+		ch <- s.failed
+		return ch
+	}
+	b.Writes = slices.Clone(b.Writes)
+	if b.Election != nil {
+		p := *b.Election
+		b.Election = &p
+	}
+	s.queue = append(s.queue, request{b: b, ch: ch})
+	s.poke()
+	return ch
+}
+
+func (s *Store) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the writer: it commits queued batches, merged, until Close and an
+// empty queue.
+func (s *Store) run() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.closing {
+			s.mu.Unlock()
+			<-s.wake
+			s.mu.Lock()
+		}
+		if len(s.queue) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		n, writes := 1, len(s.queue[0].b.Writes)
+		for n < len(s.queue) && writes+len(s.queue[n].b.Writes) <= s.maxBatch {
+			writes += len(s.queue[n].b.Writes)
+			n++
+		}
+		group := slices.Clone(s.queue[:n])
+		clear(s.queue[:n]) // let the batches be collected
+		s.queue = s.queue[n:]
+		failed := s.failed
+		s.mu.Unlock()
+		if failed != nil {
+			s.answer(group, failed)
+			continue
+		}
+		s.write(group)
+	}
+}
+
+// write commits group, in as few transactions as Badger allows, and answers
+// each batch once its transaction committed.
+func (s *Store) write(group []request) {
+	for len(group) > 0 {
+		n, err := s.commitPrefix(group)
+		if err != nil {
+			err = fmt.Errorf("%w: %s: %w", ErrFailed, s.path, err)
+			s.log.Error("store write failed; every later write fails too", "err", err)
+			s.mu.Lock()
+			s.failed = err
+			s.mu.Unlock()
+			s.answer(group, err)
+			return
+		}
+		s.answer(group[:n], nil)
+		group = group[n:]
+	}
+}
+
+func (s *Store) answer(group []request, err error) {
+	s.mu.Lock()
+	for _, r := range group {
+		if err != nil {
+			s.stats.Failures++
+			s.stats.LastError = err.Error()
+		} else {
+			s.stats.Batches++
+			s.stats.Writes += uint64(len(r.b.Writes))
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range group {
+		r.ch <- err
+	}
+}
+
+// commitPrefix commits the longest prefix of group that fits one Badger
+// transaction, and returns its length.
+func (s *Store) commitPrefix(group []request) (int, error) {
+	txn, n, err := s.fit(len(group), func(txn *writeTxn, i int) error {
+		return applyBatch(txn, &group[i].b)
+	})
+	switch {
+	case errors.Is(err, badger.ErrTxnTooBig):
+		// group[0] alone is too big: it cannot be atomic.
+		return 1, s.writeSplit(&group[0].b)
+	case err != nil:
+		return 0, err
+	}
+	return n, s.commit(txn)
+}
+
+// writeSplit commits a batch too big for one transaction in several, in
+// order.
+func (s *Store) writeSplit(b *Batch) error {
+	units := len(b.Writes)
+	if b.Election != nil {
+		units++
+	}
+	s.log.Warn("store batch too big for one transaction; splitting it", "writes", len(b.Writes))
+	for k := 0; k < units; {
+		txn, n, err := s.fit(units-k, func(txn *writeTxn, i int) error {
+			if k+i < len(b.Writes) {
+				return applyWrite(txn, &b.Writes[k+i])
+			}
+			return txn.Set(keyElection, encodeElection(b.Election))
+		})
+		if err != nil {
+			return err // also ErrTxnTooBig: one write alone is too big
+		}
+		if err := s.commit(txn); err != nil {
+			return err
+		}
+		k += n
+	}
+	return nil
+}
+
+// fit applies units 0..n-1 to a new transaction until one does not fit, and
+// returns the transaction holding the units that do. It fails with
+// ErrTxnTooBig only when unit 0 alone does not fit.
+func (s *Store) fit(n int, apply func(*writeTxn, int) error) (*writeTxn, int, error) {
+	// Badger blocks or panics on transactions of a closed DB. Only Close
+	// closes it, after the writer stopped, but a test closes it underneath.
+	if s.db.IsClosed() {
+		return nil, 0, badger.ErrDBClosed
+	}
+	t := &writeTxn{Txn: s.db.NewTransaction(true)}
+	for i := range n {
+		err := apply(t, i)
+		if err == nil {
+			continue
+		}
+		t.Discard()
+		if !errors.Is(err, badger.ErrTxnTooBig) || i == 0 {
+			return nil, 0, err
+		}
+		// Unit i left part of its writes in t: redo the units before it
+		// in a fresh transaction. They fit again: same start, same writes.
+		t = &writeTxn{Txn: s.db.NewTransaction(true)}
+		for j := range i {
+			if err := apply(t, j); err != nil {
+				t.Discard()
+				return nil, 0, err
+			}
+		}
+		return t, i, nil
+	}
+	return t, n, nil
+}
+
+func (s *Store) commit(t *writeTxn) error {
+	if err := t.Commit(); err != nil {
+		return err
+	}
+	if t.changes > 0 {
+		s.mu.Lock()
+		s.stats.Syncs++
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Load reads the whole store in one read transaction. Incarnation is the
+// stored one.
+func (s *Store) Load() (State, error) {
+	var st State
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		st, err = load(txn)
+		return err
+	})
+	return st, err
+}
+
+// Snapshot calls fn for every name of the lock table, in name order, from
+// one consistent read transaction: its high-water mark (0 if none) and its
+// tickets in request id order. An error from fn stops it and is returned.
+// Close waits for a running Snapshot.
+func (s *Store) Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) error {
+	return s.view(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = namePrefix
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		var (
+			cur     string
+			high    uint64
+			tickets []core.DurableTicket
+			have    bool
+		)
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			var e nameEntry
+			err := item.Value(func(v []byte) error {
+				var err error
+				e, err = decodeNameEntry(item.Key(), v)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if have && e.name != cur {
+				if err := fn(cur, high, tickets); err != nil {
+					return err
+				}
+				high, tickets = 0, nil
+			}
+			cur, have = e.name, true
+			if e.high {
+				high = e.value
+			} else {
+				tickets = append(tickets, e.ticket)
+			}
+		}
+		if have {
+			return fn(cur, high, tickets)
+		}
+		return nil
+	})
+}
+
+func (s *Store) view(fn func(*badger.Txn) error) error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.dbClosed {
+		return ErrClosed
+	}
+	return s.db.View(fn)
+}
+
+// Stats returns the writer's counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Close answers every queued batch (committed or failed), stops the writer
+// and closes Badger. Later calls return the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		s.poke()
+		s.mu.Unlock()
+		<-s.done
+		s.dbMu.Lock()
+		s.dbClosed = true
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("store: close %s: %w", s.path, err)
+		}
+		s.dbMu.Unlock()
+	})
+	return s.closeErr
+}

@@ -1,0 +1,553 @@
+package p2p
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/control"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	"github.com/libp2p/go-libp2p/p2p/security/noise"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+const (
+	// LockProtocol carries the frames of the core and the election.
+	LockProtocol protocol.ID = "/sluice/lock/1"
+	// MembersTopic is the gossipsub topic of membership announcements.
+	MembersTopic = "/sluice/members/1"
+
+	defaultListen   = "/ip4/127.0.0.1/tcp/0"
+	defaultQueueLen = 1024
+	inboxLen        = 4096
+	joinedLen       = 256
+
+	dialTimeout      = 5 * time.Second
+	streamTimeout    = 5 * time.Second
+	writeTimeout     = 5 * time.Second
+	bodyTimeout      = 10 * time.Second
+	publishTimeout   = 5 * time.Second
+	maintainEvery    = 500 * time.Millisecond
+	announceEvery    = 2 * time.Second
+	backoffMin       = 100 * time.Millisecond
+	backoffMax       = 5 * time.Second
+	maxAnnouncement  = 4 << 10
+	announcedAddrTTL = 10 * time.Minute
+	// writerBatch is how much a writer gathers before one flush.
+	writerBatch = 64 << 10
+	protectTag  = "sluice-member"
+)
+
+// Config configures a Host.
+type Config struct {
+	// Key is the node's identity; required.
+	Key crypto.PrivKey
+	// Listen are multiaddrs to listen on; default 127.0.0.1 on a free TCP port.
+	Listen []string
+	// Peers are multiaddrs ending in /p2p/<id>, dialed at start and kept connected.
+	Peers []string
+	// PSK, when set, is the 32-byte key of a private network (TCP only).
+	PSK []byte
+	// AllowList, when non-empty, is the only peers a connection is admitted from or to.
+	AllowList []peer.ID
+	// MaxFrame caps an inbound frame; default wire.MaxFrameSize + 64.
+	MaxFrame int
+	// QueueLen is the per-peer outbound queue; default 1024.
+	QueueLen int
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+	// Name is the human node name carried in announcements.
+	Name string
+}
+
+// Member is a cluster peer as this host knows it.
+type Member struct {
+	Node      wire.NodeID
+	Peer      peer.ID
+	Name      string
+	Addrs     []string
+	Connected bool
+}
+
+// Stats are cumulative counters of a Host.
+type Stats struct {
+	FramesIn  uint64 // frames decoded and delivered to Inbox
+	FramesOut uint64 // frames flushed to a peer's stream
+	// Malformed counts undecodable frames and rejected announcements.
+	Malformed uint64
+	Oversized uint64 // frames whose length is over MaxFrame
+	// Dropped counts frames not delivered: Send refused them (unknown peer,
+	// full queue, encoding error) or the stream failed under them.
+	Dropped uint64
+	// Resets counts lock streams this host reset (write failure, bad frame).
+	Resets uint64
+	// Dials and DialFailures count connection attempts and lock stream opens.
+	Dials         uint64
+	DialFailures  uint64
+	Announcements uint64 // valid announcements received from others
+}
+
+type counters struct {
+	framesIn, framesOut, malformed, oversized, dropped, resets, dials, dialFailures, announcements atomic.Uint64
+}
+
+// member is the state of one known peer. The queue and its writer live as
+// long as the Host: a peer that goes away is redialed, not forgotten.
+type member struct {
+	id    peer.ID
+	node  wire.NodeID
+	name  string
+	addrs []ma.Multiaddr // transport addresses, without /p2p
+	queue chan []byte
+
+	// guarded by Host.mu
+	dialing  bool
+	nextDial time.Time
+	backoff  backoff
+}
+
+// Host is a node of the mesh.
+type Host struct {
+	host     host.Host
+	ps       *pubsub.PubSub
+	topic    *pubsub.Topic
+	sub      *pubsub.Subscription
+	self     wire.NodeID
+	name     string
+	log      *slog.Logger
+	maxFrame int
+	queueLen int
+	allow    map[peer.ID]struct{}
+
+	ctx    context.Context // canceled by Close; bounds every blocking call
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	inbox  chan wire.Message
+	joined chan wire.NodeID
+	kick   chan struct{}
+	stats  counters
+
+	mu      sync.RWMutex
+	closed  bool
+	members map[wire.NodeID]*member
+}
+
+// New starts a host: it listens, joins the membership topic and starts
+// dialing Config.Peers. ctx bounds start-up only.
+func New(ctx context.Context, cfg Config) (*Host, error) {
+	if cfg.Key == nil {
+		return nil, fmt.Errorf("%w: no key", ErrConfig)
+	}
+	if cfg.PSK != nil && len(cfg.PSK) != 32 {
+		return nil, fmt.Errorf("%w: PSK of %d bytes, want 32", ErrConfig, len(cfg.PSK))
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = wire.MaxFrameSize + 64
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = defaultQueueLen
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Listen) == 0 {
+		cfg.Listen = []string{defaultListen}
+	}
+	peers, err := parsePeers(cfg.Peers)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	rm, err := resourceManager()
+	if err != nil {
+		return nil, fmt.Errorf("p2p: resource manager: %w", err)
+	}
+	opts := []libp2p.Option{
+		libp2p.Identity(cfg.Key),
+		libp2p.ListenAddrStrings(cfg.Listen...),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
+		libp2p.ResourceManager(rm),
+		libp2p.DisableRelay(),
+		libp2p.DisableMetrics(), // metrics would register in the global prometheus registry
+		libp2p.Ping(false),
+		libp2p.WithDialTimeout(dialTimeout),
+	}
+	if cfg.PSK != nil {
+		opts = append(opts, libp2p.PrivateNetwork(cfg.PSK))
+	}
+	var allow map[peer.ID]struct{}
+	if len(cfg.AllowList) > 0 {
+		allow = make(map[peer.ID]struct{}, len(cfg.AllowList))
+		for _, p := range cfg.AllowList {
+			allow[p] = struct{}{}
+		}
+		opts = append(opts, libp2p.ConnectionGater(allowGater{allow}))
+	}
+	lh, err := libp2p.New(opts...)
+	if err != nil {
+		rm.Close()
+		return nil, fmt.Errorf("p2p: start libp2p: %w", err)
+	}
+
+	hctx, cancel := context.WithCancel(context.Background())
+	h := &Host{
+		host:     lh,
+		self:     NodeIDOf(lh.ID()),
+		name:     cfg.Name,
+		log:      cfg.Logger,
+		maxFrame: cfg.MaxFrame,
+		queueLen: cfg.QueueLen,
+		allow:    allow,
+		ctx:      hctx,
+		cancel:   cancel,
+		inbox:    make(chan wire.Message, inboxLen),
+		joined:   make(chan wire.NodeID, joinedLen),
+		kick:     make(chan struct{}, 1),
+		members:  make(map[wire.NodeID]*member),
+	}
+	fail := func(err error) (*Host, error) {
+		cancel()
+		_ = lh.Close()
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if err := h.startGossip(); err != nil {
+		return fail(err)
+	}
+	lh.SetStreamHandler(LockProtocol, h.handleStream)
+	for _, ai := range peers {
+		if ai.ID == lh.ID() {
+			continue // a shared peer list may name this node too
+		}
+		if _, ok := allow[ai.ID]; allow != nil && !ok {
+			h.log.Warn("p2p: configured peer is not on the allow-list, ignored", "peer", ai.ID)
+			continue
+		}
+		// Configured addresses never expire: they are how we find the cluster again.
+		lh.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+		h.addMember(ai.ID, "", ai.Addrs, false) // AddAddrs never shortens the permanent TTL
+	}
+	h.wg.Add(3)
+	go h.maintain()
+	go h.announce()
+	go h.readAnnouncements()
+	h.poke()
+	return h, nil
+}
+
+func parsePeers(addrs []string) ([]peer.AddrInfo, error) {
+	byID := map[peer.ID]*peer.AddrInfo{}
+	var order []peer.ID
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: peer %q: %w", ErrConfig, s, err)
+		}
+		tr, id := peer.SplitAddr(a)
+		if id == "" {
+			return nil, fmt.Errorf("%w: peer %q has no /p2p/<id>", ErrConfig, s)
+		}
+		ai := byID[id]
+		if ai == nil {
+			ai = &peer.AddrInfo{ID: id}
+			byID[id] = ai
+			order = append(order, id)
+		}
+		if tr != nil {
+			ai.Addrs = append(ai.Addrs, tr)
+		}
+	}
+	out := make([]peer.AddrInfo, 0, len(order))
+	for _, id := range order {
+		out = append(out, *byID[id])
+	}
+	return out, nil
+}
+
+// resourceManager has the default scaled limits plus explicit ones for the
+// lock protocol: a peer needs one stream each way, a few more while a broken
+// one is replaced.
+func resourceManager() (network.ResourceManager, error) {
+	limits := rcmgr.DefaultLimits
+	// Clone the maps so the shared DefaultLimits is never written.
+	limits.ServiceLimits = maps.Clone(limits.ServiceLimits)
+	limits.ServicePeerLimits = maps.Clone(limits.ServicePeerLimits)
+	limits.ProtocolLimits = maps.Clone(limits.ProtocolLimits)
+	limits.ProtocolPeerLimits = maps.Clone(limits.ProtocolPeerLimits)
+	limits.PeerLimits = maps.Clone(limits.PeerLimits)
+	libp2p.SetDefaultServiceLimits(&limits)
+	limits.AddProtocolPeerLimit(LockProtocol,
+		rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 64 << 20},
+		rcmgr.BaseLimitIncrease{})
+	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
+}
+
+// Self is this node's id.
+func (h *Host) Self() wire.NodeID { return h.self }
+
+// PeerID is this node's libp2p peer id.
+func (h *Host) PeerID() peer.ID { return h.host.ID() }
+
+// Addrs are the listen addresses, with ports resolved and /p2p/<id> appended.
+func (h *Host) Addrs() []string {
+	return p2pAddrs(h.host.ID(), h.host.Addrs())
+}
+
+func p2pAddrs(id peer.ID, addrs []ma.Multiaddr) []string {
+	full, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: id, Addrs: addrs})
+	if err != nil {
+		return nil
+	}
+	out := make([]string, len(full))
+	for i, a := range full {
+		out[i] = a.String()
+	}
+	return out
+}
+
+// Inbox delivers messages from peers, From set to the authenticated sender.
+// It is never closed.
+func (h *Host) Inbox() <-chan wire.Message { return h.inbox }
+
+// Joined delivers the node ids of peers learned after New returned (from an
+// announcement or an inbound stream); Config.Peers are in Members from the
+// start and are not sent. Ids are dropped when nobody reads. Never closed.
+func (h *Host) Joined() <-chan wire.NodeID { return h.joined }
+
+// Members lists every known cluster peer, sorted by Node.
+func (h *Host) Members() []Member {
+	h.mu.RLock()
+	out := make([]Member, 0, len(h.members))
+	for _, m := range h.members {
+		addrs := m.addrs
+		if len(addrs) == 0 {
+			addrs = h.host.Peerstore().Addrs(m.id)
+		}
+		out = append(out, Member{
+			Node:      m.node,
+			Peer:      m.id,
+			Name:      m.name,
+			Addrs:     p2pAddrs(m.id, addrs),
+			Connected: h.host.Network().Connectedness(m.id) == network.Connected,
+		})
+	}
+	h.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.Node < b.Node:
+			return -1
+		case a.Node > b.Node:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Stats returns the counters.
+func (h *Host) Stats() Stats {
+	c := &h.stats
+	return Stats{
+		FramesIn:      c.framesIn.Load(),
+		FramesOut:     c.framesOut.Load(),
+		Malformed:     c.malformed.Load(),
+		Oversized:     c.oversized.Load(),
+		Dropped:       c.dropped.Load(),
+		Resets:        c.resets.Load(),
+		Dials:         c.dials.Load(),
+		DialFailures:  c.dialFailures.Load(),
+		Announcements: c.announcements.Load(),
+	}
+}
+
+// Close stops every goroutine of the host and closes libp2p. It is idempotent.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.mu.Unlock()
+	h.cancel() // also stops pubsub, whose life is h.ctx
+	h.host.RemoveStreamHandler(LockProtocol)
+	err := h.host.Close()
+	h.wg.Wait()
+	return err
+}
+
+// enter registers a goroutine of the host; false once the host is closed, so
+// nothing is added to the WaitGroup after Close started waiting.
+func (h *Host) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.wg.Add(1)
+	return true
+}
+
+// addMember records a peer, starting its writer. name and addrs, when set,
+// replace what was known. It reports whether the peer is new.
+func (h *Host) addMember(id peer.ID, name string, addrs []ma.Multiaddr, notify bool) bool {
+	if id == h.host.ID() {
+		return false
+	}
+	if h.allow != nil {
+		if _, ok := h.allow[id]; !ok {
+			return false // the gater would refuse it anyway
+		}
+	}
+	node := NodeIDOf(id)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return false
+	}
+	m := h.members[node]
+	if m != nil {
+		if m.id != id {
+			h.mu.Unlock()
+			h.log.Error("p2p: node id collision, peer ignored", "peer", id, "node", node, "holder", m.id)
+			return false
+		}
+		if name != "" {
+			m.name = name
+		}
+		if len(addrs) > 0 {
+			m.addrs = addrs
+		}
+		h.mu.Unlock()
+		h.rememberAddrs(id, addrs)
+		return false
+	}
+	m = &member{id: id, node: node, name: name, addrs: addrs, queue: make(chan []byte, h.queueLen)}
+	m.backoff.reset()
+	h.members[node] = m
+	h.wg.Add(1)
+	h.mu.Unlock()
+
+	h.rememberAddrs(id, addrs)
+	// Keep the connection manager from trimming cluster connections.
+	h.host.ConnManager().Protect(id, protectTag)
+	go h.writeLoop(m)
+	h.log.Info("p2p: member added", "peer", id, "node", node, "name", name)
+	if notify {
+		select {
+		case h.joined <- node:
+		default:
+		}
+	}
+	return true
+}
+
+// rememberAddrs puts announced addresses in the peerstore, where the
+// writer's NewStream finds them when it has to dial. They outlive a short
+// partition; a live peer re-announces them every announceEvery.
+func (h *Host) rememberAddrs(id peer.ID, addrs []ma.Multiaddr) {
+	if len(addrs) > 0 {
+		h.host.Peerstore().AddAddrs(id, addrs, announcedAddrTTL)
+	}
+}
+
+// poke wakes the maintenance goroutine without blocking.
+func (h *Host) poke() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maintain redials members that are not connected, each with its own backoff.
+func (h *Host) maintain() {
+	defer h.wg.Done()
+	t := time.NewTicker(maintainEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+		case <-h.kick:
+		}
+		now := time.Now()
+		h.mu.Lock()
+		for _, m := range h.members {
+			if h.host.Network().Connectedness(m.id) == network.Connected {
+				m.backoff.reset()
+				m.nextDial = time.Time{}
+				continue
+			}
+			if m.dialing || now.Before(m.nextDial) || h.closed {
+				continue
+			}
+			m.dialing = true
+			h.wg.Add(1) // this goroutine holds a count, so Add is safe here
+			go h.dial(m, slices.Clone(m.addrs))
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *Host) dial(m *member, addrs []ma.Multiaddr) {
+	defer h.wg.Done()
+	h.stats.dials.Add(1) // counted before it may succeed, so it is never seen late
+	ctx, cancel := context.WithTimeout(h.ctx, dialTimeout)
+	err := h.host.Connect(ctx, peer.AddrInfo{ID: m.id, Addrs: addrs})
+	cancel()
+	h.mu.Lock()
+	m.dialing = false
+	if err != nil {
+		m.nextDial = time.Now().Add(m.backoff.next())
+	} else {
+		m.backoff.reset()
+	}
+	h.mu.Unlock()
+	if err != nil {
+		h.stats.dialFailures.Add(1)
+		if h.ctx.Err() == nil {
+			h.log.Debug("p2p: dial failed", "peer", m.id, "err", err)
+		}
+	}
+}
+
+// allowGater admits only the peers of the allow-list, both ways.
+type allowGater struct{ allow map[peer.ID]struct{} }
+
+func (g allowGater) ok(p peer.ID) bool { _, ok := g.allow[p]; return ok }
+
+func (g allowGater) InterceptPeerDial(p peer.ID) bool                 { return g.ok(p) }
+func (g allowGater) InterceptAddrDial(p peer.ID, _ ma.Multiaddr) bool { return g.ok(p) }
+func (g allowGater) InterceptAccept(network.ConnMultiaddrs) bool      { return true }
+func (g allowGater) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
+	return g.ok(p)
+}
+func (g allowGater) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) {
+	return true, 0
+}

@@ -1,0 +1,440 @@
+package p2p
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Three hosts wired by Config.Peers exchange messages every way; From is the
+// true sender even when the frame lies; one peer's frames keep their order.
+func TestThreeHosts(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{Name: "a"})
+	b := start(t, Config{Name: "b", Peers: a.Addrs()})
+	c := start(t, Config{Name: "c", Peers: append(a.Addrs(), b.Addrs()...)})
+	hosts := []*Host{a, b, c}
+
+	// b and c know a (config), c knows b; their first frames teach the
+	// receivers about them.
+	send(t, b, msg(a.Self(), 1))
+	send(t, c, msg(a.Self(), 2))
+	send(t, c, msg(b.Self(), 3))
+	got := map[uint64]wire.NodeID{}
+	for range 2 {
+		m := recv(t, a)
+		got[m.Seq] = m.From
+	}
+	m := recv(t, b)
+	got[m.Seq] = m.From
+	if got[1] != b.Self() || got[2] != c.Self() || got[3] != c.Self() {
+		t.Fatalf("senders %v", got)
+	}
+
+	// Now every pair can talk both ways.
+	for i, from := range hosts {
+		for j, to := range hosts {
+			if i != j {
+				send(t, from, msg(to.Self(), uint64(10*i+j)))
+			}
+		}
+	}
+	for _, h := range hosts {
+		for range 2 {
+			m := recv(t, h)
+			i, j := int(m.Seq/10), int(m.Seq%10)
+			if hosts[j] != h || hosts[i].Self() != m.From {
+				t.Fatalf("node %d got seq %d from %d", h.Self(), m.Seq, m.From)
+			}
+		}
+	}
+
+	// A spoofed From is overwritten with the authenticated sender.
+	spoof := msg(a.Self(), 99)
+	spoof.From = b.Self()
+	send(t, c, spoof)
+	if m := recv(t, a); m.Seq != 99 || m.From != c.Self() {
+		t.Fatalf("spoofed message arrived as %v", m)
+	}
+
+	// Order per peer, with batching under load.
+	const n = 500
+	for i := range uint64(n) {
+		send(t, b, msg(a.Self(), 1000+i))
+	}
+	for i := range uint64(n) {
+		if m := recv(t, a); m.Seq != 1000+i || m.From != b.Self() {
+			t.Fatalf("frame %d: got seq %d from %d", i, m.Seq, m.From)
+		}
+	}
+
+	for _, h := range hosts {
+		ms := h.Members()
+		if len(ms) != 2 || !slices.IsSortedFunc(ms, func(x, y Member) int { return cmp.Compare(x.Node, y.Node) }) {
+			t.Fatalf("node %d members %+v", h.Self(), ms)
+		}
+		if s := h.Stats(); s.Malformed != 0 || s.Oversized != 0 {
+			t.Fatalf("node %d stats %+v", h.Self(), s)
+		}
+	}
+	if s := a.Stats(); s.FramesIn < n+4 {
+		t.Fatalf("a stats %+v", s)
+	}
+}
+
+// A host that knows one peer learns a third one from its announcement,
+// relayed by gossip, and can send to it.
+func TestGossipLearnsThird(t *testing.T) {
+	t.Parallel()
+	b := start(t, Config{Name: "b"})
+	a := start(t, Config{Name: "a", Peers: b.Addrs()})
+	c := start(t, Config{Name: "c", Peers: b.Addrs()})
+
+	waitJoined(t, a, c.Self())
+	mc, ok := memberOf(a, c.Self())
+	if !ok || mc.Name != "c" || mc.Peer != c.PeerID() || len(mc.Addrs) == 0 {
+		t.Fatalf("a's view of c: %+v", mc)
+	}
+	send(t, a, msg(c.Self(), 7))
+	if m := recv(t, c); m.From != a.Self() || m.Seq != 7 {
+		t.Fatalf("c got %v", m)
+	}
+	eventually(t, "a connected to c", func() bool {
+		m, _ := memberOf(a, c.Self())
+		return m.Connected
+	})
+	if a.Stats().Announcements == 0 {
+		t.Fatalf("a stats %+v", a.Stats())
+	}
+}
+
+func testPSK(b byte) []byte {
+	k := make([]byte, 32)
+	for i := range k {
+		k[i] = b + byte(i)
+	}
+	return k
+}
+
+func addrInfo(t *testing.T, h *Host) peer.AddrInfo {
+	t.Helper()
+	ai, err := peer.AddrInfoFromString(h.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *ai
+}
+
+// A host with another PSK can neither connect nor deliver; one with the
+// right PSK can.
+func TestWrongPSK(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{PSK: testPSK(1)})
+	bad := start(t, Config{PSK: testPSK(2), Peers: a.Addrs()})
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	err := bad.host.Connect(ctx, addrInfo(t, a))
+	if err == nil {
+		t.Fatal("a host with the wrong PSK connected")
+	}
+	t.Logf("wrong PSK dial: %v", err)
+	send(t, bad, msg(a.Self(), 1))
+	eventually(t, "the wrong-PSK host to fail opening its stream", func() bool {
+		s := bad.Stats()
+		return s.DialFailures > 0 && s.Dropped > 0
+	})
+
+	good := start(t, Config{PSK: testPSK(1), Peers: a.Addrs()})
+	send(t, good, msg(a.Self(), 2))
+	if m := recv(t, a); m.Seq != 2 || m.From != good.Self() {
+		t.Fatalf("a got %v", m)
+	}
+	if _, ok := memberOf(a, bad.Self()); ok || a.Stats().FramesIn != 1 {
+		t.Fatalf("the wrong-PSK host got through: members %+v stats %+v", a.Members(), a.Stats())
+	}
+}
+
+// With an allow-list, only listed peers connect, in either direction.
+func TestAllowList(t *testing.T) {
+	t.Parallel()
+	kb := newKey(t)
+	a := start(t, Config{AllowList: []peer.ID{idOf(t, kb)}})
+	b := start(t, Config{Key: kb, Peers: a.Addrs()})
+	c := start(t, Config{Peers: a.Addrs()})
+
+	send(t, b, msg(a.Self(), 1))
+	if m := recv(t, a); m.From != b.Self() {
+		t.Fatalf("a got %v", m)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	s, err := c.host.NewStream(ctx, a.PeerID(), LockProtocol)
+	t.Logf("stream from a peer off the allow-list: %v", err)
+	if err == nil {
+		// The dialer may finish its handshake before a refuses; the stream must still die.
+		_ = s.SetReadDeadline(time.Now().Add(waitLimit))
+		_, err := s.Read(make([]byte, 1))
+		if err == nil {
+			t.Fatal("a peer off the allow-list opened a working stream")
+		}
+		t.Logf("read on it: %v", err)
+		_ = s.Reset()
+	}
+	if err := a.host.Connect(ctx, addrInfo(t, c)); err == nil {
+		t.Fatal("a dialed a peer off its allow-list")
+	} else {
+		t.Logf("dial to a peer off the allow-list: %v", err)
+	}
+	if _, ok := memberOf(a, c.Self()); ok {
+		t.Fatalf("a lists c: %+v", a.Members())
+	}
+	eventually(t, "c's connection to a to be gone", func() bool {
+		return c.host.Network().Connectedness(a.PeerID()) != network.Connected
+	})
+	send(t, b, msg(a.Self(), 2))
+	if m := recv(t, a); m.Seq != 2 || m.From != b.Self() {
+		t.Fatalf("a got %v", m)
+	}
+}
+
+// Junk on a raw lock stream resets that stream and is counted; the host
+// keeps serving.
+func TestBadFrames(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{})
+	b := start(t, Config{Peers: a.Addrs()})
+	over := uint64(a.maxFrame + 1)
+	cases := []struct {
+		name      string
+		junk      []byte
+		oversized bool
+	}{
+		{"length over cap", appendUvarint(nil, over), true},
+		{"huge varint", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, true},
+		{"padded varint", []byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}, false},
+		{"garbage body", append(appendUvarint(nil, 5), 0xff, 0xff, 0xff, 0xff, 0xff), false},
+		{"empty body", appendUvarint(nil, 0), false},
+	}
+	for i, tc := range cases {
+		before := a.Stats()
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		s, err := b.host.NewStream(ctx, a.PeerID(), LockProtocol)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Write(tc.junk); err != nil {
+			t.Fatalf("%s: write: %v", tc.name, err)
+		}
+		_ = s.SetReadDeadline(time.Now().Add(waitLimit))
+		if _, err := s.Read(make([]byte, 1)); !errors.Is(err, network.ErrReset) {
+			t.Fatalf("%s: the stream was not reset: %v", tc.name, err)
+		}
+		after := a.Stats()
+		if tc.oversized && after.Oversized != before.Oversized+1 ||
+			!tc.oversized && after.Malformed != before.Malformed+1 ||
+			after.Resets != before.Resets+1 {
+			t.Fatalf("%s: stats before %+v after %+v", tc.name, before, after)
+		}
+		send(t, b, msg(a.Self(), uint64(i)))
+		if m := recv(t, a); m.Seq != uint64(i) || m.From != b.Self() {
+			t.Fatalf("%s: a got %v", tc.name, m)
+		}
+	}
+}
+
+func appendUvarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// Raw bytes on the TCP port fail libp2p's handshake; the host keeps serving.
+func TestGarbageTCP(t *testing.T) {
+	t.Parallel()
+	for _, psk := range [][]byte{nil, testPSK(3)} {
+		a := start(t, Config{PSK: psk})
+		b := start(t, Config{PSK: psk, Peers: a.Addrs()})
+		tcpAddr, _ := peer.SplitAddr(ma.StringCast(a.Addrs()[0]))
+		na, err := manet.ToNetAddr(tcpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := net.DialTimeout("tcp", na.String(), waitLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		junk := make([]byte, 4096)
+		for i := range junk {
+			junk[i] = byte(i*7 + 3)
+		}
+		_, _ = conn.Write(junk)
+		_ = conn.SetReadDeadline(time.Now().Add(waitLimit))
+		// Drain until a drops us: the handshake failed and a closed the connection.
+		buf := make([]byte, 1024)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					t.Fatalf("psk=%v: a kept the garbage connection open", psk != nil)
+				}
+				break
+			}
+		}
+		_ = conn.Close()
+		send(t, b, msg(a.Self(), 5))
+		if m := recv(t, a); m.Seq != 5 || m.From != b.Self() {
+			t.Fatalf("a got %v", m)
+		}
+	}
+}
+
+// A peer that restarts with its key on a new port is reached again: its
+// writer's broken stream is replaced and messages flow both ways.
+func TestReconnect(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{Name: "a"})
+	kb := newKey(t)
+	b := start(t, Config{Key: kb, Name: "b", Peers: a.Addrs()})
+	send(t, b, msg(a.Self(), 1))
+	recv(t, a)
+	send(t, a, msg(b.Self(), 2))
+	recv(t, b)
+
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b.Send(msg(a.Self(), 3)) {
+		t.Fatal("Send after Close was accepted")
+	}
+	b2 := start(t, Config{Key: kb, Name: "b2", Peers: a.Addrs()})
+	if b2.Self() != b.Self() {
+		t.Fatal("same key, different node id")
+	}
+
+	// a's old stream to b is dead; a resends, as the core does, until one
+	// frame gets through on the new stream.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(waitLimit)
+	for got := false; !got; {
+		a.Send(msg(b2.Self(), 4))
+		select {
+		case m := <-b2.Inbox():
+			got = m.Seq == 4 && m.From == a.Self()
+		case <-tick.C:
+		case <-timeout:
+			t.Fatalf("no message reached the restarted peer; a stats %+v", a.Stats())
+		}
+	}
+	send(t, b2, msg(a.Self(), 5))
+	if m := recv(t, a); m.Seq != 5 || m.From != b2.Self() {
+		t.Fatalf("a got %v", m)
+	}
+	eventually(t, "a to see b2 connected under its new name", func() bool {
+		m, ok := memberOf(a, b2.Self())
+		return ok && m.Connected && m.Name == "b2"
+	})
+}
+
+// Send refuses, and counts, what it cannot deliver.
+func TestSendRefuses(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{QueueLen: 1})
+	if a.Send(msg(a.Self(), 1)) || a.Send(msg(12345, 1)) {
+		t.Fatal("Send to self or to an unknown node was accepted")
+	}
+	if d := a.Stats().Dropped; d != 2 {
+		t.Fatalf("dropped %d, want 2", d)
+	}
+	b := start(t, Config{})
+	c := start(t, Config{Peers: b.Addrs()})
+	big := msg(b.Self(), 1)
+	big.Name = string(make([]byte, wire.MaxNameLen+1))
+	if c.Send(big) {
+		t.Fatal("an unencodable message was accepted")
+	}
+	// Config errors.
+	ctx := context.Background()
+	for _, cfg := range []Config{
+		{},
+		{Key: newKey(t), PSK: []byte{1, 2, 3}},
+		{Key: newKey(t), Peers: []string{"/ip4/127.0.0.1/tcp/1"}},
+		{Key: newKey(t), Peers: []string{"not an address"}},
+	} {
+		if h, err := New(ctx, cfg); !errors.Is(err, ErrConfig) {
+			if h != nil {
+				_ = h.Close()
+			}
+			t.Fatalf("config %+v: err %v", cfg, err)
+		}
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if h, err := New(canceled, Config{Key: newKey(t)}); err == nil {
+		_ = h.Close()
+		t.Fatal("New with a canceled context succeeded")
+	}
+}
+
+// A configured peer that restarts on its old port, knowing nobody, is
+// redialed by the maintenance loop and served again.
+func TestRedialConfigured(t *testing.T) {
+	t.Parallel()
+	kb := newKey(t)
+	b := start(t, Config{Key: kb})
+	a := start(t, Config{Peers: b.Addrs()})
+	send(t, a, msg(b.Self(), 1))
+	recv(t, b)
+
+	listen, _ := peer.SplitAddr(ma.StringCast(b.Addrs()[0]))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a to notice b is gone", func() bool {
+		m, _ := memberOf(a, b.Self())
+		return !m.Connected
+	})
+	dials := a.Stats().Dials
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	b2, err := New(ctx, Config{Key: kb, Listen: []string{listen.String()}})
+	if err != nil {
+		t.Skipf("cannot listen on the old port again: %v", err)
+	}
+	t.Cleanup(func() { _ = b2.Close() })
+	eventually(t, "a to redial b", func() bool {
+		m, _ := memberOf(a, b.Self())
+		return m.Connected
+	})
+	if a.Stats().Dials == dials {
+		t.Fatalf("reconnected without a dial: %+v", a.Stats())
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for got := false; !got; {
+		a.Send(msg(b2.Self(), 2))
+		select {
+		case m := <-b2.Inbox():
+			got = m.Seq == 2 && m.From == a.Self()
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("no message reached the restarted peer; a stats %+v", a.Stats())
+		}
+	}
+}

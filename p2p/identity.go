@@ -1,0 +1,162 @@
+package p2p
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+var (
+	// ErrIdentity: the identity key file is missing its directory, unreadable or not an Ed25519 key.
+	ErrIdentity = errors.New("p2p: bad identity key")
+	// ErrPSK: the swarm key file is missing, too short or garbled.
+	ErrPSK = errors.New("p2p: bad swarm key")
+	// ErrConfig: a Config field is invalid.
+	ErrConfig = errors.New("p2p: bad config")
+)
+
+// IdentityFile is the name of the key file inside the data directory.
+const IdentityFile = "identity.key"
+
+// maxKeyFile bounds what ReadPSK and LoadOrCreateIdentity read: both files are tiny.
+const maxKeyFile = 4 << 10
+
+// NodeIDOf maps a libp2p peer id to the core's node id: the first 8 bytes
+// (big endian) of sha256 of the peer id's bytes; 0 becomes 1, because the
+// core reserves 0 for "nobody".
+func NodeIDOf(id peer.ID) wire.NodeID {
+	sum := sha256.Sum256([]byte(id))
+	n := wire.NodeID(binary.BigEndian.Uint64(sum[:8]))
+	if n == 0 {
+		n = 1
+	}
+	return n
+}
+
+// LoadOrCreateIdentity reads the Ed25519 key at dir/identity.key, creating
+// it on first call (file 0600, directory 0700). The file appears atomically
+// (temporary file, fsync, rename), so a crash never leaves half a key.
+// Concurrent first calls on one directory are not supported: one daemon owns
+// a data directory.
+func LoadOrCreateIdentity(dir string) (crypto.PrivKey, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: no data directory", ErrIdentity)
+	}
+	path := filepath.Join(dir, IdentityFile)
+	data, err := readSmall(path)
+	switch {
+	case err == nil:
+		k, err := crypto.UnmarshalPrivateKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrIdentity, path, err)
+		}
+		if k.Type() != crypto.Ed25519 {
+			return nil, fmt.Errorf("%w: %s: key type %v, want Ed25519", ErrIdentity, path, k.Type())
+		}
+		return k, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
+	}
+
+	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("%w: generate: %w", ErrIdentity, err)
+	}
+	data, err = crypto.MarshalPrivateKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("%w: marshal: %w", ErrIdentity, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
+	}
+	if err := writeAtomic(dir, path, data); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
+	}
+	return k, nil
+}
+
+func writeAtomic(dir, path string, data []byte) (err error) {
+	f, err := os.CreateTemp(dir, "."+IdentityFile+".*") // created 0600
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	// The rename is only durable once the directory is synced.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > maxKeyFile {
+		return nil, fmt.Errorf("%s: over %d bytes", path, maxKeyFile)
+	}
+	return data, nil
+}
+
+// ReadPSK reads a libp2p swarm key file ("/key/swarm/psk/1.0.0/", an
+// encoding line, the key) and returns the 32-byte key.
+func ReadPSK(path string) ([]byte, error) {
+	data, err := readSmall(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPSK, err)
+	}
+	// pnet.DecodeV1PSK reads 32 bytes and ignores the rest; a base16 key
+	// line of any other length is a typo worth refusing.
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) >= 2 && strings.TrimSpace(lines[1]) == "/base16/" {
+		if len(lines) != 3 || len(strings.TrimSpace(lines[2])) != 64 {
+			return nil, fmt.Errorf("%w: %s: the key must be one line of 64 hex digits", ErrPSK, path)
+		}
+	}
+	psk, err := pnet.DecodeV1PSK(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrPSK, path, err)
+	}
+	return psk, nil
+}

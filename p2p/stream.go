@@ -1,0 +1,286 @@
+package p2p
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Send queues m for m.To and never blocks. It returns false, counting a
+// drop, when m.To is this node or unknown, its queue is full, m cannot be
+// encoded or the host is closed.
+func (h *Host) Send(m wire.Message) bool {
+	if m.To == h.self {
+		h.stats.dropped.Add(1)
+		return false
+	}
+	h.mu.RLock()
+	p := h.members[m.To]
+	closed := h.closed
+	h.mu.RUnlock()
+	if p == nil || closed {
+		h.stats.dropped.Add(1)
+		return false
+	}
+	// Encoding here, not in the writer, snapshots m: the caller may reuse
+	// its slices as soon as Send returns.
+	f, err := encodeFrame(&m)
+	if err != nil {
+		h.stats.dropped.Add(1)
+		h.log.Warn("p2p: unencodable message dropped", "to", m.To, "kind", m.Kind, "err", err)
+		return false
+	}
+	select {
+	case p.queue <- f:
+		return true
+	default:
+		h.stats.dropped.Add(1)
+		return false
+	}
+}
+
+// encodeFrame returns the uvarint length and the encoded message in one
+// allocation: the body is encoded after room for the longest prefix, which
+// is then written right before it.
+func encodeFrame(m *wire.Message) ([]byte, error) {
+	const room = binary.MaxVarintLen32
+	b, err := wire.Encode(make([]byte, room, room+128), m)
+	if err != nil {
+		return nil, err
+	}
+	var pre [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(pre[:], uint64(len(b)-room))
+	start := room - n
+	copy(b[start:], pre[:n])
+	return b[start:], nil
+}
+
+// writeLoop owns the one outbound lock stream to m: it opens it on the first
+// frame, writes every queued frame with one flush per batch, and on a
+// failure resets it and opens a new one, after a backoff, on the next frame.
+func (h *Host) writeLoop(m *member) {
+	defer h.wg.Done()
+	var (
+		s  network.Stream
+		bw = bufio.NewWriterSize(nil, writerBatch)
+		bo backoff
+	)
+	bo.reset()
+	defer func() {
+		if s != nil {
+			_ = s.Reset()
+		}
+	}()
+	for {
+		var f []byte
+		select {
+		case <-h.ctx.Done():
+			return
+		case f = <-m.queue:
+		}
+		if s == nil {
+			h.stats.dials.Add(1)
+			ctx, cancel := context.WithTimeout(h.ctx, streamTimeout)
+			st, err := h.host.NewStream(ctx, m.id, LockProtocol)
+			cancel()
+			if err != nil {
+				h.stats.dialFailures.Add(1)
+				// The peer is unreachable: what is queued is stale by the
+				// time it comes back, and the core retransmits what matters.
+				h.stats.dropped.Add(1 + drain(m.queue))
+				if h.ctx.Err() == nil {
+					h.log.Debug("p2p: open lock stream failed", "peer", m.id, "err", err)
+				}
+				if !h.sleep(bo.next()) {
+					return
+				}
+				continue
+			}
+			// We never read this stream; tell the peer so.
+			_ = st.CloseRead()
+			s = st
+			bw.Reset(s)
+		}
+		_ = s.SetWriteDeadline(time.Now().Add(writeTimeout))
+		n := uint64(1)
+		_, err := bw.Write(f)
+	batch:
+		for err == nil && bw.Buffered() < writerBatch {
+			select {
+			case f = <-m.queue:
+				n++
+				_, err = bw.Write(f)
+			default:
+				break batch
+			}
+		}
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err == nil {
+			h.stats.framesOut.Add(n)
+			bo.reset()
+			continue
+		}
+		_ = s.Reset()
+		s = nil
+		h.stats.resets.Add(1)
+		h.stats.dropped.Add(n)
+		if h.ctx.Err() == nil {
+			h.log.Debug("p2p: lock stream write failed", "peer", m.id, "err", err)
+		}
+		if !h.sleep(bo.next()) {
+			return
+		}
+	}
+}
+
+// drain empties q without blocking and returns how many frames it dropped.
+func drain(q chan []byte) uint64 {
+	var n uint64
+	for {
+		select {
+		case <-q:
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+// sleep waits d or until Close; false means the host is closing.
+func (h *Host) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+var (
+	errOversized = errors.New("p2p: frame over size cap")
+	errBadLength = errors.New("p2p: malformed frame length")
+)
+
+// handleStream reads the frames of one inbound lock stream until it ends.
+// A bad frame resets the stream: the peer's writer opens a new one.
+func (h *Host) handleStream(s network.Stream) {
+	if !h.enter() {
+		_ = s.Reset()
+		return
+	}
+	defer h.wg.Done()
+	remote := s.Conn().RemotePeer()
+	from := NodeIDOf(remote)
+	if h.addMember(remote, "", nil, true) {
+		h.poke()
+	}
+	br := bufio.NewReaderSize(s, writerBatch)
+	var buf []byte
+	for {
+		n, err := h.readLen(br)
+		if err != nil {
+			switch {
+			case errors.Is(err, errOversized):
+				h.stats.oversized.Add(1)
+				h.reset(s, "oversized frame", remote)
+			case errors.Is(err, errBadLength):
+				h.stats.malformed.Add(1)
+				h.reset(s, "malformed frame length", remote)
+			case errors.Is(err, io.EOF):
+				_ = s.Close() // the peer closed its side cleanly
+			default:
+				_ = s.Reset()
+			}
+			return
+		}
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		// A peer that announced a body must deliver it; the deadline costs a
+		// timer, so only pay it when the body is not buffered already.
+		timed := br.Buffered() < n
+		if timed {
+			_ = s.SetReadDeadline(time.Now().Add(bodyTimeout))
+		}
+		if _, err := io.ReadFull(br, buf); err != nil {
+			_ = s.Reset()
+			return
+		}
+		if timed {
+			_ = s.SetReadDeadline(time.Time{})
+		}
+		msg, err := wire.Decode(buf)
+		if err != nil {
+			h.stats.malformed.Add(1)
+			h.reset(s, "malformed frame", remote)
+			return
+		}
+		msg.From = from // the authenticated sender, whatever the frame says
+		h.stats.framesIn.Add(1)
+		select {
+		case h.inbox <- msg:
+		case <-h.ctx.Done():
+			_ = s.Reset()
+			return
+		}
+	}
+}
+
+func (h *Host) reset(s network.Stream, why string, remote any) {
+	h.stats.resets.Add(1) // before the reset, which the peer observes
+	_ = s.Reset()
+	h.log.Warn("p2p: lock stream reset", "why", why, "peer", remote)
+}
+
+// readLen reads a frame's uvarint length, refusing it as soon as it is over
+// the cap, so a hostile length is never allocated.
+func (h *Host) readLen(br *bufio.Reader) (int, error) {
+	var x uint64
+	for shift := uint(0); ; shift += 7 {
+		b, err := br.ReadByte()
+		if err != nil {
+			if shift > 0 && errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		if shift > 35 {
+			return 0, errBadLength // a padded varint: no length needs 6 bytes
+		}
+		x |= uint64(b&0x7f) << shift
+		if x > uint64(h.maxFrame) {
+			return 0, errOversized
+		}
+		if b < 0x80 {
+			return int(x), nil
+		}
+	}
+}
+
+// backoff is a jittered exponential delay between backoffMin and backoffMax.
+type backoff struct{ cur time.Duration }
+
+func (b *backoff) reset() { b.cur = backoffMin }
+
+// next returns the delay to wait now and doubles the next one.
+func (b *backoff) next() time.Duration {
+	if b.cur < backoffMin {
+		b.cur = backoffMin
+	}
+	d := b.cur/2 + rand.N(b.cur/2+1) // [cur/2, cur]
+	b.cur = min(2*b.cur, backoffMax)
+	return d
+}

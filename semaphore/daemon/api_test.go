@@ -1,0 +1,301 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/semaphore/daemon"
+)
+
+// apiAgent is a one-node agent with Badger in memory, serving the API on a
+// Unix socket in a short temporary path (socket paths are limited to ~100
+// bytes).
+func apiAgent(t *testing.T, api, token string) (*daemon.Agent, *http.Client, string) {
+	t.Helper()
+	if api == "" {
+		dir, err := os.MkdirTemp("", "sl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		api = filepath.Join(dir, "api.sock")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, ClusterSize: 1,
+		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, API: api, APIToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), settle)
+		defer cancel()
+		if err := a.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	tr := &http.Transport{}
+	base := "http://" + a.APIAddr()
+	if !daemon.IsTCPAddr(api) {
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", a.APIAddr())
+		}
+		base = "http://sluice"
+	}
+	client := &http.Client{Transport: tr}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &cluster{t: t, agents: []*daemon.Agent{a}}
+	c.waitReady()
+	return a, client, base
+}
+
+type answer struct {
+	status int
+	body   map[string]any
+	raw    string
+}
+
+func call(t *testing.T, c *http.Client, method, url, body string, hdr ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode, raw: string(raw)}
+	_ = json.Unmarshal(raw, &a.body)
+	return a
+}
+
+func TestAPILockCycle(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/site","mode":"read-write-priority","duration":"1m"}`)
+	if got.status != 200 || got.body["lease"] == nil || got.body["token"].(float64) < 1 {
+		t.Fatalf("acquire: %d %s", got.status, got.raw)
+	}
+	lease := got.body["lease"].(string)
+	// A writer's try on the held name: 409 timedout; a reader's: 503
+	// draining, the frontend's cue for the maintenance page.
+	try := call(t, c, "POST", base+"/v1/acquire", `{"name":"/site","try":true}`)
+	if try.status != 409 || try.body["error"] != "timedout" {
+		t.Fatalf("try on a held name: %d %s", try.status, try.raw)
+	}
+	read := call(t, c, "POST", base+"/v1/acquire", `{"name":"/site","mode":"read-only","try":true}`)
+	if read.status != 503 || read.body["error"] != "draining" {
+		t.Fatalf("reader's try during a drain: %d %s", read.status, read.raw)
+	}
+	renew := call(t, c, "POST", base+"/v1/renew", fmt.Sprintf(`{"lease":%q}`, lease))
+	if renew.status != 200 || renew.body["lease"] != lease {
+		t.Fatalf("renew: %d %s", renew.status, renew.raw)
+	}
+	locks := call(t, c, "GET", base+"/v1/locks?prefix=/s", "")
+	if locks.status != 200 || !strings.Contains(locks.raw, lease) {
+		t.Fatalf("locks: %d %s", locks.status, locks.raw)
+	}
+	st := call(t, c, "GET", base+"/v1/status", "")
+	if st.status != 200 || st.body["state"] != "LOCK_READY" || st.body["mesh"] == nil {
+		t.Fatalf("status: %d %s", st.status, st.raw)
+	}
+	rel := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease))
+	if rel.status != 200 {
+		t.Fatalf("release: %d %s", rel.status, rel.raw)
+	}
+	again := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease))
+	if again.status != 404 || again.body["error"] != "unknown_lease" {
+		t.Fatalf("second release: %d %s", again.status, again.raw)
+	}
+	next := call(t, c, "POST", base+"/v1/acquire", `{"name":"/site","try":true}`)
+	if next.status != 200 || next.body["token"].(float64) <= got.body["token"].(float64) {
+		t.Fatalf("acquire after release: %d %s", next.status, next.raw)
+	}
+}
+
+// The client hanging up abandons its request: it leaves the table, and the
+// name is free for others.
+func TestAPIHangUpAbandons(t *testing.T) {
+	a, c, base := apiAgent(t, "", "")
+	held := call(t, c, "POST", base+"/v1/acquire", `{"name":"/x"}`)
+	if held.status != 200 {
+		t.Fatal(held.raw)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/acquire", strings.NewReader(`{"name":"/x","timeout":"10m"}`))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	cl := &cluster{t: t, agents: []*daemon.Agent{a}}
+	count := func() int {
+		tab, err := a.Node().Locks(context.Background(), "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(tab.Requests)
+	}
+	cl.waitFor("the second request queued", func() bool { return count() == 2 })
+	cancel()
+	<-done
+	cl.waitFor("the abandoned request gone", func() bool { return count() == 1 })
+}
+
+func TestAPIWatch(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/w","duration":"1m"}`)
+	lease := got.body["lease"].(string)
+	resp, err := c.Get(base + "/v1/watch?lease=" + lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	if !lines.Scan() || !strings.Contains(lines.Text(), `"event":"granted"`) {
+		t.Fatalf("first watch event: %q", lines.Text())
+	}
+	if r := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease)); r.status != 200 {
+		t.Fatal(r.raw)
+	}
+	if !lines.Scan() || !strings.Contains(lines.Text(), `"event":"unlocked"`) {
+		t.Fatalf("watch event after release: %q", lines.Text())
+	}
+	if lines.Scan() {
+		t.Fatalf("watch went on after the lease ended: %q", lines.Text())
+	}
+}
+
+func TestAPIForceUnlock(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/f","duration":"10m"}`)
+	token := got.body["token"].(float64)
+	f := call(t, c, "POST", base+"/v1/force-unlock", fmt.Sprintf(`{"name":"/f","token":%d}`, int(token)))
+	if f.status != 200 || !strings.Contains(f.raw, got.body["lease"].(string)) {
+		t.Fatalf("force-unlock: %d %s", f.status, f.raw)
+	}
+	next := call(t, c, "POST", base+"/v1/acquire", `{"name":"/f","timeout":"20s"}`)
+	if next.status != 200 || next.body["token"].(float64) <= token {
+		t.Fatalf("acquire after force-unlock: %d %s", next.status, next.raw)
+	}
+	if r := call(t, c, "POST", base+"/v1/force-unlock", `{"name":"/f","token":999}`); r.status != 404 {
+		t.Fatalf("force-unlock of an unknown token: %d %s", r.status, r.raw)
+	}
+}
+
+func TestAPIBadInput(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	long := strings.Repeat("n", 1025)
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"POST", "/v1/acquire", `{"name":`, 400, "bad_request"},
+		{"POST", "/v1/acquire", `not json`, 400, "bad_request"},
+		{"POST", "/v1/acquire", `{"name":"/a","colour":"red"}`, 400, "bad_request"},
+		{"POST", "/v1/acquire", `{"name":"/a"} {"name":"/b"}`, 400, "bad_request"},
+		{"POST", "/v1/acquire", `{"name":""}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"` + long + `"}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"/a","mode":"sideways"}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"/a","timeout":"-1s"}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"/a","duration":"0s"}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"/a","duration":"100000h"}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"/a","duration":"soon"}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"/a","limit":-3}`, 400, "invalid"},
+		{"POST", "/v1/acquire", `{"name":"` + strings.Repeat("x", 70000) + `"}`, 413, "bad_request"},
+		{"POST", "/v1/release", `{"lease":"1.2"}`, 400, "invalid"},
+		{"POST", "/v1/release", `{"lease":"x.y.z"}`, 400, "invalid"},
+		{"POST", "/v1/release", `{"lease":"0.1.1"}`, 400, "invalid"},
+		{"POST", "/v1/release", `{"lease":"7.1.1"}`, 404, "unknown_lease"},
+		{"POST", "/v1/renew", `{"lease":"7.1.1"}`, 404, "unknown_lease"},
+		{"GET", "/v1/watch?lease=7.1.1", ``, 404, "unknown_lease"},
+		{"POST", "/v1/force-unlock", `{"name":"/a"}`, 400, "invalid"},
+		{"POST", "/v1/force-unlock", `{"name":"","token":3}`, 400, "invalid"},
+		{"GET", "/v1/acquire", ``, 405, "bad_request"},
+		{"DELETE", "/v1/status", ``, 405, "bad_request"},
+		{"GET", "/v2/nothing", ``, 404, "bad_request"},
+	} {
+		t.Run(tc.method+" "+tc.path+" "+tc.body[:min(len(tc.body), 40)], func(t *testing.T) {
+			got := call(t, c, tc.method, base+tc.path, tc.body)
+			if got.status != tc.status || tc.code != "" && got.body["error"] != tc.code {
+				t.Fatalf("got %d %s, want %d %s", got.status, got.raw, tc.status, tc.code)
+			}
+			if tc.code != "" && got.body["message"] == "" {
+				t.Fatalf("no message: %s", got.raw)
+			}
+		})
+	}
+	// Nothing was lost: the node still grants.
+	if got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/a","try":true}`); got.status != 200 {
+		t.Fatalf("acquire after bad input: %d %s", got.status, got.raw)
+	}
+}
+
+func TestAPITokenOnTCP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, c, base := apiAgent(t, addr, "s3cret")
+	if got := call(t, c, "GET", base+"/v1/status", ""); got.status != 401 || got.body["error"] != "unauthorized" {
+		t.Fatalf("no token: %d %s", got.status, got.raw)
+	}
+	if got := call(t, c, "GET", base+"/v1/status", "", "Authorization", "Bearer wrong"); got.status != 401 {
+		t.Fatalf("wrong token: %d %s", got.status, got.raw)
+	}
+	if got := call(t, c, "GET", base+"/v1/status", "", "Authorization", "Bearer s3cret"); got.status != 200 {
+		t.Fatalf("right token: %d %s", got.status, got.raw)
+	}
+}
+
+func TestListenAPIRefuses(t *testing.T) {
+	for _, tc := range []struct{ addr, token string }{
+		{"127.0.0.1:0", ""},         // TCP without a token
+		{"10.0.0.1:7000", "secret"}, // not loopback
+		{"[::1]:99999", "x"},
+	} {
+		if l, _, err := daemon.ListenAPI(tc.addr, tc.token); err == nil {
+			l.Close()
+			t.Errorf("ListenAPI(%q, %q) listened", tc.addr, tc.token)
+		}
+	}
+	// A live socket is not taken over; a stale one is.
+	dir, _ := os.MkdirTemp("", "sl")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "s.sock")
+	l, _, err := daemon.ListenAPI(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2, _, err := daemon.ListenAPI(path, ""); err == nil {
+		l2.Close()
+		t.Fatal("a second listener took a live socket over")
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	l3, _, err := daemon.ListenAPI(path, "")
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	l3.Close()
+}

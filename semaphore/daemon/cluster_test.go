@@ -1,0 +1,386 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/p2p"
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/daemon"
+)
+
+// Clusters of real agents in one process: real libp2p on 127.0.0.1, real
+// Badger files in temporary directories.
+
+const settle = 30 * time.Second // bound on waiting for a cluster's state; far above what it takes
+
+type cluster struct {
+	t      *testing.T
+	dirs   []string
+	agents []*daemon.Agent
+	opts   clusterOpts
+}
+
+type clusterOpts struct {
+	size     int
+	psk      []byte
+	allow    []string // peer ids admitted; empty: any with the PSK
+	priority []uint8  // per node; 0 = default
+}
+
+func startCluster(t *testing.T, o clusterOpts) *cluster {
+	t.Helper()
+	c := &cluster{t: t, opts: o, agents: make([]*daemon.Agent, o.size)}
+	root := t.TempDir()
+	for i := range o.size {
+		c.dirs = append(c.dirs, filepath.Join(root, fmt.Sprintf("n%d", i+1)))
+	}
+	t.Cleanup(c.stopAll)
+	for i := range o.size {
+		c.start(i)
+	}
+	return c
+}
+
+// start starts node i from its data directory; it knows every running node.
+func (c *cluster) start(i int) {
+	c.t.Helper()
+	var peers []string
+	for j, a := range c.agents {
+		if a != nil && j != i {
+			peers = append(peers, a.Host().Addrs()...)
+		}
+	}
+	cfg := daemon.AgentConfig{Name: fmt.Sprintf("n%d", i+1), DataDir: c.dirs[i], ClusterSize: c.opts.size,
+		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, PSK: c.opts.psk, AllowList: c.opts.allow, Logger: testLogger(i + 1)}
+	if i < len(c.opts.priority) {
+		cfg.Priority = c.opts.priority[i]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	a, err := daemon.StartAgent(ctx, cfg)
+	if err != nil {
+		c.t.Fatalf("start node %d: %v", i+1, err)
+	}
+	c.agents[i] = a
+}
+
+// testLogger logs to stderr when SLUICE_TEST_LOG is set (debug, info...).
+func testLogger(node int) *slog.Logger {
+	lvl := os.Getenv("SLUICE_TEST_LOG")
+	if lvl == "" {
+		return nil
+	}
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(lvl))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})).With("n", node)
+}
+
+func (c *cluster) stop(i int) {
+	if a := c.agents[i]; a != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), settle)
+		defer cancel()
+		if err := a.Stop(ctx); err != nil {
+			c.t.Errorf("stop node %d: %v", i+1, err)
+		}
+		c.agents[i] = nil
+	}
+}
+
+func (c *cluster) stopAll() {
+	for i := range c.agents {
+		c.stop(i)
+	}
+}
+
+func (c *cluster) node(i int) *daemon.Node { return c.agents[i].Node() }
+
+func (c *cluster) status(i int) daemon.Status {
+	c.t.Helper()
+	s, err := c.node(i).Status(context.Background())
+	if err != nil {
+		c.t.Fatalf("status of node %d: %v", i+1, err)
+	}
+	return s
+}
+
+// waitFor polls cond until it holds, failing the test after settle.
+func (c *cluster) waitFor(what string, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(settle)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("after %v: still not %s", settle, what)
+		}
+		<-tick.C
+	}
+}
+
+// waitReady waits until every running node is LOCK_READY on one epoch.
+func (c *cluster) waitReady() daemon.Status {
+	c.t.Helper()
+	var last daemon.Status
+	c.waitFor("ready on one view", func() bool {
+		epoch := uint64(0)
+		for i, a := range c.agents {
+			if a == nil {
+				continue
+			}
+			s := c.status(i)
+			if !s.Ready || epoch != 0 && s.View.Epoch != epoch {
+				return false
+			}
+			epoch, last = s.View.Epoch, s
+		}
+		return true
+	})
+	return last
+}
+
+func acquire(t *testing.T, n *daemon.Node, name string, mode string, timeout, duration time.Duration) (daemon.Lease, error) {
+	t.Helper()
+	m, err := semaphore.ParseMode(mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	return n.Acquire(ctx, daemon.Request{Name: name, Mode: m, Timeout: timeout, Duration: duration})
+}
+
+func mustAcquire(t *testing.T, n *daemon.Node, name, mode string, duration time.Duration) daemon.Lease {
+	t.Helper()
+	l, err := acquire(t, n, name, mode, settle, duration)
+	if err != nil {
+		t.Fatalf("acquire %s %s: %v", name, mode, err)
+	}
+	return l
+}
+
+func TestLocksAcrossNodes(t *testing.T) {
+	c := startCluster(t, clusterOpts{size: 3})
+	st := c.waitReady()
+	if len(st.View.Leaders) != 3 {
+		t.Fatalf("view %+v, want three leaders", st.View)
+	}
+	held := mustAcquire(t, c.node(0), "/site", "exclusive", time.Minute)
+
+	// A try from another node is refused while the lock is held.
+	if _, err := acquire(t, c.node(1), "/site", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+		t.Fatalf("try on a held name: %v, want timed out", err)
+	}
+	// A waiter on node 3 is granted once node 1 releases, with a larger token.
+	got := make(chan daemon.Lease, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := acquire(t, c.node(2), "/site", "exclusive", settle, time.Minute)
+		if err != nil {
+			errs <- err
+			return
+		}
+		got <- l
+	}()
+	c.waitFor("the waiter queued", func() bool {
+		tab, err := c.node(2).Locks(context.Background(), "/site")
+		return err == nil && len(tab.Requests) == 1 && tab.Requests[0].Phase == "waiting"
+	})
+	if err := c.node(0).Release(context.Background(), held.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l.Token <= held.Token {
+			t.Fatalf("token %d after %d: fencing tokens must grow", l.Token, held.Token)
+		}
+	case err := <-errs:
+		t.Fatalf("waiter: %v", err)
+	}
+
+	// Readers on different nodes share.
+	r1 := mustAcquire(t, c.node(0), "/shop", "read-only", time.Minute)
+	r2 := mustAcquire(t, c.node(1), "/shop", "read-only", time.Minute)
+	if r1.Token == r2.Token {
+		t.Fatalf("two readers with token %d", r1.Token)
+	}
+}
+
+// A leader stops; the new view's leaders take its table over from the
+// others' Badger over the network, and the held lease stays in force.
+func TestLeaderLossKeepsLocks(t *testing.T) {
+	// Four nodes, node 4 last in priority: it becomes a leader only when
+	// one of the three first leaders is lost.
+	c := startCluster(t, clusterOpts{size: 4, priority: []uint8{1, 2, 3, 9}})
+	st := c.waitReady()
+	if slices.Contains(st.View.Leaders, uint64(c.agents[3].Host().Self())) {
+		t.Fatalf("node 4 leads from the start: %+v", st.View)
+	}
+	// Node 2 holds a lock; node 1, a leader, will be stopped.
+	held := mustAcquire(t, c.node(1), "/db", "exclusive", 10*time.Minute)
+	lost := c.agents[0].Host().Self()
+	c.stop(0)
+	c.waitFor("a new view without node 1", func() bool {
+		for _, i := range []int{1, 2, 3} {
+			s := c.status(i)
+			if !s.Ready || slices.Contains(s.View.Leaders, uint64(lost)) {
+				return false
+			}
+		}
+		return true
+	})
+	s4 := c.status(3)
+	if !s4.Leader || !s4.Serving || s4.View.PrevEpoch == 0 {
+		t.Fatalf("node 4 is not a serving leader that took over: %+v", s4)
+	}
+	// Node 4 never saw the lock: it has it only from the handoff.
+	tab, err := c.node(3).Locks(context.Background(), "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab.Locks) != 1 || len(tab.Locks[0].Entries) != 1 || tab.Locks[0].Entries[0].Request != held.ID ||
+		tab.Locks[0].Entries[0].Ticket != held.Token {
+		t.Fatalf("node 4's table after the handoff: %+v, want %s with ticket %d", tab.Locks, held.ID, held.Token)
+	}
+	// The lease is in force: a try from another node is refused, and the
+	// holder can renew it.
+	if _, err := acquire(t, c.node(2), "/db", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+		t.Fatalf("try on the held name after the handoff: %v, want timed out", err)
+	}
+	if _, err := c.node(1).Renew(context.Background(), held.ID); err != nil {
+		t.Fatalf("renew after the handoff: %v", err)
+	}
+	if err := c.node(1).Release(context.Background(), held.ID); err != nil {
+		t.Fatal(err)
+	}
+	l := mustAcquire(t, c.node(2), "/db", "exclusive", time.Minute)
+	if l.Token <= held.Token {
+		t.Fatalf("token %d after %d", l.Token, held.Token)
+	}
+}
+
+// Restarting every leader from its data directory keeps a lease held by a
+// client of a node that stayed up, and the fencing high-water marks; a
+// restart of the whole cluster keeps the high-water marks.
+func TestRestartFromDisk(t *testing.T) {
+	c := startCluster(t, clusterOpts{size: 4, priority: []uint8{1, 2, 3, 9}})
+	c.waitReady()
+	held := mustAcquire(t, c.agents[3].Node(), "/cart", "exclusive", 10*time.Minute)
+	other := mustAcquire(t, c.node(0), "/other", "exclusive", time.Minute)
+	if err := c.node(0).Release(context.Background(), other.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		c.stop(i)
+	}
+	for i := range 3 {
+		c.start(i)
+	}
+	c.waitReady()
+	if _, err := acquire(t, c.node(1), "/cart", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+		t.Fatalf("try on /cart after the leaders restarted: %v, want timed out (held by node 4)", err)
+	}
+	if _, err := c.node(3).Renew(context.Background(), held.ID); err != nil {
+		t.Fatalf("renew after the leaders restarted: %v", err)
+	}
+	// Whole cluster.
+	c.stopAll()
+	for i := range 4 {
+		c.start(i)
+	}
+	c.waitReady()
+	l := mustAcquire(t, c.node(2), "/other", "exclusive", time.Minute)
+	if l.Token <= other.Token {
+		t.Fatalf("token %d after a restart, %d before: the high-water mark was lost", l.Token, other.Token)
+	}
+	l2 := mustAcquire(t, c.node(2), "/cart", "exclusive", time.Minute)
+	if l2.Token <= held.Token {
+		t.Fatalf("token %d on /cart after a restart, %d before", l2.Token, held.Token)
+	}
+}
+
+// A stranger cannot join: not with the wrong cluster secret, and not, with
+// the right one, when it is missing from the allow-list. Each tries (its
+// dials fail), stays NO_LOCK, and never shows up among the cluster's
+// members.
+func TestStrangersCannotJoin(t *testing.T) {
+	psk := bytes.Repeat([]byte{7}, 32)
+	root := t.TempDir()
+	var allow []string
+	for i := range 3 {
+		key, err := p2p.LoadOrCreateIdentity(filepath.Join(root, fmt.Sprintf("n%d", i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := p2p.PeerIDOf(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allow = append(allow, id.String())
+	}
+	c := &cluster{t: t, opts: clusterOpts{size: 3, psk: psk, allow: allow}, agents: make([]*daemon.Agent, 3)}
+	for i := range 3 {
+		c.dirs = append(c.dirs, filepath.Join(root, fmt.Sprintf("n%d", i+1)))
+	}
+	t.Cleanup(c.stopAll)
+	for i := range 3 {
+		c.start(i)
+	}
+	c.waitReady()
+	var addrs []string
+	for _, a := range c.agents {
+		addrs = append(addrs, a.Host().Addrs()...)
+	}
+	for _, tc := range []struct {
+		name string
+		psk  []byte
+	}{
+		{"wrong secret", bytes.Repeat([]byte{8}, 32)},
+		{"not on the allow-list", psk},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), settle)
+			defer cancel()
+			s, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "stranger", InMemory: true, ClusterSize: 3,
+				Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: addrs, PSK: tc.psk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := s.Stop(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			c.waitFor("the stranger's dials failing", func() bool { return s.Host().Stats().DialFailures >= 3 })
+			st, err := s.Node().Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Ready || len(st.Members) != 1 || st.Stats.MessagesIn != 0 {
+				t.Fatalf("the stranger joined: %+v", st)
+			}
+			stranger := uint64(s.Host().Self())
+			for i := range 3 {
+				for _, m := range c.status(i).Members {
+					if m.Node == stranger {
+						t.Fatalf("node %d knows the stranger: %+v", i+1, m)
+					}
+				}
+				for _, m := range c.agents[i].Host().Members() {
+					if uint64(m.Node) == stranger {
+						t.Fatalf("node %d's mesh knows the stranger: %+v", i+1, m)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,32 @@
+// Package daemon is sluice's runtime: it runs one node of the cluster.
+//
+// A Node owns the lock core (package core) and the election (package
+// election) and drives both from one goroutine, Run. It applies their Ready
+// in order: writes go to the Store, and the messages and client events of
+// a Ready wait, in a FIFO, until those writes are durable; a Ready without
+// writes waits behind earlier ones, so nothing ever leaves the node before
+// what it rests on is on disk. The loop never waits for the disk or the
+// network: Store.Submit and Transport.Send return at once, and the durable
+// signal of the oldest Ready is one more case of the loop's select. While
+// one write is on its way, later Readies queue up behind it and the store
+// merges them into one transaction and one fsync (group commit).
+//
+// Time: the core counts ticks (10 ms by default). The loop catches its tick
+// count up with the wall clock, so a paused node's ticks do not run slower
+// than time: a master's lease must never outlast the replicas' count of it.
+//
+// A node is master of its own clients' requests: it runs the bakery's
+// phases against the view's leaders itself, whether it is a leader or not.
+// That is the forwarding DESIGN describes with one hop less: the request
+// reaches the leaders straight from the node the client called, and when a
+// leader is lost the core restarts the request under the new view while the
+// client keeps its lease id. Requests that arrive before a view is known
+// wait in the core until their obtain timeout.
+//
+// A failed write stops the node from serving (status NO_LOCK with the
+// reason) rather than let it grant from a table it cannot keep.
+//
+// The local API (NewAPI) is HTTP/JSON; Agent puts a node, its p2p.Host and
+// its store.Store together and serves the API on a Unix socket or a
+// loopback TCP address with a bearer token.
+package daemon

@@ -1,0 +1,371 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
+)
+
+// Request is a client's lock request, in the client's units.
+type Request struct {
+	Name string
+	Mode wire.Mode
+	// Timeout is how long to wait for the grant; 0 with Try.
+	Timeout time.Duration
+	// Try: answer at once (Timeout is ignored).
+	Try bool
+	// Duration is how long the lease lasts once granted; > 0.
+	Duration time.Duration
+	// Grace is how long after Duration the lease is released by force.
+	Grace time.Duration
+	// Quiet is the quiet period of READ_WRITE_GENTLE (0: the default).
+	Quiet time.Duration
+	// Limit caps the readers ahead of a READ_ONLY request (0: none).
+	Limit int
+}
+
+// Lease is a granted lock as the client sees it.
+type Lease struct {
+	ID      string // the request's handle, "node.incarnation.counter"
+	Name    string
+	Mode    wire.Mode
+	Token   uint64
+	Expires time.Time
+}
+
+// Event is something that happened to a lease, for watchers.
+type Event struct {
+	Lease   string    `json:"lease"`
+	Name    string    `json:"name"`
+	Kind    string    `json:"event"` // granted, unlocking, unlocked, renewed, renew-failed, failed
+	Token   uint64    `json:"token,omitempty"`
+	Expires time.Time `json:"expires,omitzero"`
+	Code    string    `json:"code,omitempty"`
+}
+
+type lease struct {
+	handle  wire.RequestID
+	req     Request
+	sent    int64 // tick of the Acquire call
+	renewAt int64 // tick of the pending Renew call
+	token   uint64
+	expiry  int64 // tick; 0 until granted
+	held    bool
+	// acquired gets the first grant or failure; renewed the answer to a
+	// pending renewal. Both have room for one: the loop never blocks.
+	acquired chan error
+	renewed  chan error
+	watchers []chan Event
+}
+
+// ParseLeaseID reads a lease id as Lease.ID spells it.
+func ParseLeaseID(s string) (wire.RequestID, error) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 3 {
+		return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", core.ErrInvalid, s)
+	}
+	var v [3]uint64
+	for i, p := range parts {
+		x, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || i > 0 && x > 1<<32-1 {
+			return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", core.ErrInvalid, s)
+		}
+		v[i] = x
+	}
+	if v[0] == 0 {
+		return wire.RequestID{}, fmt.Errorf("%w: lease id %q names node 0", core.ErrInvalid, s)
+	}
+	return wire.RequestID{Node: wire.NodeID(v[0]), Seq: v[1]<<32 | v[2]}, nil
+}
+
+func (n *Node) coreAcquire(r Request) (core.Acquire, error) {
+	if r.Timeout < 0 || r.Duration <= 0 || r.Grace < 0 || r.Quiet < 0 {
+		return core.Acquire{}, fmt.Errorf("%w: timeout, grace and quiet must be >= 0, duration > 0", core.ErrInvalid)
+	}
+	a := core.Acquire{Name: r.Name, Mode: r.Mode, Timeout: n.toTicks(r.Timeout),
+		Duration: max(int64(r.Duration/n.cfg.Tick), 1), Grace: n.toTicks(r.Grace), Quiet: n.toTicks(r.Quiet), Limit: r.Limit}
+	if r.Try {
+		a.Timeout = 0
+	}
+	return a, nil
+}
+
+// Acquire asks for a lock and waits until it is granted, refused, timed
+// out, or ctx ends; in the last case the request is abandoned (a grant that
+// raced with it is released).
+func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
+	a, err := n.coreAcquire(r)
+	if err != nil {
+		return Lease{}, err
+	}
+	var l *lease
+	var opErr error
+	if err := n.do(ctx, func() {
+		if n.failed != nil {
+			opErr = n.failed
+			return
+		}
+		h, err := n.core.Acquire(a)
+		if err != nil {
+			opErr = err
+			return
+		}
+		l = &lease{handle: h, req: r, sent: n.ticks, acquired: make(chan error, 1), renewed: make(chan error, 1)}
+		n.leases[h] = l
+	}); err != nil {
+		return Lease{}, err
+	}
+	if opErr != nil {
+		return Lease{}, opErr
+	}
+	select {
+	case err := <-l.acquired:
+		if err != nil {
+			return Lease{}, err
+		}
+		var out Lease
+		if err := n.do(context.WithoutCancel(ctx), func() { out = n.leaseOf(l) }); err != nil {
+			return Lease{}, err
+		}
+		return out, nil
+	case <-ctx.Done():
+		// Give up; a fresh context, because the caller's is over.
+		abandon, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = n.do(abandon, func() { n.drop(l, true) })
+		return Lease{}, ctx.Err()
+	case <-n.done:
+		return Lease{}, ErrStopped
+	}
+}
+
+func (n *Node) leaseOf(l *lease) Lease {
+	return Lease{ID: l.handle.String(), Name: l.req.Name, Mode: l.req.Mode, Token: l.token, Expires: n.wallTime(l.expiry)}
+}
+
+// drop forgets a lease; release says whether to tell the core.
+func (n *Node) drop(l *lease, release bool) {
+	if n.leases[l.handle] != l {
+		return
+	}
+	if release {
+		_ = n.core.Abandon(l.handle)
+	}
+	delete(n.leases, l.handle)
+	for _, w := range l.watchers {
+		close(w)
+	}
+	l.watchers = nil
+}
+
+// Release gives a lease (or a waiting request) back.
+func (n *Node) Release(ctx context.Context, id string) error {
+	h, err := ParseLeaseID(id)
+	if err != nil {
+		return err
+	}
+	var opErr error
+	if err := n.do(ctx, func() {
+		l := n.leases[h]
+		if l == nil {
+			opErr = fmt.Errorf("%w: %s", ErrUnknownLease, id)
+			return
+		}
+		n.emitTo(l, Event{Kind: wire.EventUnlocked.String()})
+		n.drop(l, true)
+	}); err != nil {
+		return err
+	}
+	return opErr
+}
+
+// Renew extends a held lease by its duration, counted from now, and waits
+// for the leaders to confirm it.
+func (n *Node) Renew(ctx context.Context, id string) (Lease, error) {
+	h, err := ParseLeaseID(id)
+	if err != nil {
+		return Lease{}, err
+	}
+	var l *lease
+	var opErr error
+	if err := n.do(ctx, func() {
+		l = n.leases[h]
+		switch {
+		case l == nil:
+			opErr = fmt.Errorf("%w: %s", ErrUnknownLease, id)
+		case n.failed != nil:
+			opErr = n.failed
+		default:
+			select {
+			case <-l.renewed: // an answer nobody waited for
+			default:
+			}
+			l.renewAt = n.ticks
+			opErr = n.core.Renew(h)
+		}
+	}); err != nil {
+		return Lease{}, err
+	}
+	if opErr != nil {
+		return Lease{}, opErr
+	}
+	select {
+	case err := <-l.renewed:
+		if err != nil {
+			return Lease{}, err
+		}
+		var out Lease
+		err = n.do(context.WithoutCancel(ctx), func() { out = n.leaseOf(l) })
+		return out, err
+	case <-ctx.Done():
+		return Lease{}, ctx.Err()
+	case <-n.done:
+		return Lease{}, ErrStopped
+	}
+}
+
+// Watch streams the events of a lease until it ends or ctx ends. The
+// channel closes after the lease's last event; a watcher that falls
+// behind by more than a few dozen events is closed too.
+func (n *Node) Watch(ctx context.Context, id string) (<-chan Event, error) {
+	h, err := ParseLeaseID(id)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan Event, watcherQueue)
+	var opErr error
+	if err := n.do(ctx, func() {
+		l := n.leases[h]
+		if l == nil {
+			opErr = fmt.Errorf("%w: %s", ErrUnknownLease, id)
+			return
+		}
+		l.watchers = append(l.watchers, ch)
+		if l.held {
+			ch <- Event{Lease: id, Name: l.req.Name, Kind: wire.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if opErr != nil {
+		return nil, opErr
+	}
+	go func() {
+		// Stop watching when the client does, so the lease does not keep a
+		// dead channel.
+		select {
+		case <-ctx.Done():
+			_ = n.do(context.Background(), func() {
+				if l := n.leases[h]; l != nil {
+					if i := indexOf(l.watchers, ch); i >= 0 {
+						l.watchers = append(l.watchers[:i], l.watchers[i+1:]...)
+						close(ch)
+					}
+				}
+			})
+		case <-n.done:
+		}
+	}()
+	return ch, nil
+}
+
+func indexOf(ws []chan Event, ch chan Event) int {
+	for i, w := range ws {
+		if w == ch {
+			return i
+		}
+	}
+	return -1
+}
+
+// emitTo gives e to every watcher of l, without ever blocking the loop.
+func (n *Node) emitTo(l *lease, e Event) {
+	e.Lease, e.Name = l.handle.String(), l.req.Name
+	kept := l.watchers[:0]
+	for _, w := range l.watchers {
+		select {
+		case w <- e:
+			kept = append(kept, w)
+		default:
+			close(w) // too slow: the client reconnects and reads the state again
+		}
+	}
+	l.watchers = kept
+}
+
+func (n *Node) onEvent(e core.Event) {
+	l := n.leases[e.Req]
+	if l == nil {
+		return
+	}
+	ev := Event{Kind: e.Kind.String(), Token: e.Token, Code: e.Code.String()}
+	switch e.Kind {
+	case wire.EventGranted:
+		lease := semaphore.LeaseOf(e, l.req.Mode, l.sent)
+		l.held, l.token, l.expiry = true, lease.Token, lease.Expiry
+		ev.Expires = n.wallTime(l.expiry)
+		n.emitTo(l, ev)
+		putLatest(l.acquired, nil)
+	case wire.EventFailed:
+		n.emitTo(l, ev)
+		putLatest(l.acquired, errorOf(e.Code))
+		n.drop(l, false)
+	case wire.EventRenewed:
+		l.expiry = l.renewAt + e.Elapsed + e.Duration
+		ev.Expires = n.wallTime(l.expiry)
+		n.emitTo(l, ev)
+		putLatest(l.renewed, nil)
+	case wire.EventRenewFailed:
+		n.emitTo(l, ev)
+		putLatest(l.renewed, errorOf(e.Code))
+	case wire.EventUnlocking:
+		n.emitTo(l, ev)
+	case wire.EventUnlocked:
+		n.emitTo(l, ev)
+		putLatest(l.renewed, core.ErrLost)
+		n.drop(l, false)
+	}
+}
+
+// putLatest leaves v in a one-slot channel, replacing an unread value.
+func putLatest(ch chan error, v error) {
+	select {
+	case <-ch:
+	default:
+	}
+	ch <- v
+}
+
+func errorOf(c wire.Code) error {
+	if err := core.ErrorOf(c); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: ended without a code", core.ErrLost)
+}
+
+// failAll ends every waiting client with err; the node is stopping or has
+// stopped serving.
+func (n *Node) failAll(err error) {
+	for _, l := range n.leases {
+		if !l.held {
+			select {
+			case l.acquired <- err:
+			default:
+			}
+		}
+		putLatest(l.renewed, err)
+		n.drop(l, false)
+	}
+}
+
+// isClientError reports whether err is the caller's fault.
+func isClientError(err error) bool {
+	return errors.Is(err, core.ErrInvalid) || errors.Is(err, ErrUnknownLease)
+}

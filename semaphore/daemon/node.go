@@ -1,0 +1,360 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/store"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/election"
+	"github.com/sluicehq/sluice/semaphore"
+)
+
+// Transport is what a node needs of the mesh; *p2p.Host satisfies it.
+type Transport interface {
+	// Send queues m for m.To and never blocks; false means dropped (the
+	// core retransmits what matters).
+	Send(m wire.Message) bool
+	// Inbox delivers messages from peers, From set to the true sender.
+	Inbox() <-chan wire.Message
+	// Joined delivers peers learned after the start.
+	Joined() <-chan wire.NodeID
+}
+
+// Store is what a node needs of its disk; *store.Store satisfies it.
+type Store interface {
+	// Submit never blocks; the channel says when b is durable. Batches
+	// become durable in Submit order.
+	Submit(b store.Batch) <-chan error
+}
+
+// Sentinel errors of the runtime.
+var (
+	// ErrStopped: the node's loop is not running (stopped, or not started).
+	ErrStopped = errors.New("daemon: node stopped")
+	// ErrStoreFailed: a write to disk failed; the node stopped serving
+	// rather than grant from a table it cannot keep.
+	ErrStoreFailed = errors.New("daemon: store failed")
+	// ErrUnknownLease: no such lease or request at this node.
+	ErrUnknownLease = errors.New("daemon: unknown lease")
+)
+
+// Timing of the runtime, in ticks of NodeConfig.Tick (10 ms by default).
+// Loopback and LAN round trips are far below a tick; these leave room for
+// a loaded machine and for GC pauses.
+const (
+	DefaultTick      = 10 * time.Millisecond
+	retransmitTicks  = 20  // a lost phase message is sent again after 200 ms
+	refreshTicks     = 100 // waiting masters renew their watches every second
+	tryTicks         = 100 // a try's round trips must finish within a second
+	helloTicks       = 20  // hellos every 200 ms
+	deadTicks        = 150 // a node silent for 1.5 s counts as down
+	electionRetry    = 100 // a stuck election round is retried after a second
+	watcherQueue     = 64
+	maxTicksPerWake  = 10000 // catching up after a long stop is bounded per wake-up
+	opQueue          = 256
+	inboxBatchPerRun = 256
+)
+
+// NodeConfig configures a Node. Zero values mean the documented defaults.
+type NodeConfig struct {
+	// Self is this node's id on the wire. Required.
+	Self wire.NodeID
+	// ClusterSize is the configured number of nodes. Required, >= 1.
+	ClusterSize int
+	// Peers are the other nodes known at start; more arrive by Joined.
+	Peers []wire.NodeID
+	// ID is this node's election id (priority, random, address, pid, name).
+	ID election.ID
+	// State is what the store loaded; State.Incarnation must be new.
+	State store.State
+	// Transport and Store are required.
+	Transport Transport
+	Store     Store
+	// Tick is the length of a core tick. Default DefaultTick.
+	Tick time.Duration
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+// pendingReady is one Ready whose writes are on their way to disk: nothing
+// of it leaves the node before they are durable (the Ready contract).
+type pendingReady struct {
+	durable <-chan error // nil: nothing to write, only the order to keep
+	msgs    []wire.Message
+	events  []core.Event
+}
+
+// Node runs one node: it owns the core and election state machines on one
+// goroutine (Run), drives the store and the transport, and serves the
+// client calls (Acquire, Release, ...) by running them on that goroutine.
+type Node struct {
+	cfg    NodeConfig
+	log    *slog.Logger
+	core   *core.Node
+	elect  *election.Election
+	ops    chan func()
+	done   chan struct{}
+	start  time.Time
+	ticks  int64
+	failed error
+
+	pending []pendingReady
+	// loopback holds released messages addressed to this node itself (a
+	// leader is its own replica; the election counts its own vote).
+	loopback []wire.Message
+	leases   map[wire.RequestID]*lease
+	stats    NodeStats
+}
+
+// NodeStats counts what the runtime did, for status and metrics.
+type NodeStats struct {
+	Ticks, MessagesIn, MessagesOut, Dropped, Rejected uint64
+	Persists, Views                                   uint64
+}
+
+// NewNode builds a node from what its store loaded. It does nothing until
+// Run.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Transport == nil || cfg.Store == nil || cfg.Self == 0 || cfg.State.Durable == nil {
+		return nil, fmt.Errorf("daemon: node config needs Self, Transport, Store and a loaded State")
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	peers := slices.DeleteFunc(slices.Clone(cfg.Peers), func(p wire.NodeID) bool { return p == cfg.Self })
+	c, err := core.New(core.Config{ID: cfg.Self, Incarnation: cfg.State.Incarnation, Peers: peers,
+		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks,
+		Admit: semaphore.Admit}, cfg.State.Durable)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: start the lock core: %w", err)
+	}
+	e, err := election.New(election.Config{Node: cfg.Self, ID: cfg.ID, ClusterSize: cfg.ClusterSize, Peers: peers,
+		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: electionRetry}, cfg.State.Election)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: start the election: %w", err)
+	}
+	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
+		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}}, nil
+}
+
+// Run is the node's loop. It returns when ctx ends (nil) and never blocks
+// on the network or the disk: sends are queued by the transport, writes
+// are submitted to the store and waited for in the same select.
+func (n *Node) Run(ctx context.Context) error {
+	defer close(n.done)
+	defer n.failAll(ErrStopped)
+	n.start = time.Now()
+	ticker := time.NewTicker(n.cfg.Tick)
+	defer ticker.Stop()
+	n.drive()
+	for {
+		var durable <-chan error
+		if len(n.pending) > 0 {
+			durable = n.pending[0].durable
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-durable:
+			n.pending[0].durable = nil
+			if err != nil {
+				n.fail(err)
+				continue
+			}
+		case <-ticker.C:
+			n.tick()
+		case m := <-n.cfg.Transport.Inbox():
+			n.step(m)
+			// Take what else is already there before driving, so one Ready
+			// (one disk write) serves many messages under load.
+			for i := 0; i < inboxBatchPerRun; i++ {
+				select {
+				case m := <-n.cfg.Transport.Inbox():
+					n.step(m)
+					continue
+				default:
+				}
+				break
+			}
+		case id := <-n.cfg.Transport.Joined():
+			n.elect.AddPeer(id)
+			// A peer learned late may have missed this node's restart
+			// announcement: replicas drop an old life's requests on it.
+			n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
+				Inc: uint64(n.cfg.State.Incarnation)})
+		case op := <-n.ops:
+			op()
+		}
+		n.drive()
+	}
+}
+
+// tick catches the core's clock up with the wall clock: lease lengths are
+// counted in ticks on every node, so a node that fell behind (a GC pause,
+// a loaded machine) must not let its ticks run slower than time.
+func (n *Node) tick() {
+	due := int64(time.Since(n.start) / n.cfg.Tick)
+	for i := 0; n.ticks < due && i < maxTicksPerWake; i++ {
+		n.ticks++
+		n.stats.Ticks++
+		if n.failed == nil {
+			n.core.Tick()
+			n.elect.Tick()
+		}
+	}
+}
+
+func electionKind(k wire.Kind) bool { return k >= wire.KindHello && k <= wire.KindCommit }
+
+func (n *Node) step(m wire.Message) {
+	n.stats.MessagesIn++
+	if n.failed != nil {
+		return
+	}
+	var err error
+	if electionKind(m.Kind) {
+		err = n.elect.Step(m)
+	} else {
+		err = n.core.Step(m)
+	}
+	if err != nil {
+		n.stats.Rejected++
+		n.log.Debug("message refused", "kind", m.Kind.String(), "from", uint64(m.From), "err", err)
+	}
+}
+
+// drive collects the state machines' output, hands the writes to the store
+// and queues the rest behind them, then releases whatever is durable, and
+// goes on while messages to itself bring more.
+func (n *Node) drive() {
+	for n.failed == nil {
+		n.collect()
+		n.flush()
+		if len(n.loopback) == 0 {
+			return
+		}
+		msgs := n.loopback
+		n.loopback = nil
+		for _, m := range msgs {
+			n.step(m)
+		}
+	}
+}
+
+func (n *Node) collect() {
+	for n.elect.HasReady() || n.core.HasReady() {
+		for n.elect.HasReady() {
+			rd := n.elect.Ready()
+			p := pendingReady{msgs: rd.Messages}
+			if rd.Persist != nil {
+				p.durable = n.cfg.Store.Submit(store.Batch{Election: rd.Persist})
+				n.stats.Persists++
+			}
+			n.pending = append(n.pending, p)
+			n.elect.Advance()
+			if rd.View != nil {
+				n.stats.Views++
+				n.log.Info("view", "epoch", rd.View.Epoch, "leaders", rd.View.Leaders, "prev_epoch", rd.View.PrevEpoch)
+				n.core.SetView(core.ViewOf(*rd.View))
+			}
+		}
+		if n.core.HasReady() {
+			rd := n.core.Ready()
+			p := pendingReady{msgs: rd.Messages, events: rd.Events}
+			if len(rd.Persist) > 0 {
+				p.durable = n.cfg.Store.Submit(store.Batch{Writes: rd.Persist})
+				n.stats.Persists++
+			}
+			n.pending = append(n.pending, p)
+			n.core.Advance()
+		}
+	}
+}
+
+// flush sends and delivers, in order, every Ready whose writes are durable.
+func (n *Node) flush() {
+	for len(n.pending) > 0 && n.failed == nil {
+		p := &n.pending[0]
+		if p.durable != nil {
+			select {
+			case err := <-p.durable:
+				p.durable = nil
+				if err != nil {
+					n.fail(err)
+					return
+				}
+			default:
+				return
+			}
+		}
+		for _, m := range p.msgs {
+			n.stats.MessagesOut++
+			if m.Kind == wire.KindPrepare || m.Kind == wire.KindCommit {
+				n.log.Debug("election", "kind", m.Kind.String(), "to", uint64(m.To), "epoch", m.View.Epoch, "leaders", m.View.Leaders)
+			}
+			if m.To == n.cfg.Self {
+				n.loopback = append(n.loopback, m)
+				continue
+			}
+			if !n.cfg.Transport.Send(m) {
+				n.stats.Dropped++
+			}
+		}
+		for _, e := range p.events {
+			n.onEvent(e)
+		}
+		n.pending[0] = pendingReady{}
+		n.pending = n.pending[1:]
+	}
+}
+
+// fail stops serving after a failed write: what the core holds in memory
+// is no longer what the disk holds, so nothing more may leave this node.
+func (n *Node) fail(err error) {
+	if n.failed != nil {
+		return
+	}
+	n.failed = fmt.Errorf("%w: %w", ErrStoreFailed, err)
+	n.log.Error("store failed; the node stops serving", "err", err)
+	n.pending = nil
+	n.failAll(n.failed)
+}
+
+// do runs fn on the loop and waits for it.
+func (n *Node) do(ctx context.Context, fn func()) error {
+	finished := make(chan struct{})
+	select {
+	case n.ops <- func() { fn(); close(finished) }:
+	case <-n.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-finished:
+		return nil
+	case <-n.done:
+		return ErrStopped
+	}
+}
+
+// toTicks converts a client's duration, rounding up: a timeout or a quiet
+// period never ends early.
+func (n *Node) toTicks(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + n.cfg.Tick - 1) / n.cfg.Tick)
+}
+
+// wallTime is when tick t happens.
+func (n *Node) wallTime(t int64) time.Time { return n.start.Add(time.Duration(t) * n.cfg.Tick) }

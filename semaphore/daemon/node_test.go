@@ -1,0 +1,161 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/store"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/election"
+	"github.com/sluicehq/sluice/semaphore/daemon"
+)
+
+// loneTransport is the in-memory twin of the mesh for one node: it records
+// what the node sends.
+type loneTransport struct {
+	mu   sync.Mutex
+	sent []wire.Message
+	in   chan wire.Message
+}
+
+func (t *loneTransport) Send(m wire.Message) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sent = append(t.sent, m)
+	return true
+}
+func (t *loneTransport) Inbox() <-chan wire.Message { return t.in }
+func (t *loneTransport) Joined() <-chan wire.NodeID { return nil }
+
+// diskTwin is the store's in-memory twin: it applies batches to a
+// core.Durable, or fails every write once broken (a full disk).
+type diskTwin struct {
+	mu      sync.Mutex
+	durable *core.Durable
+	broken  bool
+}
+
+func (d *diskTwin) Submit(b store.Batch) <-chan error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ch := make(chan error, 1)
+	if d.broken {
+		ch <- errors.New("no space left on device")
+		return ch
+	}
+	d.durable.Apply(b.Writes)
+	ch <- nil
+	return ch
+}
+
+func startLone(t *testing.T, d *diskTwin) (*daemon.Node, *loneTransport) {
+	t.Helper()
+	tr := &loneTransport{in: make(chan wire.Message)}
+	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, ClusterSize: 1, Transport: tr, Store: d,
+		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
+		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return n, tr
+}
+
+func waitStatus(t *testing.T, n *daemon.Node, what string, cond func(daemon.Status) bool) daemon.Status {
+	t.Helper()
+	deadline := time.Now().Add(settle)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s, err := n.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s: %+v", what, s)
+		}
+		<-tick.C
+	}
+}
+
+// A failed write (a full disk) stops the node from serving: NO_LOCK with the
+// reason, no grant, and nothing more sent.
+func TestStoreFailureStopsServing(t *testing.T) {
+	d := &diskTwin{durable: core.NewDurable()}
+	n, tr := startLone(t, d)
+	waitStatus(t, n, "ready", func(s daemon.Status) bool { return s.Ready })
+	l, err := n.Acquire(context.Background(), daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.durable.Tickets["/a"]) != 1 {
+		t.Fatalf("the grant's ticket is not on the twin disk: %+v", d.durable.Tickets)
+	}
+	d.mu.Lock()
+	d.broken = true
+	d.mu.Unlock()
+	tr.mu.Lock()
+	before := len(tr.sent)
+	tr.mu.Unlock()
+	_, err = n.Acquire(context.Background(), daemon.Request{Name: "/b", Mode: wire.ModeExclusive, Duration: time.Minute, Try: true})
+	if !errors.Is(err, daemon.ErrStoreFailed) {
+		t.Fatalf("acquire on a broken disk: %v, want ErrStoreFailed", err)
+	}
+	s := waitStatus(t, n, "NO_LOCK", func(s daemon.Status) bool { return !s.Ready })
+	if s.State != "NO_LOCK" || s.Reason == "" {
+		t.Fatalf("status: %+v", s)
+	}
+	if _, err := n.Renew(context.Background(), l.ID); err == nil {
+		t.Fatal("renew on a broken disk succeeded")
+	}
+	tr.mu.Lock()
+	after := len(tr.sent)
+	tr.mu.Unlock()
+	if after != before {
+		t.Fatalf("%d messages left the node after its disk failed", after-before)
+	}
+}
+
+// Nothing of a Ready leaves the node before its writes are durable.
+func TestNothingLeavesBeforeDurable(t *testing.T) {
+	gate := &gatedDisk{release: make(chan struct{})}
+	tr := &loneTransport{in: make(chan wire.Message)}
+	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, ClusterSize: 1, Transport: tr, Store: gate,
+		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
+		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// The one-node election persists its promise before anything else; the
+	// gate holds that write, so the view never reaches the core.
+	waitStatus(t, n, "ticking", func(s daemon.Status) bool { return s.Stats.Ticks > 50 })
+	s := waitStatus(t, n, "held", func(s daemon.Status) bool { return s.Stats.Persists > 0 })
+	if s.Ready || s.View.Epoch != 0 {
+		t.Fatalf("ready before its vote was durable: %+v", s)
+	}
+	close(gate.release)
+	waitStatus(t, n, "ready once durable", func(s daemon.Status) bool { return s.Ready })
+}
+
+// gatedDisk makes every write durable only once release is closed.
+type gatedDisk struct{ release chan struct{} }
+
+func (g *gatedDisk) Submit(store.Batch) <-chan error {
+	ch := make(chan error, 1)
+	go func() { <-g.release; ch <- nil }()
+	return ch
+}

@@ -1,0 +1,241 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Status is what `sluice status` shows of one node.
+type Status struct {
+	Node  uint64 `json:"node"`
+	Ready bool   `json:"ready"`
+	// State is LOCK_READY or NO_LOCK; Reason says why not ready.
+	State       string      `json:"state"`
+	Reason      string      `json:"reason,omitempty"`
+	View        ViewStatus  `json:"view"`
+	Leader      bool        `json:"leader"`
+	Serving     bool        `json:"serving"`
+	Coordinator bool        `json:"coordinator"`
+	Incarnation uint32      `json:"incarnation"`
+	Members     []Member    `json:"members"`
+	Handoff     HandoffInfo `json:"handoff"`
+	Leases      int         `json:"leases"`
+	Stats       NodeStats   `json:"stats"`
+	Core        core.Stats  `json:"core"`
+}
+
+// ViewStatus is a view in JSON.
+type ViewStatus struct {
+	Epoch       uint64   `json:"epoch"`
+	Leaders     []uint64 `json:"leaders"`
+	PrevEpoch   uint64   `json:"prev_epoch,omitempty"`
+	PrevLeaders []uint64 `json:"prev_leaders,omitempty"`
+}
+
+// Member is one node as the election sees it.
+type Member struct {
+	Node   uint64 `json:"node"`
+	ID     string `json:"id"` // priority|random|address|pid|name
+	Alive  bool   `json:"alive"`
+	Leader bool   `json:"leader"`
+	Off    bool   `json:"off,omitempty"`
+}
+
+// HandoffInfo is the node's handoff state.
+type HandoffInfo struct {
+	Complete uint64   `json:"complete"`
+	Fence    uint64   `json:"fence"`
+	Pending  []uint64 `json:"pending,omitempty"`
+}
+
+func ids(in []wire.NodeID) []uint64 {
+	out := make([]uint64, len(in))
+	for i, id := range in {
+		out[i] = uint64(id)
+	}
+	return out
+}
+
+// Status reports readiness: LOCK_READY when the election knows a valid
+// view with a quorum of its leaders alive and, on a leader, the lock table
+// is taken over and served.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	var s Status
+	err := n.do(ctx, func() {
+		es := n.elect.Status()
+		v := n.core.View()
+		h := n.core.Handoff()
+		s = Status{Node: uint64(n.cfg.Self), Ready: es.Ready, Reason: es.Reason, Coordinator: es.Coordinator,
+			View:        ViewStatus{Epoch: v.Epoch, Leaders: ids(v.Leaders), PrevEpoch: v.PrevEpoch, PrevLeaders: ids(v.PrevLeaders)},
+			Leader:      v.IsLeader(n.cfg.Self),
+			Serving:     n.core.Serving(),
+			Incarnation: n.cfg.State.Incarnation,
+			Handoff:     HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
+			Leases:      len(n.leases), Stats: n.stats, Core: n.core.Stats(), Members: []Member{}}
+		for _, m := range es.Members {
+			s.Members = append(s.Members, Member{Node: uint64(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off})
+		}
+		switch {
+		case n.failed != nil:
+			s.Ready, s.Reason = false, n.failed.Error()
+		case s.Ready && s.Leader && !s.Serving:
+			s.Ready, s.Reason = false, fmt.Sprintf("taking the lock table of epoch %d over", v.PrevEpoch)
+		}
+		s.State = "NO_LOCK"
+		if s.Ready {
+			s.State = "LOCK_READY"
+		}
+	})
+	return s, err
+}
+
+// Table is what `sluice locks` shows.
+type Table struct {
+	// Node is the node that answered; Leader says whether Locks is its
+	// replica table (only leaders hold one).
+	Node   uint64 `json:"node"`
+	Leader bool   `json:"leader"`
+	Locks  []Lock `json:"locks"`
+	// Requests are this node's own clients' requests.
+	Requests []OwnRequest `json:"requests"`
+}
+
+// Lock is one name in a leader's table.
+type Lock struct {
+	Name      string  `json:"name"`
+	HighWater uint64  `json:"high_water"`
+	Entries   []Entry `json:"entries"`
+}
+
+// Entry is one request of a name, in ticket order (the bakery's order).
+type Entry struct {
+	Request string `json:"request"`
+	Node    uint64 `json:"node"`
+	Ticket  uint64 `json:"ticket"`
+	Mode    string `json:"mode"`
+	State   string `json:"state"`
+	Active  bool   `json:"active,omitempty"`
+}
+
+// OwnRequest is one request of this node's clients.
+type OwnRequest struct {
+	Request string    `json:"request"`
+	Name    string    `json:"name"`
+	Mode    string    `json:"mode"`
+	Phase   string    `json:"phase"`
+	Ticket  uint64    `json:"ticket,omitempty"`
+	Since   time.Time `json:"since"`
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// Locks lists the names starting with prefix that this node holds as a
+// leader, and its own clients' requests.
+func (n *Node) Locks(ctx context.Context, prefix string) (Table, error) {
+	var t Table
+	err := n.do(ctx, func() {
+		t = Table{Node: uint64(n.cfg.Self), Leader: n.core.View().IsLeader(n.cfg.Self), Locks: []Lock{}, Requests: []OwnRequest{}}
+		for _, name := range n.core.Names() {
+			if !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			entries, hw := n.core.Table(name)
+			l := Lock{Name: name, HighWater: hw, Entries: []Entry{}}
+			for _, e := range sortByTicket(entries) {
+				l.Entries = append(l.Entries, Entry{Request: e.Req.String(), Node: uint64(e.Req.Node), Ticket: e.Ticket,
+					Mode: e.Mode.String(), State: e.State.String(), Active: e.Active})
+			}
+			t.Locks = append(t.Locks, l)
+		}
+		for _, r := range n.core.Requests() {
+			if !strings.HasPrefix(r.Name, prefix) {
+				continue
+			}
+			o := OwnRequest{Request: r.Handle.String(), Name: r.Name, Mode: r.Mode.String(), Phase: r.Phase,
+				Ticket: r.Ticket, Since: n.wallTime(r.Since)}
+			if l := n.leases[r.Handle]; l != nil && l.held {
+				o.Expires = n.wallTime(l.expiry)
+			}
+			t.Requests = append(t.Requests, o)
+		}
+	})
+	return t, err
+}
+
+// sortByTicket orders entries as the bakery does: by ticket, then request;
+// requests still choosing (ticket 0) go last.
+func sortByTicket(es []wire.Entry) []wire.Entry {
+	key := func(e wire.Entry) uint64 {
+		if e.Ticket == 0 {
+			return ^uint64(0)
+		}
+		return e.Ticket
+	}
+	out := slices.Clone(es)
+	slices.SortFunc(out, func(a, b wire.Entry) int {
+		return cmp.Or(cmp.Compare(key(a), key(b)), a.Req.Compare(b.Req))
+	})
+	return out
+}
+
+// ForceUnlock is the operator's release of someone else's lease. The lease
+// is named by its id, or by its token, which this node looks up in its own
+// table (so only a leader can resolve a token). It returns the request ids
+// it asked the leaders to drop.
+func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint64) ([]string, error) {
+	var out []string
+	var opErr error
+	var want wire.RequestID
+	if leaseID != "" {
+		h, err := ParseLeaseID(leaseID)
+		if err != nil {
+			return nil, err
+		}
+		want = h
+	} else if token == 0 {
+		return nil, fmt.Errorf("%w: force-unlock needs a lease id or a token", core.ErrInvalid)
+	}
+	err := n.do(ctx, func() {
+		if n.failed != nil {
+			opErr = n.failed
+			return
+		}
+		var reqs []wire.RequestID
+		if want.Node != 0 {
+			reqs = append(reqs, want)
+		} else {
+			if !n.core.View().IsLeader(n.cfg.Self) {
+				opErr = fmt.Errorf("%w: node %d is not a leader and cannot look token %d up; give the lease id", core.ErrInvalid, n.cfg.Self, token)
+				return
+			}
+			entries, _ := n.core.Table(name)
+			for _, e := range entries {
+				if e.Ticket == token {
+					reqs = append(reqs, e.Req)
+				}
+			}
+			if len(reqs) == 0 {
+				opErr = fmt.Errorf("%w: no ticket %d on %q", ErrUnknownLease, token, name)
+				return
+			}
+		}
+		for _, r := range reqs {
+			if err := n.core.ForceRelease(name, r); err != nil {
+				opErr = err
+				return
+			}
+			n.log.Warn("forced unlock", "name", name, "request", r.String())
+			out = append(out, r.String())
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, opErr
+}
