@@ -46,6 +46,12 @@ type Config struct {
 	// default 4096. A single larger batch is still taken whole. Badger's
 	// own transaction limit also applies (see the package comment).
 	MaxBatch int
+	// MinFree is the free space, in bytes, the store keeps on its file
+	// system: below it every write fails (sticky ErrFailed) and the node
+	// stops serving. Badger writes its log through a memory map and dies of
+	// SIGBUS when the disk fills, instead of returning an error, so the
+	// store stops first. Default 64 MiB; negative turns the check off.
+	MinFree int64
 }
 
 // State is what Open and Load find.
@@ -88,6 +94,10 @@ type Store struct {
 	path     string
 	maxBatch int
 
+	minFree int64 // 0: no check (in memory, or turned off)
+	// freeSpace reports the bytes available under path; tests replace it.
+	freeSpace func(path string) (int64, error)
+
 	mu      sync.Mutex
 	queue   []request
 	closing bool
@@ -123,6 +133,13 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 	if maxBatch <= 0 {
 		maxBatch = defaultMaxBatch
 	}
+	minFree := cfg.MinFree
+	if minFree == 0 {
+		minFree = defaultMinFree
+	}
+	if cfg.InMemory {
+		minFree = 0
+	}
 	var opts badger.Options
 	path := "(in memory)"
 	if cfg.InMemory {
@@ -136,6 +153,12 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 			return nil, State{}, fmt.Errorf("store: open %s: %w", path, err)
 		}
 		opts = badger.DefaultOptions(path).WithSyncWrites(true)
+		if minFree > 0 {
+			if free, err := freeSpace(path); err == nil && free >= 0 && free < minFree {
+				return nil, State{}, fmt.Errorf("%w: %s: disk nearly full: %d bytes free, the store keeps %d free",
+					ErrFailed, path, free, minFree)
+			}
+		}
 	}
 	opts = opts.WithLogger(badgerLogger{log}).
 		// One writer goroutine does every update: nothing can conflict.
@@ -163,12 +186,14 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 		return nil, State{}, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	s := &Store{
-		db:       db,
-		log:      log,
-		path:     path,
-		maxBatch: maxBatch,
-		wake:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		db:        db,
+		log:       log,
+		path:      path,
+		maxBatch:  maxBatch,
+		minFree:   minFree,
+		freeSpace: freeSpace,
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
 	}
 	go s.run()
 	log.Info("store opened", "path", path, "incarnation", st.Incarnation,
@@ -344,7 +369,10 @@ func (s *Store) run() {
 // each batch once its transaction committed.
 func (s *Store) write(group []request) {
 	for len(group) > 0 {
-		n, err := s.commitPrefix(group)
+		n, err := 0, s.checkFree()
+		if err == nil {
+			n, err = s.commitPrefix(group)
+		}
 		if err != nil {
 			err = fmt.Errorf("%w: %s: %w", ErrFailed, s.path, err)
 			s.log.Error("store write failed; every later write fails too", "err", err)
@@ -374,6 +402,24 @@ func (s *Store) answer(group []request, err error) {
 	for _, r := range group {
 		r.ch <- err
 	}
+}
+
+// defaultMinFree is Config.MinFree when it is zero.
+const defaultMinFree = 64 << 20
+
+// checkFree refuses to write when the file system is nearly full.
+func (s *Store) checkFree() error {
+	if s.minFree <= 0 {
+		return nil
+	}
+	free, err := s.freeSpace(s.path)
+	if err != nil {
+		return fmt.Errorf("free space: %w", err)
+	}
+	if free >= 0 && free < s.minFree {
+		return fmt.Errorf("disk nearly full: %d bytes free, the store keeps %d free", free, s.minFree)
+	}
+	return nil
 }
 
 // commitPrefix commits the longest prefix of group that fits one Badger

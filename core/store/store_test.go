@@ -767,3 +767,33 @@ func TestApplyOrderWithinBatch(t *testing.T) {
 		t.Fatalf("reference is not what the test means: %+v", want)
 	}
 }
+
+// TestDiskNearlyFull: below MinFree free bytes the store fails every write,
+// stickily, before Badger could die of SIGBUS on a full disk; Open refuses
+// a directory whose file system is already that full.
+func TestDiskNearlyFull(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, Config{Dir: dir})
+	w := []core.Write{{Kind: core.WriteHighWater, Name: "a", Entry: wire.Entry{Ticket: 3}}}
+	must(t, wait(t, s.Submit(Batch{Writes: w})))
+	s.freeSpace = func(string) (int64, error) { return 1 << 20, nil } // 1 MiB left
+	err := wait(t, s.Submit(Batch{Writes: w}))
+	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "disk nearly full") {
+		t.Fatalf("write on a nearly full disk: %v", err)
+	}
+	s.freeSpace = freeSpace
+	if err := wait(t, s.Submit(Batch{Writes: w})); !errors.Is(err, ErrFailed) {
+		t.Fatalf("the failure is not sticky: %v", err)
+	}
+	must(t, s.Close())
+	// A file system with less free space than MinFree (no disk has 2^62
+	// bytes): Open refuses.
+	if _, _, err := Open(context.Background(), Config{Dir: dir, MinFree: 1 << 62}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Open on a nearly full disk: %v", err)
+	}
+	s2, st := open(t, Config{Dir: dir, MinFree: -1})
+	if st.Durable.HighWater["a"] != 3 {
+		t.Fatalf("high water after reopening: %v", st.Durable.HighWater)
+	}
+	must(t, s2.Close())
+}
