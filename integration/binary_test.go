@@ -1,0 +1,295 @@
+// Package integration tests the real sluice binary: separate processes, real
+// sockets, real data directories.
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const bound = 60 * time.Second // every wait below ends by itself within this
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "slbin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building sluice:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// shortDir is a temporary directory with a short path: Unix socket paths
+// are limited to about 100 bytes.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	output *strings.Builder
+	done   chan error
+}
+
+// start runs the binary; its stdout and stderr lines arrive on lines.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	p := &proc{cmd: cmd, lines: make(chan string, 1000), output: &strings.Builder{}, done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s := bufio.NewScanner(pr)
+		for s.Scan() {
+			select {
+			case p.lines <- s.Text():
+			default: // nobody reads: keep the process unblocked
+			}
+		}
+		close(p.lines)
+	}()
+	go func() { err := cmd.Wait(); pw.Close(); p.done <- err }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// waitLine waits for a line containing s.
+func (p *proc) waitLine(t *testing.T, s string) string {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("process ended before printing %q; output:\n%s", s, p.output)
+			}
+			p.output.WriteString(l + "\n")
+			if strings.Contains(l, s) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no %q after %v; output:\n%s", s, bound, p.output)
+		}
+	}
+}
+
+func (p *proc) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(bound):
+		t.Fatalf("process still running after %v", bound)
+		return -1
+	}
+}
+
+func unixClient(sock string) *http.Client {
+	return &http.Client{Timeout: bound, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+}
+
+func post(t *testing.T, c *http.Client, path, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := c.Post("http://sluice"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func status(c *http.Client) (map[string]any, error) {
+	resp, err := c.Get("http://sluice/v1/status")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// TestDev is the README's first command: `sluice dev` starts a 3-node
+// cluster, a lock is taken and released through the API on its socket,
+// and Ctrl-C stops it cleanly.
+func TestDev(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "api.sock")
+	dev := start(t, "dev", "--api", sock)
+	dev.waitLine(t, "API on "+sock)
+	dev.waitLine(t, "LOCK_READY")
+	c := unixClient(sock)
+	code, lease := post(t, c, "/v1/acquire", `{"name":"/site","mode":"read-only"}`)
+	if code != 200 || lease["token"] == nil {
+		t.Fatalf("acquire: %d %v", code, lease)
+	}
+	if code, out := post(t, c, "/v1/release", fmt.Sprintf(`{"lease":%q}`, lease["lease"])); code != 200 {
+		t.Fatalf("release: %d %v", code, out)
+	}
+	// A second dev on the same socket is refused, and the first keeps it.
+	second := start(t, "dev", "--api", sock)
+	if code := second.wait(t); code != 64 {
+		t.Fatalf("second dev on a live socket exited %d", code)
+	}
+	if _, err := status(c); err != nil {
+		t.Fatalf("the first dev lost its socket: %v", err)
+	}
+	if err := dev.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	dev.waitLine(t, "stopping")
+	if code := dev.wait(t); code != 0 {
+		t.Fatalf("dev exited %d after Ctrl-C", code)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Fatalf("socket %s left behind", sock)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func peerID(t *testing.T, data string) string {
+	t.Helper()
+	out, err := exec.Command(binary, "id", "--data", data).Output()
+	if err != nil {
+		t.Fatalf("sluice id: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestAgentsSurviveKill runs three `sluice agent` processes with data
+// directories. A leader is killed with SIGKILL while a lock is held and
+// restarted from its directory; the lock is still held, the holder renews
+// and releases it, and the next grant has a larger fencing token.
+func TestAgentsSurviveKill(t *testing.T) {
+	root := shortDir(t)
+	type node struct {
+		data, sock, addr string
+		p                *proc
+		c                *http.Client
+	}
+	nodes := make([]*node, 3)
+	for i := range nodes {
+		n := &node{data: filepath.Join(root, fmt.Sprintf("n%d", i+1))}
+		n.sock = filepath.Join(n.data, "api.sock")
+		n.addr = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), peerID(t, n.data))
+		n.c = unixClient(n.sock)
+		nodes[i] = n
+	}
+	run := func(i int) {
+		n := nodes[i]
+		var peers []string
+		for j, o := range nodes {
+			if j != i {
+				peers = append(peers, o.addr)
+			}
+		}
+		listen := strings.TrimSuffix(n.addr, n.addr[strings.Index(n.addr, "/p2p/"):])
+		n.p = start(t, "agent", "--name", fmt.Sprintf("n%d", i+1), "--data", n.data, "--listen", listen,
+			"--peers", strings.Join(peers, ","), "--cluster-size", "3", "--api", n.sock, "--log-level", "warn")
+		n.p.waitLine(t, "API on "+n.sock)
+	}
+	for i := range nodes {
+		run(i)
+	}
+	ready := func() {
+		deadline := time.Now().Add(bound)
+		for _, n := range nodes {
+			for {
+				s, err := status(n.c)
+				if err == nil && s["state"] == "LOCK_READY" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not ready after %v: %v %v", bound, s, err)
+				}
+				time.Sleep(50 * time.Millisecond) // polling another process's state
+			}
+		}
+	}
+	ready()
+	code, held := post(t, nodes[0].c, "/v1/acquire", `{"name":"/db","duration":"10m"}`)
+	if code != 200 {
+		t.Fatalf("acquire: %d %v", code, held)
+	}
+	if err := nodes[1].p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	nodes[1].p.wait(t)
+	run(1)
+	ready()
+	if code, out := post(t, nodes[2].c, "/v1/acquire", `{"name":"/db","try":true}`); code != 409 {
+		t.Fatalf("try on the held lock after a leader's SIGKILL and restart: %d %v", code, out)
+	}
+	if code, out := post(t, nodes[0].c, "/v1/renew", fmt.Sprintf(`{"lease":%q}`, held["lease"])); code != 200 {
+		t.Fatalf("renew: %d %v", code, out)
+	}
+	if code, out := post(t, nodes[0].c, "/v1/release", fmt.Sprintf(`{"lease":%q}`, held["lease"])); code != 200 {
+		t.Fatalf("release: %d %v", code, out)
+	}
+	code, next := post(t, nodes[2].c, "/v1/acquire", `{"name":"/db","timeout":"30s"}`)
+	if code != 200 || next["token"].(float64) <= held["token"].(float64) {
+		t.Fatalf("acquire after release: %d %v (held token %v)", code, next, held["token"])
+	}
+	for _, n := range nodes {
+		if err := n.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := n.p.wait(t); code != 0 {
+			t.Errorf("agent exited %d after SIGTERM", code)
+		}
+	}
+}
