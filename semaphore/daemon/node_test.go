@@ -52,6 +52,10 @@ func (d *diskTwin) Submit(b store.Batch) <-chan error {
 	return ch
 }
 
+func idFor(n int) election.ID { return election.ID{Priority: 1, Address: "mem", Name: "n" + string(rune('0'+n))} }
+
+func stateFor() store.State { return store.State{Durable: core.NewDurable(), Incarnation: 1} }
+
 func startLone(t *testing.T, d *diskTwin) (*daemon.Node, *loneTransport) {
 	t.Helper()
 	tr := &loneTransport{in: make(chan wire.Message)}
