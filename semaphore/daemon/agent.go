@@ -125,11 +125,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	storeDir := ""
-	if cfg.DataDir != "" {
-		storeDir = cfg.DataDir
-	}
-	st, state, err := store.Open(ctx, store.Config{Dir: storeDir, InMemory: cfg.InMemory, Logger: cfg.Logger})
+	st, state, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, InMemory: cfg.InMemory, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

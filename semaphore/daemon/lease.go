@@ -158,6 +158,13 @@ func (n *Node) drop(l *lease, release bool) {
 	if release {
 		_ = n.core.Abandon(l.handle)
 	}
+	if !l.held {
+		// A waiting Acquire must not wait for a request that is gone.
+		select { // unless an answer (a failure) is already there
+		case l.acquired <- fmt.Errorf("%w: %s was released while it waited", core.ErrLost, l.handle):
+		default:
+		}
+	}
 	delete(n.leases, l.handle)
 	for _, w := range l.watchers {
 		close(w)

@@ -52,7 +52,9 @@ func (d *diskTwin) Submit(b store.Batch) <-chan error {
 	return ch
 }
 
-func idFor(n int) election.ID { return election.ID{Priority: 1, Address: "mem", Name: "n" + string(rune('0'+n))} }
+func idFor(n int) election.ID {
+	return election.ID{Priority: 1, Address: "mem", Name: "n" + string(rune('0'+n))}
+}
 
 func stateFor() store.State { return store.State{Durable: core.NewDurable(), Incarnation: 1} }
 
@@ -162,4 +164,47 @@ func (g *gatedDisk) Submit(store.Batch) <-chan error {
 	ch := make(chan error, 1)
 	go func() { <-g.release; ch <- nil }()
 	return ch
+}
+
+// Releasing a request that still waits ends its Acquire at once, with
+// ErrLost; a request that fails keeps its own reason.
+func TestReleaseWhileWaiting(t *testing.T) {
+	n, _ := startLone(t, &diskTwin{durable: core.NewDurable()})
+	waitStatus(t, n, "ready", func(s daemon.Status) bool { return s.Ready })
+	ctx := context.Background()
+	if _, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		_, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Timeout: time.Hour})
+		errs <- err
+	}()
+	var waiting string
+	deadline := time.Now().Add(settle)
+	for waiting == "" {
+		tab, err := n.Locks(ctx, "/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tab.Requests {
+			if r.Phase == "waiting" {
+				waiting = r.Request
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second request never waited")
+		}
+		time.Sleep(2 * time.Millisecond) // polling the table, not waiting for a signal
+	}
+	if err := n.Release(ctx, waiting); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, core.ErrLost) {
+		t.Fatalf("the released waiter's Acquire: %v, want ErrLost", err)
+	}
+	_, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Try: true})
+	if !errors.Is(err, core.ErrTimedOut) {
+		t.Fatalf("a try on the held name: %v, want ErrTimedOut (its own reason)", err)
+	}
 }
