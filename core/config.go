@@ -119,6 +119,11 @@ type Config struct {
 	MaxWaiters int
 	// Admit is the admission policy. Default Exclusive.
 	Admit Admit
+	// SnapshotsFromStore: as a previous view's leader, hand the table over
+	// by Ready.Snapshots, for the caller to stream from its store, instead
+	// of sending it from memory. Both send the same table: every change is
+	// durable before anything resting on it leaves the node.
+	SnapshotsFromStore bool
 	// Mutant deliberately breaks the core. Only the mutation tests set it,
 	// to prove that the simulator catches broken variants. Never set it.
 	Mutant Mutant

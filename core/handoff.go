@@ -128,6 +128,10 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 	if prev, ok := n.adopted[m.View.PrevEpoch]; ok {
 		n.startSync(prev)
 	}
+	if n.cfg.SnapshotsFromStore {
+		n.snapshots = append(n.snapshots, SnapshotDue{To: m.From, Epoch: e, Complete: n.complete})
+		return
+	}
 	reply := wire.Message{Kind: wire.KindSnapshot, To: m.From, View: wire.View{Epoch: e}}
 	var count uint64
 	for _, name := range sortedKeys(n.names) {

@@ -30,6 +30,23 @@ type Ready struct {
 	Persist  []Write
 	Messages []wire.Message
 	Events   []Event
+	// Snapshots are tables this node must send, as a previous leader, when
+	// Config.SnapshotsFromStore is set: after Persist is durable (it holds
+	// the fence), stream the durable table to To (see SnapshotDue).
+	Snapshots []SnapshotDue
+}
+
+// SnapshotDue asks the caller to send its durable lock table to To, a new
+// leader of view Epoch: one KindSnapshot per high-water mark (Req zero,
+// Ticket the mark) and per ticket (Req, Ticket, Mode, Lifetime), each with
+// View.Epoch = Epoch, then one KindSnapshotDone with Seq = the number of
+// entries sent and Inc = Complete. Read the table after Persist is durable
+// and in one consistent read: the fence is in it, so no ticket stored
+// later can count in the old view.
+type SnapshotDue struct {
+	To       wire.NodeID
+	Epoch    uint64
+	Complete uint64
 }
 
 // Stats counts what the node rejected or did, for metrics and tests.
@@ -66,10 +83,11 @@ type Node struct {
 	handles map[wire.RequestID]*request // by the handle Acquire returned
 	mnames  map[string]*masterName
 
-	persists []Write
-	msgs     []wire.Message
-	events   []Event
-	handed   [3]int // lengths handed out by the last Ready
+	persists  []Write
+	msgs      []wire.Message
+	events    []Event
+	snapshots []SnapshotDue
+	handed    [4]int // lengths handed out by the last Ready
 }
 
 // New starts a node from what it persisted (nil for a first start). Its first
@@ -320,15 +338,16 @@ func replicaKind(k wire.Kind) bool {
 
 // HasReady reports whether Ready has anything to handle.
 func (n *Node) HasReady() bool {
-	return len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0
+	return len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0
 }
 
 // Ready returns the output accumulated so far; Advance drops exactly what
 // it handed out, even if more input came in between.
 func (n *Node) Ready() Ready {
-	n.handed = [3]int{len(n.persists), len(n.msgs), len(n.events)}
+	n.handed = [4]int{len(n.persists), len(n.msgs), len(n.events), len(n.snapshots)}
 	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],
-		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)]}
+		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)],
+		Snapshots: n.snapshots[:len(n.snapshots):len(n.snapshots)]}
 }
 
 // Advance acknowledges that the last Ready was handled. What that Ready
@@ -337,7 +356,8 @@ func (n *Node) Advance() {
 	n.persists = dropHanded(n.persists, n.handed[0])
 	n.msgs = dropHanded(n.msgs, n.handed[1])
 	n.events = dropHanded(n.events, n.handed[2])
-	n.handed = [3]int{}
+	n.snapshots = dropHanded(n.snapshots, n.handed[3])
+	n.handed = [4]int{}
 }
 
 func dropHanded[T any](s []T, k int) []T {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,6 +30,7 @@ func drain(n *core.Node) core.Ready {
 		all.Persist = append(all.Persist, rd.Persist...)
 		all.Messages = append(all.Messages, rd.Messages...)
 		all.Events = append(all.Events, rd.Events...)
+		all.Snapshots = append(all.Snapshots, rd.Snapshots...)
 		n.Advance()
 	}
 	return all
@@ -282,5 +284,45 @@ func TestActivationRounds(t *testing.T) {
 	}
 	if rd := drain(n); len(rd.Messages) != 1 || rd.Messages[0].Seq != 3 {
 		t.Fatalf("round 3 must be acknowledged with its round: %v", rd.Messages)
+	}
+}
+
+// With SnapshotsFromStore, a previous leader asked for its table fences
+// durably and hands the sending to the caller (Ready.Snapshots) in the same
+// Ready, instead of sending entries from memory.
+func TestSnapshotsFromStore(t *testing.T) {
+	for _, fromStore := range []bool{false, true} {
+		n, err := core.New(core.Config{ID: 1, Incarnation: 1, View: core.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}},
+			SnapshotsFromStore: fromStore}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(n)
+		if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10}); err != nil {
+			t.Fatal(err)
+		}
+		drain(n)
+		err = n.Step(wire.Message{Kind: wire.KindSnapshotRequest, From: 4, To: 1,
+			View: wire.View{Epoch: 4, Leaders: []wire.NodeID{2, 3, 4}, PrevEpoch: 3, PrevLeaders: []wire.NodeID{1, 2, 3}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := n.Ready()
+		fenced := slices.ContainsFunc(rd.Persist, func(w core.Write) bool { return w.Kind == core.WriteFence && w.Epoch == 4 })
+		var entries int
+		for _, m := range rd.Messages {
+			if m.Kind == wire.KindSnapshot || m.Kind == wire.KindSnapshotDone {
+				entries++
+			}
+		}
+		switch {
+		case !fenced:
+			t.Fatalf("fromStore=%v: no fence in the Ready: %+v", fromStore, rd.Persist)
+		case fromStore && (entries != 0 || len(rd.Snapshots) != 1 || rd.Snapshots[0] != core.SnapshotDue{To: 4, Epoch: 4, Complete: 3}):
+			t.Fatalf("from the store: %d snapshot messages, snapshots %+v", entries, rd.Snapshots)
+		case !fromStore && (entries == 0 || len(rd.Snapshots) != 0):
+			t.Fatalf("from memory: %d snapshot messages, snapshots %+v", entries, rd.Snapshots)
+		}
+		n.Advance()
 	}
 }

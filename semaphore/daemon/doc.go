@@ -23,6 +23,12 @@
 // client keeps its lease id. Requests that arrive before a view is known
 // wait in the core until their obtain timeout.
 //
+// Handoff: when this node, as a leader of the previous view, is asked for
+// its table, the core fences durably and hands the sending over
+// (core.Ready.Snapshots); once the fence is on disk a goroutine streams the
+// table from one consistent read of the store (Store.Snapshot) to the new
+// leader, so the loop never waits for that read.
+//
 // A failed write stops the node from serving (status NO_LOCK with the
 // reason) rather than let it grant from a table it cannot keep.
 //

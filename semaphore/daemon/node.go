@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -31,6 +32,9 @@ type Store interface {
 	// Submit never blocks; the channel says when b is durable. Batches
 	// become durable in Submit order.
 	Submit(b store.Batch) <-chan error
+	// Snapshot streams the durable lock table from one consistent read,
+	// in name order; it is called off the loop.
+	Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) error
 }
 
 // Sentinel errors of the runtime.
@@ -85,9 +89,10 @@ type NodeConfig struct {
 // pendingReady is one Ready whose writes are on their way to disk: nothing
 // of it leaves the node before they are durable (the Ready contract).
 type pendingReady struct {
-	durable <-chan error // nil: nothing to write, only the order to keep
-	msgs    []wire.Message
-	events  []core.Event
+	durable   <-chan error // nil: nothing to write, only the order to keep
+	msgs      []wire.Message
+	events    []core.Event
+	snapshots []core.SnapshotDue
 }
 
 // Node runs one node: it owns the core and election state machines on one
@@ -105,6 +110,9 @@ type Node struct {
 	failed error
 
 	pending []pendingReady
+	// senders counts the goroutines streaming snapshots; quit stops them.
+	senders sync.WaitGroup
+	quit    chan struct{}
 	// loopback holds released messages addressed to this node itself (a
 	// leader is its own replica; the election counts its own vote).
 	loopback []wire.Message
@@ -133,7 +141,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	peers := slices.DeleteFunc(slices.Clone(cfg.Peers), func(p wire.NodeID) bool { return p == cfg.Self })
 	c, err := core.New(core.Config{ID: cfg.Self, Incarnation: cfg.State.Incarnation, Peers: peers,
 		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks,
-		Admit: semaphore.Admit}, cfg.State.Durable)
+		Admit: semaphore.Admit, SnapshotsFromStore: true}, cfg.State.Durable)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: start the lock core: %w", err)
 	}
@@ -143,7 +151,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("daemon: start the election: %w", err)
 	}
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
-		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}}, nil
+		done: make(chan struct{}), quit: make(chan struct{}), leases: map[wire.RequestID]*lease{}}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -152,6 +160,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 func (n *Node) Run(ctx context.Context) error {
 	defer close(n.done)
 	defer n.failAll(ErrStopped)
+	defer n.senders.Wait()
+	defer close(n.quit)
 	n.start = time.Now()
 	ticker := time.NewTicker(n.cfg.Tick)
 	defer ticker.Stop()
@@ -269,7 +279,7 @@ func (n *Node) collect() {
 		}
 		if n.core.HasReady() {
 			rd := n.core.Ready()
-			p := pendingReady{msgs: rd.Messages, events: rd.Events}
+			p := pendingReady{msgs: rd.Messages, events: rd.Events, snapshots: rd.Snapshots}
 			if len(rd.Persist) > 0 {
 				p.durable = n.cfg.Store.Submit(store.Batch{Writes: rd.Persist})
 				n.stats.Persists++
@@ -312,9 +322,78 @@ func (n *Node) flush() {
 		for _, e := range p.events {
 			n.onEvent(e)
 		}
+		for _, due := range p.snapshots {
+			n.sendSnapshot(due)
+		}
 		n.pending[0] = pendingReady{}
 		n.pending = n.pending[1:]
 	}
+}
+
+// sendSnapshot streams the durable table to a new leader, off the loop:
+// reading it is disk work. The fence it rests on is durable already (its
+// Ready was released), and one read transaction gives a consistent table.
+func (n *Node) sendSnapshot(due core.SnapshotDue) {
+	n.senders.Go(func() {
+		msg := wire.Message{Kind: wire.KindSnapshot, From: n.cfg.Self, To: due.To, View: wire.View{Epoch: due.Epoch}}
+		var count uint64
+		// To itself (a leader of both views): the messages go back into
+		// the loop, in one op, once the table is read.
+		var local []wire.Message
+		errQuit := errors.New("node stopping")
+		send := func(m wire.Message) error {
+			select {
+			case <-n.quit:
+				return errQuit
+			default:
+			}
+			if due.To == n.cfg.Self {
+				local = append(local, m)
+			} else {
+				n.cfg.Transport.Send(m)
+			}
+			count++
+			return nil
+		}
+		err := n.cfg.Store.Snapshot(func(name string, highWater uint64, tickets []core.DurableTicket) error {
+			msg.Name = name
+			if highWater > 0 {
+				msg.Req, msg.Ticket, msg.Mode, msg.Lifetime = wire.RequestID{}, highWater, 0, 0
+				if err := send(msg); err != nil {
+					return err
+				}
+			}
+			for _, t := range tickets {
+				msg.Req, msg.Ticket, msg.Mode, msg.Lifetime = t.Entry.Req, t.Entry.Ticket, t.Entry.Mode, uint64(max(t.Lifetime, 0))
+				if err := send(msg); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			// The new leader asks again after its retry period.
+			n.log.Warn("snapshot not sent", "to", uint64(due.To), "epoch", due.Epoch, "err", err)
+			return
+		}
+		done := wire.Message{Kind: wire.KindSnapshotDone, From: n.cfg.Self, To: due.To, Seq: count,
+			Inc: due.Complete, View: wire.View{Epoch: due.Epoch}}
+		if due.To != n.cfg.Self {
+			n.cfg.Transport.Send(done)
+		} else {
+			local = append(local, done)
+			select {
+			case n.ops <- func() {
+				for _, m := range local {
+					n.step(m)
+				}
+			}:
+			case <-n.quit:
+				return
+			}
+		}
+		n.log.Info("snapshot sent", "to", uint64(due.To), "epoch", due.Epoch, "entries", count)
+	})
 }
 
 // fail stops serving after a failed write: what the core holds in memory

@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +59,23 @@ func idFor(n int) election.ID {
 }
 
 func stateFor() store.State { return store.State{Durable: core.NewDurable(), Incarnation: 1} }
+
+func (d *diskTwin) Snapshot(fn func(string, uint64, []core.DurableTicket) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(d.durable.HighWater)) {
+		var ts []core.DurableTicket
+		for _, t := range d.durable.Tickets[name] {
+			ts = append(ts, t)
+		}
+		if err := fn(name, d.durable.HighWater[name], ts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *gatedDisk) Snapshot(func(string, uint64, []core.DurableTicket) error) error { return nil }
 
 func startLone(t *testing.T, d *diskTwin) (*daemon.Node, *loneTransport) {
 	t.Helper()
