@@ -438,3 +438,33 @@ func TestRedialConfigured(t *testing.T) {
 		}
 	}
 }
+
+// SendWait waits for room in a short queue instead of dropping: every one of
+// many more frames than the queue holds arrives, in order.
+func TestSendWaitNeverDrops(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{Name: "a"})
+	b := start(t, Config{Name: "b", Peers: a.Addrs(), QueueLen: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 500
+	go func() {
+		for i := range n {
+			if err := b.SendWait(ctx, msg(a.Self(), uint64(i))); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := range n {
+		if m := recv(t, a); m.Seq != uint64(i) {
+			t.Fatalf("frame %d arrived as %d", i, m.Seq)
+		}
+	}
+	if d := b.Stats().Dropped; d != 0 {
+		t.Fatalf("%d frames dropped", d)
+	}
+	if err := b.SendWait(ctx, msg(12345, 1)); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("SendWait to an unknown node: %v", err)
+	}
+}

@@ -26,6 +26,8 @@ var (
 	ErrPSK = errors.New("p2p: bad swarm key")
 	// ErrConfig: a Config field is invalid.
 	ErrConfig = errors.New("p2p: bad config")
+	// ErrUnknownPeer: no such member, or the host is closed.
+	ErrUnknownPeer = errors.New("p2p: unknown peer")
 )
 
 // IdentityFile is the name of the key file inside the data directory.

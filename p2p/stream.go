@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"time"
@@ -44,6 +45,39 @@ func (h *Host) Send(m wire.Message) bool {
 	default:
 		h.stats.dropped.Add(1)
 		return false
+	}
+}
+
+// SendWait is Send that waits for room in the peer's queue instead of
+// dropping: for bulk transfers made off the node's loop (a handoff's
+// snapshot), where a full queue means "slow down", not "lose it". ctx
+// bounds the wait.
+func (h *Host) SendWait(ctx context.Context, m wire.Message) error {
+	if m.To == h.self {
+		return fmt.Errorf("%w: send to itself", ErrConfig)
+	}
+	h.mu.RLock()
+	p := h.members[m.To]
+	closed := h.closed
+	h.mu.RUnlock()
+	if p == nil || closed {
+		h.stats.dropped.Add(1)
+		return fmt.Errorf("%w: node %d is unknown, or the host is closed", ErrUnknownPeer, m.To)
+	}
+	f, err := encodeFrame(&m)
+	if err != nil {
+		h.stats.dropped.Add(1)
+		return err
+	}
+	select {
+	case p.queue <- f:
+		return nil
+	case <-ctx.Done():
+		h.stats.dropped.Add(1)
+		return ctx.Err()
+	case <-h.ctx.Done():
+		h.stats.dropped.Add(1)
+		return fmt.Errorf("%w: host closed", ErrUnknownPeer)
 	}
 }
 

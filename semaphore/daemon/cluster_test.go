@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -382,5 +383,56 @@ func TestStrangersCannotJoin(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A table larger than a peer's send queue (1024 frames) is handed over
+// whole. (Whether the queue would overflow here depends on timing; that
+// SendWait never drops is p2p's TestSendWaitNeverDrops.)
+func TestBigHandoff(t *testing.T) {
+	const names = 1500
+	c := startCluster(t, clusterOpts{size: 4, priority: []uint8{1, 2, 3, 9}})
+	c.waitReady()
+	work := make(chan int)
+	errs := make(chan error, names)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				_, err := c.node(1).Acquire(context.Background(), daemon.Request{Name: fmt.Sprintf("/n/%d", i),
+					Mode: semaphore.Exclusive, Timeout: settle, Duration: 10 * time.Minute})
+				errs <- err
+			}
+		})
+	}
+	for i := range names {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := c.agents[0].Host().Self()
+	c.stop(0)
+	c.waitFor("a new view without node 1, served by node 4", func() bool {
+		s := c.status(3)
+		return s.Ready && s.Serving && !slices.Contains(s.View.Leaders, uint64(lost))
+	})
+	tab, err := c.node(3).Locks(context.Background(), "/n/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, l := range tab.Locks {
+		if len(l.Entries) == 1 {
+			held++
+		}
+	}
+	if held != names {
+		t.Fatalf("node 4 took %d of %d held names over", held, names)
 	}
 }

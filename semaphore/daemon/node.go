@@ -21,6 +21,8 @@ type Transport interface {
 	// Send queues m for m.To and never blocks; false means dropped (the
 	// core retransmits what matters).
 	Send(m wire.Message) bool
+	// SendWait queues m, waiting for room: for bulk sends off the loop.
+	SendWait(ctx context.Context, m wire.Message) error
 	// Inbox delivers messages from peers, From set to the true sender.
 	Inbox() <-chan wire.Message
 	// Joined delivers peers learned after the start.
@@ -110,9 +112,11 @@ type Node struct {
 	failed error
 
 	pending []pendingReady
-	// senders counts the goroutines streaming snapshots; quit stops them.
+	// senders counts the goroutines streaming snapshots; sending holds
+	// the (new leader, epoch) pairs they serve, so that a new leader's
+	// repeated requests do not start a second stream to it.
 	senders sync.WaitGroup
-	quit    chan struct{}
+	sending map[[2]uint64]bool
 	// loopback holds released messages addressed to this node itself (a
 	// leader is its own replica; the election counts its own vote).
 	loopback []wire.Message
@@ -151,7 +155,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("daemon: start the election: %w", err)
 	}
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
-		done: make(chan struct{}), quit: make(chan struct{}), leases: map[wire.RequestID]*lease{}}, nil
+		done: make(chan struct{}), leases: map[wire.RequestID]*lease{},
+		sending: map[[2]uint64]bool{}}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -160,12 +165,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 func (n *Node) Run(ctx context.Context) error {
 	defer close(n.done)
 	defer n.failAll(ErrStopped)
-	defer n.senders.Wait()
-	defer close(n.quit)
+	defer n.senders.Wait() // they stop with ctx
 	n.start = time.Now()
 	ticker := time.NewTicker(n.cfg.Tick)
 	defer ticker.Stop()
-	n.drive()
+	n.drive(ctx)
 	for {
 		var durable <-chan error
 		if len(n.pending) > 0 {
@@ -204,7 +208,7 @@ func (n *Node) Run(ctx context.Context) error {
 		case op := <-n.ops:
 			op()
 		}
-		n.drive()
+		n.drive(ctx)
 	}
 }
 
@@ -245,10 +249,10 @@ func (n *Node) step(m wire.Message) {
 // drive collects the state machines' output, hands the writes to the store
 // and queues the rest behind them, then releases whatever is durable, and
 // goes on while messages to itself bring more.
-func (n *Node) drive() {
+func (n *Node) drive(ctx context.Context) {
 	for n.failed == nil {
 		n.collect()
-		n.flush()
+		n.flush(ctx)
 		if len(n.loopback) == 0 {
 			return
 		}
@@ -291,7 +295,7 @@ func (n *Node) collect() {
 }
 
 // flush sends and delivers, in order, every Ready whose writes are durable.
-func (n *Node) flush() {
+func (n *Node) flush(ctx context.Context) {
 	for len(n.pending) > 0 && n.failed == nil {
 		p := &n.pending[0]
 		if p.durable != nil {
@@ -323,7 +327,7 @@ func (n *Node) flush() {
 			n.onEvent(e)
 		}
 		for _, due := range p.snapshots {
-			n.sendSnapshot(due)
+			n.sendSnapshot(ctx, due)
 		}
 		n.pending[0] = pendingReady{}
 		n.pending = n.pending[1:]
@@ -333,27 +337,32 @@ func (n *Node) flush() {
 // sendSnapshot streams the durable table to a new leader, off the loop:
 // reading it is disk work. The fence it rests on is durable already (its
 // Ready was released), and one read transaction gives a consistent table.
-func (n *Node) sendSnapshot(due core.SnapshotDue) {
+func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
+	key := [2]uint64{uint64(due.To), due.Epoch}
+	if n.sending[key] {
+		return
+	}
+	n.sending[key] = true
 	n.senders.Go(func() {
+		defer func() {
+			select {
+			case n.ops <- func() { delete(n.sending, key) }:
+			case <-ctx.Done():
+			}
+		}()
 		msg := wire.Message{Kind: wire.KindSnapshot, From: n.cfg.Self, To: due.To, View: wire.View{Epoch: due.Epoch}}
 		var count uint64
 		// To itself (a leader of both views): the messages go back into
 		// the loop, in one op, once the table is read.
 		var local []wire.Message
-		errQuit := errors.New("node stopping")
 		send := func(m wire.Message) error {
-			select {
-			case <-n.quit:
-				return errQuit
-			default:
-			}
+			count++
 			if due.To == n.cfg.Self {
 				local = append(local, m)
-			} else {
-				n.cfg.Transport.Send(m)
+				return ctx.Err()
 			}
-			count++
-			return nil
+			// Waiting for room: a big table is more than a peer's queue.
+			return n.cfg.Transport.SendWait(ctx, m)
 		}
 		err := n.cfg.Store.Snapshot(func(name string, highWater uint64, tickets []core.DurableTicket) error {
 			msg.Name = name
@@ -379,7 +388,9 @@ func (n *Node) sendSnapshot(due core.SnapshotDue) {
 		done := wire.Message{Kind: wire.KindSnapshotDone, From: n.cfg.Self, To: due.To, Seq: count,
 			Inc: due.Complete, View: wire.View{Epoch: due.Epoch}}
 		if due.To != n.cfg.Self {
-			n.cfg.Transport.Send(done)
+			if err := n.cfg.Transport.SendWait(ctx, done); err != nil {
+				return
+			}
 		} else {
 			local = append(local, done)
 			select {
@@ -388,7 +399,7 @@ func (n *Node) sendSnapshot(due core.SnapshotDue) {
 					n.step(m)
 				}
 			}:
-			case <-n.quit:
+			case <-ctx.Done():
 				return
 			}
 		}

@@ -30,6 +30,10 @@ func (t *loneTransport) Send(m wire.Message) bool {
 	t.sent = append(t.sent, m)
 	return true
 }
+func (t *loneTransport) SendWait(_ context.Context, m wire.Message) error {
+	t.Send(m)
+	return nil
+}
 func (t *loneTransport) Inbox() <-chan wire.Message { return t.in }
 func (t *loneTransport) Joined() <-chan wire.NodeID { return nil }
 
