@@ -16,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/sluicehq/sluice/core/store"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
@@ -181,7 +184,27 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 		return err
 	}
 	a.lis, a.apiURL = lis, url
-	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger,
+	reg := a.node.Registry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_peers_connected",
+			Help: "Cluster peers this node's mesh is connected to."}, func() float64 {
+			n := 0
+			for _, m := range a.host.Members() {
+				if m.Connected {
+					n++
+				}
+			}
+			return float64(n)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_peers_known",
+			Help: "Cluster peers this node's mesh knows of."}, func() float64 { return float64(len(a.host.Members())) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_syncs_total",
+			Help: "Store transactions made durable (one fsync each on disk)."}, func() float64 { return float64(a.store.Stats().Syncs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_failures_total",
+			Help: "Store batches that failed."}, func() float64 { return float64(a.store.Stats().Failures) }),
+	)
+	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
 		Extra: func() any { return a.host.Members() }})
 	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	a.wg.Go(func() {

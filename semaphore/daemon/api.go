@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore"
@@ -28,6 +31,7 @@ import (
 //	GET  /v1/locks?prefix=P   the leader's table and this node's requests
 //	GET  /v1/status        view, epoch, leaders, members, LOCK_READY or NO_LOCK
 //	POST /v1/force-unlock  {"name","lease" or "token"}
+//	GET  /metrics          Prometheus text format
 //
 // Durations are Go duration strings ("30s", "1m30s"). Errors are
 // {"error": code, "message": text}.
@@ -52,6 +56,8 @@ type APIConfig struct {
 	Extra func() any
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Metrics, when set, is served at GET /metrics (Prometheus text format).
+	Metrics *prometheus.Registry
 }
 
 // AcquireBody is the body of POST /v1/acquire.
@@ -130,12 +136,16 @@ func NewAPI(cfg APIConfig) http.Handler {
 		{"POST", "/v1/force-unlock", a.force},
 	} {
 		mux.HandleFunc(e.method+" "+e.path, e.h)
+
 		// Any other method: the more specific pattern above wins for the
 		// right one.
 		mux.HandleFunc(e.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", e.method)
 			writeError(w, http.StatusMethodNotAllowed, CodeBadRequest, fmt.Sprintf("%s needs %s, not %s", e.path, e.method, r.Method))
 		})
+	}
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeBadRequest, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))

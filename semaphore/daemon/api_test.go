@@ -299,3 +299,39 @@ func TestListenAPIRefuses(t *testing.T) {
 	}
 	l3.Close()
 }
+
+// /metrics: Prometheus text with the grants, failures, waits, holds, active
+// leases and waiters, phases, views, and the mesh's and store's series.
+func TestAPIMetrics(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/m","mode":"read-write-priority"}`)
+	if got.status != 200 {
+		t.Fatal(got.raw)
+	}
+	call(t, c, "POST", base+"/v1/acquire", `{"name":"/m","try":true}`)
+	call(t, c, "POST", base+"/v1/acquire", `{"name":"/m","mode":"read-only","try":true}`)
+	call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, got.body["lease"]))
+	m := call(t, c, "GET", base+"/metrics", "")
+	if m.status != 200 {
+		t.Fatalf("metrics: %d", m.status)
+	}
+	for _, want := range []string{
+		`sluice_grants_total{mode="read-write-priority"} 1`,
+		`sluice_failures_total{reason="timedout"} 1`,
+		`sluice_failures_total{reason="draining"} 1`,
+		`sluice_wait_seconds_count{mode="read-write-priority"} 1`,
+		`sluice_hold_seconds_count{mode="read-write-priority"} 1`,
+		`sluice_active_leases{mode="read-write-priority"} 0`,
+		"sluice_waiters 0",
+		`sluice_bakery_phase_seconds_count{phase="add-ticket"}`,
+		"sluice_views_total 1",
+		"sluice_leader_changes_total 1",
+		"sluice_peers_known 0",
+		"sluice_store_syncs_total",
+		"go_goroutines",
+	} {
+		if !strings.Contains(m.raw, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

@@ -63,6 +63,8 @@ type lease struct {
 	acquired chan error
 	renewed  chan error
 	watchers []chan Event
+	// asked and granted are wall times, for the wait and hold metrics.
+	asked, granted time.Time
 }
 
 // ParseLeaseID reads a lease id as Lease.ID spells it.
@@ -117,8 +119,10 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 			opErr = err
 			return
 		}
-		l = &lease{handle: h, req: r, sent: n.ticks, acquired: make(chan error, 1), renewed: make(chan error, 1)}
+		l = &lease{handle: h, req: r, sent: n.ticks, acquired: make(chan error, 1), renewed: make(chan error, 1),
+			asked: time.Now()}
 		n.leases[h] = l
+		n.metrics.waiters.Inc()
 	}); err != nil {
 		return Lease{}, err
 	}
@@ -157,6 +161,13 @@ func (n *Node) drop(l *lease, release bool) {
 	}
 	if release {
 		_ = n.core.Abandon(l.handle)
+	}
+	mode := l.req.Mode.String()
+	if l.held {
+		n.metrics.active.WithLabelValues(mode).Dec()
+		n.metrics.hold.WithLabelValues(mode).Observe(time.Since(l.granted).Seconds())
+	} else {
+		n.metrics.waiters.Dec()
 	}
 	if !l.held {
 		// A waiting Acquire must not wait for a request that is gone.
@@ -316,11 +327,17 @@ func (n *Node) onEvent(e core.Event) {
 	switch e.Kind {
 	case wire.EventGranted:
 		lease := semaphore.LeaseOf(e, l.req.Mode, l.sent)
-		l.held, l.token, l.expiry = true, lease.Token, lease.Expiry
+		l.held, l.token, l.expiry, l.granted = true, lease.Token, lease.Expiry, time.Now()
+		mode := l.req.Mode.String()
+		n.metrics.waiters.Dec()
+		n.metrics.grants.WithLabelValues(mode).Inc()
+		n.metrics.active.WithLabelValues(mode).Inc()
+		n.metrics.wait.WithLabelValues(mode).Observe(l.granted.Sub(l.asked).Seconds())
 		ev.Expires = n.wallTime(l.expiry)
 		n.emitTo(l, ev)
 		putLatest(l.acquired, nil)
 	case wire.EventFailed:
+		n.metrics.failures.WithLabelValues(e.Code.String()).Inc()
 		n.emitTo(l, ev)
 		putLatest(l.acquired, errorOf(e.Code))
 		n.drop(l, false)

@@ -65,6 +65,10 @@ const (
 	maxTicksPerWake  = 10000 // catching up after a long stop is bounded per wake-up
 	opQueue          = 256
 	inboxBatchPerRun = 256
+	// maxTimedRequests: the bakery phases are timed (a metric) while the
+	// node's clients have at most this many requests; above, the walk
+	// over them after every loop turn would cost more than it tells.
+	maxTimedRequests = 256
 )
 
 // NodeConfig configures a Node. Zero values mean the documented defaults.
@@ -112,6 +116,7 @@ type Node struct {
 	failed error
 
 	pending []pendingReady
+	metrics *metrics
 	// senders counts the goroutines streaming snapshots; sending holds
 	// the (new leader, epoch) pairs they serve, so that a new leader's
 	// repeated requests do not start a second stream to it.
@@ -156,7 +161,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
 		done: make(chan struct{}), leases: map[wire.RequestID]*lease{},
-		sending: map[[2]uint64]bool{}}, nil
+		sending: map[[2]uint64]bool{}, metrics: newMetrics()}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -231,6 +236,7 @@ func electionKind(k wire.Kind) bool { return k >= wire.KindHello && k <= wire.Ki
 
 func (n *Node) step(m wire.Message) {
 	n.stats.MessagesIn++
+	n.metrics.messages.WithLabelValues("in").Inc()
 	if n.failed != nil {
 		return
 	}
@@ -242,6 +248,7 @@ func (n *Node) step(m wire.Message) {
 	}
 	if err != nil {
 		n.stats.Rejected++
+		n.metrics.rejected.Inc()
 		n.log.Debug("message refused", "kind", m.Kind.String(), "from", uint64(m.From), "err", err)
 	}
 }
@@ -254,6 +261,9 @@ func (n *Node) drive(ctx context.Context) {
 		n.collect()
 		n.flush(ctx)
 		if len(n.loopback) == 0 {
+			if len(n.leases) <= maxTimedRequests {
+				n.observePhases(time.Now())
+			}
 			return
 		}
 		msgs := n.loopback
@@ -272,11 +282,17 @@ func (n *Node) collect() {
 			if rd.Persist != nil {
 				p.durable = n.cfg.Store.Submit(store.Batch{Election: rd.Persist})
 				n.stats.Persists++
+				n.metrics.persists.Inc()
 			}
 			n.pending = append(n.pending, p)
 			n.elect.Advance()
 			if rd.View != nil {
 				n.stats.Views++
+				n.metrics.views.Inc()
+				if key := fmt.Sprint(rd.View.Leaders); key != n.metrics.lastLeaders {
+					n.metrics.lastLeaders = key
+					n.metrics.leaderSets.Inc()
+				}
 				n.log.Info("view", "epoch", rd.View.Epoch, "leaders", rd.View.Leaders, "prev_epoch", rd.View.PrevEpoch)
 				n.core.SetView(core.ViewOf(*rd.View))
 			}
@@ -287,10 +303,15 @@ func (n *Node) collect() {
 			if len(rd.Persist) > 0 {
 				p.durable = n.cfg.Store.Submit(store.Batch{Writes: rd.Persist})
 				n.stats.Persists++
+				n.metrics.persists.Inc()
 			}
 			n.pending = append(n.pending, p)
 			n.core.Advance()
 		}
+	}
+	if h := n.core.Stats().Handoffs; h > n.metrics.handoffSeen {
+		n.metrics.handoffs.Add(float64(h - n.metrics.handoffSeen))
+		n.metrics.handoffSeen = h
 	}
 }
 
@@ -312,6 +333,7 @@ func (n *Node) flush(ctx context.Context) {
 		}
 		for _, m := range p.msgs {
 			n.stats.MessagesOut++
+			n.metrics.messages.WithLabelValues("out").Inc()
 			if m.Kind == wire.KindPrepare || m.Kind == wire.KindCommit {
 				n.log.Debug("election", "kind", m.Kind.String(), "to", uint64(m.To), "epoch", m.View.Epoch, "leaders", m.View.Leaders)
 			}
@@ -321,6 +343,7 @@ func (n *Node) flush(ctx context.Context) {
 			}
 			if !n.cfg.Transport.Send(m) {
 				n.stats.Dropped++
+				n.metrics.messages.WithLabelValues("dropped").Inc()
 			}
 		}
 		for _, e := range p.events {

@@ -231,6 +231,7 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 				return
 			}
 			n.log.Warn("forced unlock", "name", name, "request", r.String())
+			n.metrics.forced.Inc()
 			out = append(out, r.String())
 		}
 	})

@@ -1,0 +1,107 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// metrics are the node's Prometheus series. The loop updates them as
+// things happen (they are safe for concurrent use); the API serves them at
+// /metrics from the node's own registry, never the global one.
+type metrics struct {
+	reg         *prometheus.Registry
+	grants      *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	wait        *prometheus.HistogramVec
+	hold        *prometheus.HistogramVec
+	active      *prometheus.GaugeVec
+	waiters     prometheus.Gauge
+	views       prometheus.Counter
+	leaderSets  prometheus.Counter
+	handoffs    prometheus.Counter
+	phases      *prometheus.HistogramVec
+	messages    *prometheus.CounterVec
+	persists    prometheus.Counter
+	rejected    prometheus.Counter
+	forced      prometheus.Counter
+	lastLeaders string
+	lastPhase   map[wire.RequestID]phaseMark
+	handoffSeen uint64
+}
+
+type phaseMark struct {
+	phase string
+	at    time.Time
+}
+
+// latency buckets from 100 µs to about 100 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 4, 11)
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry(), lastPhase: map[wire.RequestID]phaseMark{}}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.grants = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_grants_total",
+		Help: "Locks granted to this node's clients, by mode."}, []string{"mode"})
+	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failures_total",
+		Help: "Requests of this node's clients that ended without a grant, by reason (timedout, draining, ...)."}, []string{"reason"})
+	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_wait_seconds",
+		Help: "Time from a request to its grant, by mode.", Buckets: latencyBuckets}, []string{"mode"})
+	m.hold = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_hold_seconds",
+		Help: "Time from a grant to the lease's end, by mode.", Buckets: latencyBuckets}, []string{"mode"})
+	m.active = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_active_leases",
+		Help: "Leases this node's clients hold, by mode."}, []string{"mode"})
+	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_waiters",
+		Help: "Requests of this node's clients waiting for a grant."})
+	m.views = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_views_total",
+		Help: "Valid views (epochs) this node adopted."})
+	m.leaderSets = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_leader_changes_total",
+		Help: "Views adopted whose leaders differ from the previous view's."})
+	m.handoffs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_handoffs_total",
+		Help: "Lock table takeovers this node finished as a new leader."})
+	m.phases = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_bakery_phase_seconds",
+		Help:    "Time a request of this node spent in each bakery phase (entering, get-max, add-ticket, waiting).",
+		Buckets: latencyBuckets}, []string{"phase"})
+	m.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_messages_total",
+		Help: "Lock and election messages, by direction (in, out, dropped)."}, []string{"direction"})
+	m.persists = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_store_submits_total",
+		Help: "Batches of writes the node handed to its store."})
+	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rejected_messages_total",
+		Help: "Messages from peers refused as malformed, stale or misdirected."})
+	m.forced = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_force_unlocks_total",
+		Help: "Operator force-unlocks sent from this node."})
+	for _, c := range []prometheus.Collector{m.grants, m.failures, m.wait, m.hold, m.active, m.waiters, m.views,
+		m.leaderSets, m.handoffs, m.phases, m.messages, m.persists, m.rejected, m.forced} {
+		f(c)
+	}
+	return m
+}
+
+// Registry is where the node's metrics are; the agent adds the mesh's and
+// the store's and serves it.
+func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
+
+// observePhases times the bakery phases of this node's requests: each time
+// the loop has run, a request whose phase changed closes its last phase.
+func (n *Node) observePhases(now time.Time) {
+	m := n.metrics
+	seen := make(map[wire.RequestID]bool, len(m.lastPhase))
+	for _, r := range n.core.Requests() {
+		seen[r.Handle] = true
+		last, ok := m.lastPhase[r.Handle]
+		switch {
+		case !ok:
+			m.lastPhase[r.Handle] = phaseMark{r.Phase, now}
+		case last.phase != r.Phase:
+			m.phases.WithLabelValues(last.phase).Observe(now.Sub(last.at).Seconds())
+			m.lastPhase[r.Handle] = phaseMark{r.Phase, now}
+		}
+	}
+	for h := range m.lastPhase {
+		if !seen[h] {
+			delete(m.lastPhase, h)
+		}
+	}
+}
