@@ -50,7 +50,7 @@ func startError(err error) error {
 
 func newAgentCmd() *cobra.Command {
 	var (
-		name, data, priority, pskFile, api, tokenFile, logLevel string
+		name, data, priority, pskFile, api, tokenFile, logLevel, config string
 		listen, peers, allow                                    []string
 		size                                                    int
 		inMemory                                                bool
@@ -60,9 +60,15 @@ func newAgentCmd() *cobra.Command {
 		Short: "Run this machine's node of the cluster",
 		Long: "Run this machine's node: it joins the mesh of --peers, takes part in\n" +
 			"the election and serves the local API on --api (a Unix socket by\n" +
-			"default; a loopback host:port needs --api-token-file).",
+			"default; a loopback host:port needs --api-token-file).\n\n" +
+			"Every flag can also come from the environment (SLUICE_ and the flag's\n" +
+			"name: SLUICE_CLUSTER_SIZE=5) or from --config FILE (YAML, keys are the\n" +
+			"flag names, lists for --peers/--listen/--allow).",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applySettings(cmd, config); err != nil {
+				return err
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
 			if err != nil {
 				return err
@@ -121,6 +127,7 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&tokenFile, "api-token-file", "", "bearer token for a TCP API address")
 	f.BoolVar(&inMemory, "in-memory", false, "keep the lock table in memory (dev and tests; lost on restart)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&config, "config", "", "YAML file with any of these settings (keys: the flag names); flags win over SLUICE_* environment variables, which win over the file")
 	return cmd
 }
 

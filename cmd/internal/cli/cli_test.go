@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -89,5 +90,51 @@ func TestHelp(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "dev") || !strings.Contains(stdout, "version") {
 		t.Errorf("help does not list the subcommands:\n%s", stdout)
+	}
+}
+
+// Settings come from flags, then SLUICE_* variables, then the --config
+// file; bad files and values are usage errors.
+func TestAgentSettings(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/agent.yaml"
+	if err := os.WriteFile(file, []byte("cluster-size: 0\nin-memory: true\npeers:\n  - /ip4/127.0.0.1/tcp/1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The file's cluster size 0 is refused...
+	code, _, stderr := runCapture(t, "agent", "--config", file)
+	if code != ExitUsage || !strings.Contains(stderr, "--cluster-size must be at least 1") {
+		t.Fatalf("file: %d %q", code, stderr)
+	}
+	// ...the environment wins over it, and the file's peer (no /p2p/) is
+	// then what is refused...
+	t.Setenv("SLUICE_CLUSTER_SIZE", "3")
+	code, _, stderr = runCapture(t, "agent", "--config", file)
+	if code != ExitUsage || !strings.Contains(stderr, "has no /p2p/") {
+		t.Fatalf("env over file: %d %q", code, stderr)
+	}
+	// ...and a flag wins over both.
+	t.Setenv("SLUICE_CLUSTER_SIZE", "5")
+	code, _, stderr = runCapture(t, "agent", "--config", file, "--cluster-size", "0")
+	if code != ExitUsage || !strings.Contains(stderr, "--cluster-size must be at least 1") {
+		t.Fatalf("flag over env: %d %q", code, stderr)
+	}
+	t.Setenv("SLUICE_CLUSTER_SIZE", "") // empty: as if unset
+	for _, tc := range []struct{ content, want string }{
+		{"colour: red\n", `unknown setting "colour"`},
+		{"cluster-size: many\n", "cluster-size"},
+		{"[not: a map\n", "--config"},
+	} {
+		if err := os.WriteFile(file, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := runCapture(t, "agent", "--config", file)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: %d %q", tc.content, code, stderr)
+		}
+		assertOneCleanLine(t, stderr, "sluice: ")
+	}
+	if code, _, stderr := runCapture(t, "agent", "--config", dir+"/missing.yaml"); code != ExitUsage {
+		t.Errorf("missing file: %d %q", code, stderr)
 	}
 }
