@@ -51,9 +51,9 @@ func startError(err error) error {
 func newAgentCmd() *cobra.Command {
 	var (
 		name, data, priority, pskFile, api, tokenFile, logLevel, config string
-		listen, peers, allow                                    []string
-		size                                                    int
-		inMemory                                                bool
+		listen, peers, allow                                            []string
+		size                                                            int
+		inMemory                                                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
