@@ -83,6 +83,9 @@ func newAgentCmd() *cobra.Command {
 			if err != nil {
 				return usageErrorf("agent: --priority: %v", err)
 			}
+			if name == "" {
+				name, _ = os.Hostname()
+			}
 			cfg := daemon.AgentConfig{Name: name, DataDir: data, InMemory: inMemory, Listen: listen, Peers: peers,
 				ClusterSize: size, Priority: prio, AllowList: allow, API: api, Logger: log}
 			if pskFile != "" {
