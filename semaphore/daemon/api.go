@@ -82,6 +82,8 @@ type ForceBody struct {
 	Name  string `json:"name"`
 	Lease string `json:"lease,omitempty"`
 	Token uint64 `json:"token,omitempty"`
+	// By says who asked (user@host), for the agent's log.
+	By string `json:"by,omitempty"`
 }
 
 // LeaseJSON is a lease in answers.
@@ -389,7 +391,7 @@ func (a *api) force(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	a.log.Warn("force-unlock by an API client", "name", b.Name, "requests", reqs, "remote", r.RemoteAddr,
+	a.log.Warn("force-unlock by an API client", "name", b.Name, "requests", reqs, "by", b.By, "remote", r.RemoteAddr,
 		"token", strconv.FormatUint(b.Token, 10))
 	writeJSON(w, http.StatusOK, map[string]any{"name": b.Name, "released": reqs})
 }

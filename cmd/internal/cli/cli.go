@@ -140,7 +140,8 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErrorf("%v (see '%s --help')", err, cmd.CommandPath())
 	})
-	root.AddCommand(newAgentCmd(), newDevCmd(), newIDCmd(), newVersionCmd())
+	root.AddCommand(newAgentCmd(), newDevCmd(), newIDCmd(), newLockCmd(), newDrainCmd(), newStatusCmd(), newLocksCmd(),
+		newUnlockCmd(), newVersionCmd())
 	return root
 }
 

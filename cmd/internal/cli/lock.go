@@ -1,0 +1,332 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/client"
+)
+
+// clientFlags are the flags of every command that talks to an agent.
+type clientFlags struct{ api string }
+
+func (f *clientFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.api, "api", "", "the agent's API: a Unix socket path or host:port (default $SLUICE_API, else the per-user socket)")
+}
+
+func (f *clientFlags) client() (*client.Client, error) {
+	c, err := client.New(client.Config{API: f.api})
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	return c, nil
+}
+
+// apiError maps a client error to the documented exit code.
+func apiError(what string, err error) error {
+	switch {
+	case errors.Is(err, semaphore.ErrTimedOut), errors.Is(err, semaphore.ErrDraining), errors.Is(err, semaphore.ErrOverflow):
+		return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s: not obtained: %v", what, err)}
+	case errors.Is(err, semaphore.ErrInvalid):
+		return &usageError{err: fmt.Errorf("%s: %w", what, err)}
+	case errors.Is(err, client.ErrUnavailable), errors.Is(err, semaphore.ErrNotReady):
+		return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s: %v", what, err)}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// splitCommand takes NAME before "--" and CMD ARGS after it.
+func splitCommand(cmd *cobra.Command, args []string) (string, []string, error) {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0:
+		return "", nil, usageErrorf("%s: missing -- before the command (%s NAME -- CMD ARGS...)", cmd.Name(), cmd.Name())
+	case dash != 1:
+		return "", nil, usageErrorf("%s: one NAME before --, got %d", cmd.Name(), dash)
+	case len(args) == 1:
+		return "", nil, usageErrorf("%s: no command after --", cmd.Name())
+	}
+	return args[0], args[1:], nil
+}
+
+// positive checks a duration flag.
+func checkDurations(timeout, duration, quiet time.Duration) error {
+	switch {
+	case timeout < 0:
+		return usageErrorf("--timeout %v is negative", timeout)
+	case duration <= 0:
+		return usageErrorf("--duration must be positive, got %v", duration)
+	case quiet < 0:
+		return usageErrorf("--quiet %v is negative", quiet)
+	}
+	return nil
+}
+
+type lockFlags struct {
+	clientFlags
+	mode                             string
+	timeout, duration, quiet, killIn time.Duration
+	try                              bool
+}
+
+func newLockCmd() *cobra.Command {
+	var f lockFlags
+	cmd := &cobra.Command{
+		Use:   "lock NAME [flags] -- CMD [ARGS...]",
+		Short: "Run a command while holding a lock",
+		Long: "Take the lock NAME, run CMD while holding it (renewing it), release it.\n" +
+			"CMD gets the fencing token in SLUICE_TOKEN and the name in SLUICE_LOCK.\n" +
+			"If the lease is lost, CMD gets SIGTERM, and SIGKILL after --kill-after.\n" +
+			"Exit status: CMD's own; 75 when the lock was not obtained; 69 when the\n" +
+			"agent is unreachable or not ready; 64 on bad usage.",
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, argv, err := splitCommand(cmd, args)
+			if err != nil {
+				return err
+			}
+			mode, err := semaphore.ParseMode(f.mode)
+			if err != nil {
+				return usageErrorf("--mode: %v", err)
+			}
+			if err := checkDurations(f.timeout, f.duration, f.quiet); err != nil {
+				return err
+			}
+			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
+				Quiet: f.quiet, Try: f.try, AutoRenew: true}, f.killIn, argv, nil)
+		},
+	}
+	fl := cmd.Flags()
+	f.add(cmd)
+	fl.StringVar(&f.mode, "mode", "exclusive", "read-only, read-write-priority, read-write, read-write-gentle or exclusive")
+	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the lock")
+	fl.DurationVar(&f.duration, "duration", time.Minute, "lease length; renewed while CMD runs")
+	fl.DurationVar(&f.quiet, "quiet", 0, "quiet period without readers, for read-write-gentle (default 10m)")
+	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if the lock is taken")
+	fl.DurationVar(&f.killIn, "kill-after", 10*time.Second, "after the lease is lost, SIGKILL CMD this long after SIGTERM")
+	return cmd
+}
+
+// runLocked acquires, runs argv under the lease and releases. waiting, when
+// set, is called while the acquire waits (drain progress) and stopped once
+// it returns.
+func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.Mode, o client.Options,
+	killIn time.Duration, argv []string, waiting func(ctx context.Context, c *client.Client)) error {
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	progressDone := make(chan struct{})
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	go func() {
+		defer close(progressDone)
+		if waiting != nil {
+			waiting(progressCtx, c)
+		}
+	}()
+	lease, err := c.Acquire(ctx, name, mode, o)
+	stopProgress()
+	<-progressDone
+	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("lock %s: interrupted while waiting", name)}
+		}
+		return apiError("lock "+name, err)
+	}
+	stop() // from here on, signals go to CMD, which decides
+	code, runErr := runUnder(cmd, lease, name, argv, killIn)
+	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lease.Release(relCtx); err != nil && lease.Err() == nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s: release: %v (the lease ends by itself at its expiry)\n", name, err)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// runUnder runs argv with the lease's token in its environment, forwards
+// SIGINT and SIGTERM to it, and stops it if the lease is lost. It returns
+// CMD's exit status (128+signal when a signal ended it).
+func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []string, killIn time.Duration) (int, error) {
+	child := exec.Command(argv[0], argv[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
+	child.Env = append(os.Environ(), "SLUICE_TOKEN="+strconv.FormatUint(lease.Token(), 10), "SLUICE_LOCK="+name)
+	if err := child.Start(); err != nil {
+		return 0, &exitError{code: 127, msg: fmt.Sprintf("lock %s: %v", name, err)}
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	var kill <-chan time.Time
+	lost := lease.Done()
+	for {
+		select {
+		case s := <-sigs:
+			_ = child.Process.Signal(s)
+		case <-lost:
+			lost = nil
+			if lease.Err() != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s lost (%v): stopping the command\n", name, lease.Err())
+				_ = child.Process.Signal(syscall.SIGTERM)
+				kill = time.After(killIn)
+			}
+		case <-kill:
+			_ = child.Process.Kill()
+		case err := <-exited:
+			var ee *exec.ExitError
+			switch {
+			case err == nil:
+				return 0, nil
+			case errors.As(err, &ee):
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					return 128 + int(ws.Signal()), nil
+				}
+				return ee.ExitCode(), nil
+			}
+			return 0, fmt.Errorf("lock %s: %w", name, err)
+		}
+	}
+}
+
+type drainFlags struct {
+	clientFlags
+	mode                             string
+	timeout, duration, quiet, killIn time.Duration
+}
+
+var drainModes = map[string]semaphore.Mode{
+	"hard": semaphore.ReadWritePriority, "soft": semaphore.ReadWrite, "gentle": semaphore.ReadWriteGentle,
+}
+
+func newDrainCmd() *cobra.Command {
+	var f drainFlags
+	cmd := &cobra.Command{
+		Use:   "drain NAME [flags] -- CMD [ARGS...]",
+		Short: "Drain the readers of NAME, then run a command (site maintenance)",
+		Long: "Take NAME as a writer and run CMD once it is granted; show progress while\n" +
+			"the readers drain. Modes: hard (READ_WRITE_PRIORITY: new readers get\n" +
+			"\"draining\" at once, CMD runs when the current ones are done), soft\n" +
+			"(READ_WRITE: readers keep coming; CMD runs when none is left), gentle\n" +
+			"(READ_WRITE_GENTLE: soft, and a --quiet period without readers).\n" +
+			"Exit status as for lock.",
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, argv, err := splitCommand(cmd, args)
+			if err != nil {
+				return err
+			}
+			mode, ok := drainModes[f.mode]
+			if !ok {
+				return usageErrorf("--mode %q is not hard, soft or gentle", f.mode)
+			}
+			if err := checkDurations(f.timeout, f.duration, f.quiet); err != nil {
+				return err
+			}
+			out := cmd.ErrOrStderr()
+			progress := func(ctx context.Context, c *client.Client) { showDrain(ctx, c, out, name, f.mode) }
+			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
+				Quiet: f.quiet, AutoRenew: true}, f.killIn, argv, progress)
+		},
+	}
+	fl := cmd.Flags()
+	f.add(cmd)
+	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait for the readers to drain")
+	fl.DurationVar(&f.duration, "duration", time.Minute, "lease length; renewed while CMD runs")
+	fl.DurationVar(&f.quiet, "quiet", 0, "gentle: quiet period without readers (default 10m)")
+	fl.DurationVar(&f.killIn, "kill-after", 10*time.Second, "after the lease is lost, SIGKILL CMD this long after SIGTERM")
+	return cmd
+}
+
+// showDrain reports, until ctx ends, how many readers are left on name: a
+// live line on a terminal, a plain line every few seconds otherwise.
+func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode string) {
+	tty := isTerminal(out)
+	start := time.Now()
+	every := 200 * time.Millisecond
+	if !tty {
+		every = 2 * time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	report := func() {
+		readers := -1
+		if tab, err := c.Locks(ctx, name); err == nil && tab.Leader { // only a leader holds the table
+			readers = 0
+			for _, l := range tab.Locks {
+				if l.Name != name {
+					continue
+				}
+				for _, e := range l.Entries {
+					if e.Mode == semaphore.ReadOnly.String() && e.Ticket > 0 {
+						readers++
+					}
+				}
+			}
+		}
+		left := "unknown"
+		if readers >= 0 {
+			left = strconv.Itoa(readers)
+		}
+		line := fmt.Sprintf("draining %s (%s): %s readers left, waiting %s", name, mode, left,
+			time.Since(start).Round(time.Second))
+		if tty {
+			fmt.Fprintf(out, "\r\033[K%s", line)
+		} else {
+			fmt.Fprintln(out, line)
+		}
+	}
+	report()
+	for {
+		select {
+		case <-ctx.Done():
+			if tty {
+				fmt.Fprintln(out)
+			}
+			return
+		case <-tick.C:
+			report()
+		}
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// user is who runs this command, for the agent's log of force-unlocks.
+func user() string {
+	u := os.Getenv("USER")
+	if u == "" {
+		u = strconv.Itoa(os.Getuid())
+	}
+	h, _ := os.Hostname()
+	return strings.TrimSpace(u + "@" + h)
+}

@@ -1,0 +1,292 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/semaphore/daemon"
+)
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// priorityOf reads the priority out of an election id ("14|random|addr|pid|name").
+func priorityOf(id string) string {
+	p, _, _ := strings.Cut(id, "|")
+	if p == "15" {
+		return "off"
+	}
+	return strings.TrimLeft(p, "0")
+}
+
+func nameOf(id string) string {
+	if i := strings.LastIndex(id, "|"); i >= 0 {
+		return id[i+1:]
+	}
+	return id
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		cf      clientFlags
+		asJSON  bool
+		waitFor time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the agent's view: epoch, leaders, members, LOCK_READY or NO_LOCK",
+		Long: "Show the view (epoch, leaders), the members with their priority and\n" +
+			"whether they answer, and LOCK_READY or NO_LOCK with the reason. With\n" +
+			"--wait-ready D, wait up to D for LOCK_READY; exit 69 if it does not come.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if waitFor < 0 {
+				return usageErrorf("--wait-ready %v is negative", waitFor)
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor+10*time.Second)
+			defer cancel()
+			deadline := time.Now().Add(waitFor)
+			var st daemon.StatusJSON
+			for {
+				st, err = c.Status(ctx)
+				if err != nil {
+					return apiError("status", err)
+				}
+				if st.Ready || !time.Now().Before(deadline) {
+					break
+				}
+				select { // polling the agent's state until the deadline
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := printJSON(out, st); err != nil {
+					return err
+				}
+			} else {
+				printStatus(out, st)
+			}
+			if waitFor > 0 && !st.Ready {
+				return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("status: not ready after %v: %s", waitFor, st.Reason)}
+			}
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().DurationVar(&waitFor, "wait-ready", 0, "wait up to this long for LOCK_READY (exit 69 if not)")
+	return cmd
+}
+
+func printStatus(w io.Writer, st daemon.StatusJSON) {
+	state := st.State
+	if st.Reason != "" {
+		state += " (" + st.Reason + ")"
+	}
+	fmt.Fprintf(w, "state:   %s\n", state)
+	fmt.Fprintf(w, "node:    %d", st.Node)
+	if st.Leader {
+		fmt.Fprintf(w, " (leader, serving=%v)", st.Serving)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "epoch:   %d", st.View.Epoch)
+	if st.View.PrevEpoch > 0 {
+		fmt.Fprintf(w, " (after %d)", st.View.PrevEpoch)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "leaders: %v\n", st.View.Leaders)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tNAME\tPRIORITY\tREACHABLE\tLEADER")
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Node, nameOf(m.ID), priorityOf(m.ID), yesNo(m.Alive), yesNo(m.Leader))
+	}
+	_ = tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func newLocksCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "locks [PREFIX]",
+		Short: "List locks: holders and waiters per name",
+		Long: "List the names starting with PREFIX in the agent's lock table (held\n" +
+			"by a leader; other agents show only their own clients' requests), with\n" +
+			"each request in bakery order, and this agent's own requests.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageErrorf("locks: at most one PREFIX, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			tab, err := c.Locks(ctx, prefix)
+			if err != nil {
+				return apiError("locks", err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, tab)
+			}
+			printLocks(out, tab)
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printLocks(w io.Writer, tab daemon.Table) {
+	own := map[string]daemon.OwnRequest{}
+	for _, r := range tab.Requests {
+		own[r.Request] = r
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tEXPIRES")
+	for _, l := range tab.Locks {
+		for _, e := range l.Entries {
+			since, expires := "-", "-"
+			state := e.State
+			if r, ok := own[e.Request]; ok {
+				since = r.Since.Format(time.TimeOnly)
+				state = r.Phase
+				if !r.Expires.IsZero() {
+					expires = r.Expires.Format(time.TimeOnly)
+				}
+				delete(own, e.Request)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", l.Name, e.Mode, e.Ticket, e.Request, e.Node, state, since, expires)
+		}
+	}
+	for _, r := range tab.Requests { // this node's requests not in a table it holds
+		if _, left := own[r.Request]; !left {
+			continue
+		}
+		expires := "-"
+		if !r.Expires.IsZero() {
+			expires = r.Expires.Format(time.TimeOnly)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
+			r.Since.Format(time.TimeOnly), expires)
+	}
+	_ = tw.Flush()
+	if !tab.Leader {
+		fmt.Fprintln(w, "(this agent is not a leader: only its own clients' requests are shown)")
+	}
+}
+
+func newUnlockCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		force  bool
+		token  uint64
+		lease  string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "unlock --force NAME [--token T | --lease ID]",
+		Short: "Release someone else's lock (operator)",
+		Long: "Tell the leaders to drop a holder's ticket of NAME: the one with\n" +
+			"--token T, or --lease ID; with neither, every ticket of NAME that the\n" +
+			"agent's table shows. The holder learns of it when its renewal is\n" +
+			"refused; its fencing token is what protects the resource meanwhile.\n" +
+			"The agent logs who did it.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("unlock: one NAME, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !force {
+				return usageErrorf("unlock: --force is required: this releases a lock its holder still believes it has")
+			}
+			name := args[0]
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var released []string
+			if token == 0 && lease == "" {
+				tab, err := c.Locks(ctx, name)
+				if err != nil {
+					return apiError("unlock", err)
+				}
+				for _, l := range tab.Locks {
+					if l.Name != name {
+						continue
+					}
+					for _, e := range l.Entries {
+						if e.Ticket == 0 {
+							continue
+						}
+						r, err := c.ForceUnlock(ctx, name, e.Request, 0, user())
+						if err != nil {
+							return apiError("unlock", err)
+						}
+						released = append(released, r...)
+					}
+				}
+				if len(released) == 0 {
+					return &exitError{code: ExitFailure, msg: fmt.Sprintf("unlock: no ticket of %q in the agent's table", name)}
+				}
+			} else {
+				released, err = c.ForceUnlock(ctx, name, lease, token, user())
+				if err != nil {
+					return apiError("unlock", err)
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, map[string]any{"name": name, "released": released})
+			}
+			for _, r := range released {
+				fmt.Fprintf(out, "released %s on %s\n", r, name)
+			}
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&force, "force", false, "required: release a lock held by someone else")
+	cmd.Flags().Uint64Var(&token, "token", 0, "the holder's fencing token")
+	cmd.Flags().StringVar(&lease, "lease", "", "the holder's lease id")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

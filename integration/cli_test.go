@@ -1,0 +1,204 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sluice runs the binary to its end with SLUICE_API=sock and returns its
+// exit code, stdout and stderr.
+func sluice(t *testing.T, sock string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "SLUICE_API="+sock)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, out.String(), errb.String()
+	case <-time.After(bound):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("sluice %v still running after %v", args, bound)
+		return 0, "", ""
+	}
+}
+
+// oneLine checks that stderr is one clean line.
+func oneLine(t *testing.T, stderr string) {
+	t.Helper()
+	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "sluice: ") || strings.Contains(stderr, "goroutine") {
+		t.Errorf("stderr is not one clean line: %q", stderr)
+	}
+}
+
+func startDev(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(shortDir(t), "api.sock")
+	dev := start(t, "dev", "--api", sock)
+	dev.waitLine(t, "LOCK_READY")
+	return sock
+}
+
+// TestCLILock: sluice lock runs the command under each mode with the token
+// in its environment, exits with its status, 75 when the lock is taken,
+// 69 without an agent, 64 on bad usage; and releases the lock after.
+func TestCLILock(t *testing.T) {
+	sock := startDev(t)
+	for _, mode := range []string{"read-only", "read-write", "read-write-priority", "read-write-gentle", "exclusive"} {
+		args := []string{"lock", "/m", "--mode", mode}
+		if mode == "read-write-gentle" {
+			args = append(args, "--quiet", "0.1s")
+		}
+		code, out, errs := sluice(t, sock, append(args, "--", "sh", "-c", `echo "$SLUICE_LOCK $SLUICE_TOKEN"; exit 7`)...)
+		if code != 7 || !strings.HasPrefix(out, "/m ") || out == "/m \n" {
+			t.Fatalf("%s: exit %d, out %q, err %q", mode, code, out, errs)
+		}
+	}
+	// Held by a running lock: a try exits 75, and so does a short wait.
+	holder := start(t, "lock", "/held", "--api", sock, "--", "sh", "-c", "echo holding; exec sleep 30")
+	holder.waitLine(t, "holding")
+	for _, args := range [][]string{{"--try"}, {"--timeout", "200ms"}} {
+		code, _, errs := sluice(t, sock, append(append([]string{"lock", "/held"}, args...), "--", "true")...)
+		if code != 75 {
+			t.Fatalf("lock %v on a held name: exit %d (%q)", args, code, errs)
+		}
+		oneLine(t, errs)
+	}
+	// SIGTERM to sluice lock reaches the command, and sluice lock exits
+	// with the command's status; the lock is released.
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("lock after SIGTERM exited %d", code)
+	}
+	if code, _, errs := sluice(t, sock, "lock", "/held", "--try", "--", "true"); code != 0 {
+		t.Fatalf("the lock was not released: exit %d %q", code, errs)
+	}
+	// No agent.
+	code, _, errs := sluice(t, filepath.Join(shortDir(t), "none.sock"), "lock", "/x", "--", "true")
+	if code != 69 {
+		t.Fatalf("no agent: exit %d %q", code, errs)
+	}
+	oneLine(t, errs)
+	// Bad usage.
+	for _, args := range [][]string{
+		{"lock", "/x", "--mode", "sideways", "--", "true"},
+		{"lock", "/x", "--timeout", "-1s", "--", "true"},
+		{"lock", "/x", "--duration", "0", "--", "true"},
+		{"lock", "/x", "true"},
+		{"lock", "--", "true"},
+		{"lock", "/x", "--"},
+		{"drain", "/x", "--mode", "brutal", "--", "true"},
+		{"drain", "/x", "true"},
+		{"locks", "a", "b"},
+		{"unlock", "/x"},
+		{"status", "--wait-ready", "-1s"},
+	} {
+		code, _, errs := sluice(t, sock, args...)
+		if code != 64 {
+			t.Errorf("%v: exit %d, want 64 (%q)", args, code, errs)
+		}
+		oneLine(t, errs)
+	}
+}
+
+// TestCLIDrain: with readers holding the site, sluice drain reports them
+// draining, runs the command once they are gone, and new readers are
+// turned away meanwhile.
+func TestCLIDrain(t *testing.T) {
+	sock := startDev(t)
+	var readers []*proc
+	for range 2 {
+		r := start(t, "lock", "/site", "--mode", "read-only", "--api", sock, "--", "sh", "-c", "echo reading; sleep 2")
+		r.waitLine(t, "reading")
+		readers = append(readers, r)
+	}
+	drain := start(t, "drain", "/site", "--api", sock, "--", "echo", "maintenance runs")
+	progress := drain.waitLine(t, "draining /site (hard)")
+	if !strings.Contains(progress, "2 readers left") {
+		t.Fatalf("progress line %q, want 2 readers left", progress)
+	}
+	// A new reader is turned away at once while the drain waits.
+	code, _, errs := sluice(t, sock, "lock", "/site", "--mode", "read-only", "--try", "--", "true")
+	if code != 75 || !strings.Contains(errs, "draining") {
+		t.Fatalf("a reader during the drain: exit %d %q", code, errs)
+	}
+	drain.waitLine(t, "maintenance runs")
+	if code := drain.wait(t); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
+	for _, r := range readers {
+		if code := r.wait(t); code != 0 {
+			t.Fatalf("a reader exited %d", code)
+		}
+	}
+}
+
+// TestCLIOperator: status, locks and unlock --force, as tables and JSON.
+func TestCLIOperator(t *testing.T) {
+	sock := startDev(t)
+	code, out, errs := sluice(t, sock, "status", "--wait-ready", "10s")
+	if code != 0 || !strings.Contains(out, "LOCK_READY") || strings.Count(out, "dev-") != 3 || !strings.Contains(out, "REACHABLE") {
+		t.Fatalf("status: %d %q %q", code, out, errs)
+	}
+	code, out, _ = sluice(t, sock, "status", "--json")
+	var st map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["state"] != "LOCK_READY" || len(st["members"].([]any)) != 3 {
+		t.Fatalf("status --json: %d %q", code, out)
+	}
+	holder := start(t, "lock", "/shop/cart", "--api", sock, "--duration", "2s", "--", "sh", "-c", "echo holding; exec sleep 30")
+	holder.waitLine(t, "holding")
+	code, out, _ = sluice(t, sock, "locks", "/shop")
+	if code != 0 || !strings.Contains(out, "/shop/cart") || !strings.Contains(out, "exclusive") || !strings.Contains(out, "held") {
+		t.Fatalf("locks: %d %q", code, out)
+	}
+	code, out, _ = sluice(t, sock, "locks", "--json", "/shop")
+	var tab struct {
+		Locks []struct {
+			Name    string
+			Entries []struct{ Request string }
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &tab) != nil || len(tab.Locks) != 1 || len(tab.Locks[0].Entries) != 1 {
+		t.Fatalf("locks --json: %d %q", code, out)
+	}
+	if code, out, _ := sluice(t, sock, "locks", "/nothing"); code != 0 || strings.Contains(out, "/shop") {
+		t.Fatalf("locks with another prefix: %d %q", code, out)
+	}
+	// The operator's unlock: the holder's renewals are refused, it stops
+	// its command (SIGTERM), and the name is free.
+	code, out, errs = sluice(t, sock, "unlock", "--force", "/shop/cart", "--json")
+	if code != 0 || !strings.Contains(out, tab.Locks[0].Entries[0].Request) {
+		t.Fatalf("unlock --force: %d %q %q", code, out, errs)
+	}
+	holder.waitLine(t, "lost")
+	if code := holder.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("the holder exited %d after losing its lock", code)
+	}
+	if code, _, errs := sluice(t, sock, "lock", "/shop/cart", "--try", "--", "true"); code != 0 {
+		t.Fatalf("after unlock --force: %d %q", code, errs)
+	}
+	if code, _, errs := sluice(t, sock, "unlock", "--force", "/shop/none"); code != 1 {
+		t.Fatalf("unlock of a free name: %d %q", code, errs)
+	}
+}

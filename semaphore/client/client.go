@@ -1,0 +1,233 @@
+package client
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/daemon"
+)
+
+// Errors of the client beyond the semaphore's sentinels.
+var (
+	// ErrUnavailable: the agent could not be reached (no socket,
+	// connection refused or broken) or did not answer as an agent does.
+	ErrUnavailable = errors.New("client: agent unavailable")
+	// ErrUnknownLease: the agent has no such lease (released, or ended
+	// and forgotten).
+	ErrUnknownLease = errors.New("client: unknown lease")
+	// ErrUnauthorized: the bearer token is missing or wrong.
+	ErrUnauthorized = errors.New("client: unauthorized")
+)
+
+// Environment variables read when Config leaves the field empty.
+const (
+	EnvAPI   = "SLUICE_API"
+	EnvToken = "SLUICE_API_TOKEN"
+)
+
+// Config configures a Client. The zero Config talks to the local agent at
+// $SLUICE_API or daemon.DefaultAPI().
+type Config struct {
+	// API is the agent's Unix socket path or loopback host:port. Empty:
+	// $SLUICE_API, else daemon.DefaultAPI().
+	API string
+	// Token is the bearer token a TCP address needs. Empty:
+	// $SLUICE_API_TOKEN.
+	Token string
+	// HTTPClient is used as is when set; for a socket path its transport
+	// must dial that socket (requests go to http://sluice/...). It must
+	// have no overall Timeout: Acquire and watches last long. Nil: a
+	// client built for API.
+	HTTPClient *http.Client
+}
+
+// Client is a connection to one agent; safe for concurrent use.
+type Client struct {
+	addr  string
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// New returns a client for cfg. It does not dial.
+func New(cfg Config) (*Client, error) {
+	addr := cmp.Or(cfg.API, os.Getenv(EnvAPI), daemon.DefaultAPI())
+	token := cmp.Or(cfg.Token, os.Getenv(EnvToken))
+	c := &Client{addr: addr, token: token, hc: cfg.HTTPClient}
+	tcp := daemon.IsTCPAddr(addr)
+	if tcp {
+		if token == "" {
+			return nil, fmt.Errorf("%w: client: %s is a TCP address and needs a token (Config.Token or $%s)", semaphore.ErrInvalid, addr, EnvToken)
+		}
+		c.base = "http://" + addr
+	} else {
+		c.base = "http://sluice" // the host is ignored: the transport dials the socket
+	}
+	if c.hc == nil {
+		tr := &http.Transport{
+			// Middleware takes a lock per request: keep enough
+			// connections to the agent for a busy frontend.
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		var d net.Dialer
+		if tcp {
+			tr.DialContext = d.DialContext
+		} else {
+			tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, "unix", addr)
+			}
+		}
+		c.hc = &http.Client{Transport: tr}
+	}
+	return c, nil
+}
+
+// Addr is the agent's address the client uses.
+func (c *Client) Addr() string { return c.addr }
+
+// Close closes the client's idle connections. Leases are not touched:
+// release them first.
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// APIError is an error answer of the agent. It unwraps to the sentinel of
+// its code, so errors.Is(err, semaphore.ErrDraining) and the like work.
+type APIError struct {
+	Op      string // what the client did: "acquire /site", "renew 1.2.3"
+	Status  int    // HTTP status
+	Code    string // the API's code: "draining", "timedout", ...
+	Message string // the agent's message
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("client: %s: %s (%d): %s", e.Op, cmp.Or(e.Code, "no code"), e.Status, e.Message)
+}
+
+// Unwrap is the sentinel of e.Code; codes it does not know, and answers
+// that are not the agent's, count as ErrUnavailable.
+func (e *APIError) Unwrap() error {
+	switch e.Code {
+	case "timedout":
+		return semaphore.ErrTimedOut
+	case "draining":
+		return semaphore.ErrDraining
+	case "not_ready":
+		return semaphore.ErrNotReady
+	case "invalid", daemon.CodeBadRequest:
+		return semaphore.ErrInvalid
+	case "overflow":
+		return semaphore.ErrOverflow
+	case "lost":
+		return semaphore.ErrLost
+	case daemon.CodeUnknownLease:
+		return ErrUnknownLease
+	case daemon.CodeUnauthorized:
+		return ErrUnauthorized
+	}
+	return ErrUnavailable
+}
+
+// send does one request and returns the answer when it is a 200; every
+// other outcome is an error as the package documents.
+func (c *Client) send(ctx context.Context, op, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("client: %s: %w", op, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s: %w", op, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("client: %s: %w", op, ctx.Err())
+		}
+		return nil, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var ej daemon.ErrorJSON
+	if json.Unmarshal(raw, &ej) != nil || ej.Error == "" {
+		// Not the agent's answer: something else listens there.
+		return nil, &APIError{Op: op, Status: resp.StatusCode, Message: fmt.Sprintf("not an agent's answer: %.200q", raw)}
+	}
+	return nil, &APIError{Op: op, Status: resp.StatusCode, Code: ej.Error, Message: ej.Message}
+}
+
+// call does one request and decodes the answer into out (when not nil).
+func (c *Client) call(ctx context.Context, op, method, path string, in, out any) error {
+	resp, err := c.send(ctx, op, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body) // keeps the connection reusable
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("client: %s: %w", op, ctx.Err())
+		}
+		return fmt.Errorf("client: %s: reading the answer: %w: %w", op, ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Status is the agent's status: readiness (State LOCK_READY or NO_LOCK),
+// view, members.
+func (c *Client) Status(ctx context.Context) (daemon.StatusJSON, error) {
+	var s daemon.StatusJSON
+	err := c.call(ctx, "status", http.MethodGet, "/v1/status", nil, &s)
+	return s, err
+}
+
+// Locks is the agent's lock table (when it is a leader) and its clients'
+// requests, for the names starting with prefix.
+func (c *Client) Locks(ctx context.Context, prefix string) (daemon.Table, error) {
+	var t daemon.Table
+	err := c.call(ctx, "locks "+prefix, http.MethodGet, "/v1/locks?prefix="+url.QueryEscape(prefix), nil, &t)
+	return t, err
+}
+
+// ForceUnlock is the operator's release of someone else's lease on name,
+// given by its lease id or, when lease is "", by its fencing token; by
+// says who asks (user@host, may be empty), for the agent's log. It
+// returns the request ids the leaders were asked to drop. The holder
+// learns it at its next renewal.
+func (c *Client) ForceUnlock(ctx context.Context, name, lease string, token uint64, by string) ([]string, error) {
+	var out struct {
+		Released []string `json:"released"`
+	}
+	err := c.call(ctx, "force-unlock "+name, http.MethodPost, "/v1/force-unlock",
+		daemon.ForceBody{Name: name, Lease: lease, Token: token, By: by}, &out)
+	return out.Released, err
+}

@@ -1,0 +1,29 @@
+// Package client is the Go client of a sluice agent's local API
+// (DESIGN.md §9), and a net/http middleware that puts a web frontend
+// behind a READ_ONLY lock so that a writer can drain it.
+//
+// The contract:
+//
+//   - A Client talks to one agent, on its Unix socket or on a loopback
+//     host:port with a bearer token. New does not dial; the first call
+//     does.
+//   - Acquire blocks until the agent grants the lock, refuses it, or ctx
+//     ends; ending ctx abandons the request at the agent.
+//   - A Lease is valid until its Expires. Done closes when the lease is
+//     lost (the agent unlocked it, a renewal found it gone, the agent
+//     stopped reporting it, or its expiry passed: the last holds even when
+//     the agent cannot be reached) or released; Err says which. A holder
+//     must stop acting under the lease when Done closes, and should pass
+//     Token to whatever it writes, so that a late write can be fenced off.
+//   - Release gives the lease back and stops everything the lease runs
+//     (its watch, renewals and timer); call it even after Done closed, to
+//     free the agent's record. It is idempotent.
+//   - Errors of the agent unwrap to the semaphore sentinels
+//     (semaphore.ErrTimedOut, ErrDraining, ErrNotReady, ErrInvalid,
+//     ErrOverflow, ErrLost) or to this package's ErrUnknownLease and
+//     ErrUnauthorized; an agent that cannot be reached gives
+//     ErrUnavailable. Use errors.Is; *APIError has the details.
+//
+// The agent's Expires is wall-clock time of the agent's host; a client on
+// the same host (the only one the API serves) shares that clock.
+package client

@@ -1,0 +1,351 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/daemon"
+)
+
+// Options of one Acquire. Zero values are the agent's defaults.
+type Options struct {
+	// Timeout is how long to wait for the grant. Zero: the agent's
+	// default (30s). Ignored with Try.
+	Timeout time.Duration
+	// Duration is how long the lease lasts once granted, and how far each
+	// renewal extends it. Zero: the agent's default (1m).
+	Duration time.Duration
+	// Grace is how long after the expiry the leaders keep the ticket
+	// before they release it by force. Zero: none.
+	Grace time.Duration
+	// Quiet is READ_WRITE_GENTLE's quiet period. Zero: the default (10m).
+	Quiet time.Duration
+	// Try answers at once: ErrTimedOut (or ErrDraining, for a reader)
+	// when the lock is not free now.
+	Try bool
+	// Limit caps the READ_ONLY holders among the readers that ask for it.
+	// Zero: no limit.
+	Limit int
+	// AutoRenew renews the lease at about half its remaining time until
+	// Release. A renewal that fails is retried while time is left; the
+	// lease is lost when none is.
+	AutoRenew bool
+}
+
+func span(d time.Duration) string {
+	if d == 0 {
+		return "" // the agent's default
+	}
+	return d.String()
+}
+
+// Acquire asks the agent for name in mode and waits until it is granted,
+// refused, timed out, or ctx ends (which abandons the request).
+func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, o Options) (*Lease, error) {
+	body := daemon.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
+		Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try}
+	var lj daemon.LeaseJSON
+	if err := c.call(ctx, "acquire "+name, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
+		return nil, err
+	}
+	if m, err := semaphore.ParseMode(lj.Mode); err == nil {
+		mode = m
+	}
+	return c.newLease(lj, mode, o.AutoRenew), nil
+}
+
+// Lease is a granted lock. Its methods are safe for concurrent use.
+type Lease struct {
+	c     *Client
+	id    string
+	name  string
+	mode  semaphore.Mode
+	token uint64
+
+	done chan struct{}
+	// ctx bounds the lease's goroutines (watch, renewer); wg counts them.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	changed chan struct{} // the expiry moved: the renewer plans again
+
+	mu        sync.Mutex
+	expires   time.Time
+	timer     *time.Timer // fires at expires
+	ended     bool
+	err       error
+	watching  bool
+	released  bool  // the agent confirmed the release
+	renewFail error // the last renewal's error, for the expiry's report
+}
+
+func (c *Client) newLease(lj daemon.LeaseJSON, mode semaphore.Mode, autoRenew bool) *Lease {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, done: make(chan struct{}),
+		ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), expires: lj.Expires}
+	l.mu.Lock()
+	// A local timer, so the lease ends at its expiry even when the agent
+	// says nothing (unreachable, stopped, slow).
+	l.timer = time.AfterFunc(time.Until(lj.Expires), l.expire)
+	if autoRenew {
+		l.wg.Add(1)
+		go l.renewLoop()
+	}
+	l.mu.Unlock()
+	return l
+}
+
+// ID is the agent's handle of the lease ("node.incarnation.counter").
+func (l *Lease) ID() string { return l.id }
+
+// Name is the locked name.
+func (l *Lease) Name() string { return l.name }
+
+// Mode is the mode the lease was granted in.
+func (l *Lease) Mode() semaphore.Mode { return l.mode }
+
+// Token is the fencing token: it grows with every writer's grant of the
+// name, and a reader's is above every earlier writer's.
+func (l *Lease) Token() uint64 { return l.token }
+
+// Expires is when the lease ends unless renewed, as last reported.
+func (l *Lease) Expires() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expires
+}
+
+// Done is closed when the lease is released or lost; Err says which. The
+// first call starts watching the agent's events for the lease (one
+// streaming request), so that an unlock by the agent is seen at once;
+// leases whose Done is never called rely on renewals and the expiry timer
+// alone, and cost no stream.
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.watching && !l.ended {
+		l.watching = true
+		l.wg.Add(1)
+		go l.watch()
+	}
+	return l.done
+}
+
+// Err is nil while the lease is held and after Release; after a loss it
+// wraps semaphore.ErrLost (or the sentinel of the agent's failure code)
+// with what happened.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// end stops the lease once: err nil for a release, else why it was lost.
+// It does not wait for the goroutines (it may run on one of them).
+func (l *Lease) end(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.ended, l.err = true, err
+	l.timer.Stop()
+	l.cancel()
+	close(l.done)
+}
+
+func (l *Lease) lost(format string, args ...any) error {
+	return fmt.Errorf("client: lease %s on %q %s: %w", l.id, l.name, fmt.Sprintf(format, args...), semaphore.ErrLost)
+}
+
+// expire runs on the timer.
+func (l *Lease) expire() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.expires); left > 0 { // a renewal raced with the timer
+		l.timer.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	err := l.lost("expired at %s", l.expires.Format(time.RFC3339Nano))
+	if l.renewFail != nil {
+		err = fmt.Errorf("%w; last renewal: %w", err, l.renewFail)
+	}
+	l.mu.Unlock()
+	l.end(err)
+}
+
+// extend records a later expiry (renewals, watch events); an earlier one
+// is stale news and ignored.
+func (l *Lease) extend(t time.Time) {
+	l.mu.Lock()
+	if l.ended || !t.After(l.expires) {
+		l.mu.Unlock()
+		return
+	}
+	l.expires = t
+	l.renewFail = nil
+	l.timer.Reset(time.Until(t))
+	l.mu.Unlock()
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Release gives the lease back and stops its watch, renewals and timer.
+// Done closes (Err stays nil unless the lease was lost before). It is safe
+// to call more than once and after a loss; an agent that no longer knows
+// the lease is not an error. When the agent cannot be reached the error
+// says so and the lease ends at its expiry; calling Release again retries.
+func (l *Lease) Release(ctx context.Context) error {
+	l.end(nil)
+	l.wg.Wait()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return nil
+	}
+	err := l.c.call(ctx, "release "+l.id, http.MethodPost, "/v1/release", daemon.LeaseBody{Lease: l.id}, nil)
+	if err != nil && !errors.Is(err, ErrUnknownLease) {
+		return err
+	}
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	return nil
+}
+
+// Renew extends the lease by its duration, counted from now, once the
+// leaders confirmed it. When the agent answers that the lease is lost or
+// unknown, the lease ends: Done closes and Err wraps semaphore.ErrLost.
+// Other errors (agent unreachable, not ready) leave the lease running
+// until its expiry.
+func (l *Lease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	ended, lerr := l.ended, l.err
+	l.mu.Unlock()
+	if ended {
+		if lerr != nil {
+			return lerr
+		}
+		return fmt.Errorf("client: renew %s: released: %w", l.id, ErrUnknownLease)
+	}
+	var lj daemon.LeaseJSON
+	err := l.c.call(ctx, "renew "+l.id, http.MethodPost, "/v1/renew", daemon.LeaseBody{Lease: l.id}, &lj)
+	switch {
+	case err == nil:
+		l.extend(lj.Expires)
+		return nil
+	case errors.Is(err, semaphore.ErrLost):
+		l.end(err)
+	case errors.Is(err, ErrUnknownLease):
+		l.end(fmt.Errorf("%w: %w", semaphore.ErrLost, err))
+	}
+	return err
+}
+
+// renewLoop renews at about half the remaining time until the lease ends.
+func (l *Lease) renewLoop() {
+	defer l.wg.Done()
+	for {
+		l.mu.Lock()
+		expires := l.expires
+		l.mu.Unlock()
+		left := time.Until(expires)
+		if left <= 0 {
+			return // the timer ends the lease
+		}
+		t := time.NewTimer(max(left/2, 10*time.Millisecond))
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-l.changed:
+			t.Stop()
+			continue
+		case <-t.C:
+		}
+		// A renewal is worth nothing after the expiry.
+		ctx, cancel := context.WithDeadline(l.ctx, expires)
+		err := l.Renew(ctx)
+		cancel()
+		if err != nil && l.ctx.Err() == nil {
+			l.mu.Lock()
+			l.renewFail = err
+			l.mu.Unlock()
+		}
+	}
+}
+
+// watch follows the agent's events for the lease until it ends.
+func (l *Lease) watch() {
+	defer l.wg.Done()
+	for {
+		n, err := l.watchOnce()
+		if l.ctx.Err() != nil {
+			return // ended, by an event or otherwise
+		}
+		if n == 0 {
+			// Not even the state a new watch starts with: the agent does
+			// not have the lease any more, or cannot be asked.
+			if err == nil {
+				err = errors.New("the stream ended")
+			}
+			l.end(fmt.Errorf("%w: %w", l.lost("is no longer reported by the agent"), err))
+			return
+		}
+		// The stream ended without a last event (the agent drops slow
+		// watchers): look again; a new watch starts with the state.
+	}
+}
+
+// watchOnce reads one watch stream; it returns how many events it read.
+func (l *Lease) watchOnce() (int, error) {
+	resp, err := l.c.send(l.ctx, "watch "+l.id, http.MethodGet, "/v1/watch?lease="+url.QueryEscape(l.id), nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	n := 0
+	for {
+		var e daemon.Event
+		if err := dec.Decode(&e); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			return n, err
+		}
+		n++
+		switch e.Kind {
+		case "granted", "renewed":
+			l.extend(e.Expires)
+		case "renew-failed":
+			if e.Code == "lost" {
+				l.end(l.lost("was dropped by the leaders (renewal refused)"))
+			}
+		case "unlocked":
+			l.end(l.lost("was unlocked by the agent (%s)", cmp.Or(e.Code, "no code")))
+		case "failed":
+			err := (&APIError{Code: e.Code}).Unwrap()
+			if errors.Is(err, ErrUnavailable) {
+				err = semaphore.ErrLost
+			}
+			l.end(fmt.Errorf("client: lease %s on %q failed (%s): %w", l.id, l.name, e.Code, err))
+		}
+	}
+}
