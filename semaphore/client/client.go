@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/semaphore"
-	"github.com/sluicehq/sluice/semaphore/daemon"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // Errors of the client beyond the semaphore's sentinels.
@@ -37,10 +37,10 @@ const (
 )
 
 // Config configures a Client. The zero Config talks to the local agent at
-// $SLUICE_API or daemon.DefaultAPI().
+// $SLUICE_API or api.DefaultAPI().
 type Config struct {
 	// API is the agent's Unix socket path or loopback host:port. Empty:
-	// $SLUICE_API, else daemon.DefaultAPI().
+	// $SLUICE_API, else api.DefaultAPI().
 	API string
 	// Token is the bearer token a TCP address needs. Empty:
 	// $SLUICE_API_TOKEN.
@@ -62,10 +62,10 @@ type Client struct {
 
 // New returns a client for cfg. It does not dial.
 func New(cfg Config) (*Client, error) {
-	addr := cmp.Or(cfg.API, os.Getenv(EnvAPI), daemon.DefaultAPI())
+	addr := cmp.Or(cfg.API, os.Getenv(EnvAPI), api.DefaultAPI())
 	token := cmp.Or(cfg.Token, os.Getenv(EnvToken))
 	c := &Client{addr: addr, token: token, hc: cfg.HTTPClient}
-	tcp := daemon.IsTCPAddr(addr)
+	tcp := api.IsTCPAddr(addr)
 	if tcp {
 		if token == "" {
 			return nil, fmt.Errorf("%w: client: %s is a TCP address and needs a token (Config.Token or $%s)", semaphore.ErrInvalid, addr, EnvToken)
@@ -127,15 +127,15 @@ func (e *APIError) Unwrap() error {
 		return semaphore.ErrDraining
 	case "not_ready":
 		return semaphore.ErrNotReady
-	case "invalid", daemon.CodeBadRequest:
+	case "invalid", api.CodeBadRequest:
 		return semaphore.ErrInvalid
 	case "overflow":
 		return semaphore.ErrOverflow
 	case "lost":
 		return semaphore.ErrLost
-	case daemon.CodeUnknownLease:
+	case api.CodeUnknownLease:
 		return ErrUnknownLease
-	case daemon.CodeUnauthorized:
+	case api.CodeUnauthorized:
 		return ErrUnauthorized
 	}
 	return ErrUnavailable
@@ -174,7 +174,7 @@ func (c *Client) send(ctx context.Context, op, method, path string, in any) (*ht
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var ej daemon.ErrorJSON
+	var ej api.ErrorJSON
 	if json.Unmarshal(raw, &ej) != nil || ej.Error == "" {
 		// Not the agent's answer: something else listens there.
 		return nil, &APIError{Op: op, Status: resp.StatusCode, Message: fmt.Sprintf("not an agent's answer: %.200q", raw)}
@@ -204,16 +204,16 @@ func (c *Client) call(ctx context.Context, op, method, path string, in, out any)
 
 // Status is the agent's status: readiness (State LOCK_READY or NO_LOCK),
 // view, members.
-func (c *Client) Status(ctx context.Context) (daemon.StatusJSON, error) {
-	var s daemon.StatusJSON
+func (c *Client) Status(ctx context.Context) (api.StatusJSON, error) {
+	var s api.StatusJSON
 	err := c.call(ctx, "status", http.MethodGet, "/v1/status", nil, &s)
 	return s, err
 }
 
 // Locks is the agent's lock table (when it is a leader) and its clients'
 // requests, for the names starting with prefix.
-func (c *Client) Locks(ctx context.Context, prefix string) (daemon.Table, error) {
-	var t daemon.Table
+func (c *Client) Locks(ctx context.Context, prefix string) (api.Table, error) {
+	var t api.Table
 	err := c.call(ctx, "locks "+prefix, http.MethodGet, "/v1/locks?prefix="+url.QueryEscape(prefix), nil, &t)
 	return t, err
 }
@@ -228,6 +228,6 @@ func (c *Client) ForceUnlock(ctx context.Context, name, lease string, token uint
 		Released []string `json:"released"`
 	}
 	err := c.call(ctx, "force-unlock "+name, http.MethodPost, "/v1/force-unlock",
-		daemon.ForceBody{Name: name, Lease: lease, Token: token, By: by}, &out)
+		api.ForceBody{Name: name, Lease: lease, Token: token, By: by}, &out)
 	return out.Released, err
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/semaphore"
-	"github.com/sluicehq/sluice/semaphore/daemon"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // Options of one Acquire. Zero values are the agent's defaults.
@@ -51,9 +51,9 @@ func span(d time.Duration) string {
 // Acquire asks the agent for name in mode and waits until it is granted,
 // refused, timed out, or ctx ends (which abandons the request).
 func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, o Options) (*Lease, error) {
-	body := daemon.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
+	body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
 		Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try}
-	var lj daemon.LeaseJSON
+	var lj api.LeaseJSON
 	if err := c.call(ctx, "acquire "+name, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ type Lease struct {
 	renewFail error // the last renewal's error, for the expiry's report
 }
 
-func (c *Client) newLease(lj daemon.LeaseJSON, mode semaphore.Mode, autoRenew bool) *Lease {
+func (c *Client) newLease(lj api.LeaseJSON, mode semaphore.Mode, autoRenew bool) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), expires: lj.Expires}
@@ -219,7 +219,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if released {
 		return nil
 	}
-	err := l.c.call(ctx, "release "+l.id, http.MethodPost, "/v1/release", daemon.LeaseBody{Lease: l.id}, nil)
+	err := l.c.call(ctx, "release "+l.id, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
 	if err != nil && !errors.Is(err, ErrUnknownLease) {
 		return err
 	}
@@ -244,8 +244,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 		}
 		return fmt.Errorf("client: renew %s: released: %w", l.id, ErrUnknownLease)
 	}
-	var lj daemon.LeaseJSON
-	err := l.c.call(ctx, "renew "+l.id, http.MethodPost, "/v1/renew", daemon.LeaseBody{Lease: l.id}, &lj)
+	var lj api.LeaseJSON
+	err := l.c.call(ctx, "renew "+l.id, http.MethodPost, "/v1/renew", api.LeaseBody{Lease: l.id}, &lj)
 	switch {
 	case err == nil:
 		l.extend(lj.Expires)
@@ -323,7 +323,7 @@ func (l *Lease) watchOnce() (int, error) {
 	dec := json.NewDecoder(resp.Body)
 	n := 0
 	for {
-		var e daemon.Event
+		var e api.Event
 		if err := dec.Decode(&e); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil

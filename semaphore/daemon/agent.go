@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -11,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -267,28 +267,6 @@ func checkAPI(addr, token string) error {
 	return nil
 }
 
-// IsTCPAddr tells a host:port from a socket path.
-func IsTCPAddr(addr string) bool {
-	if strings.Contains(addr, "/") {
-		return false
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	_, err = strconv.Atoi(port)
-	return err == nil
-}
-
-// DefaultAPI is the API address shared by agent, dev and every client
-// command: one Unix socket per user.
-func DefaultAPI() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "sluice", "api.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("sluice-%d", os.Getuid()), "api.sock")
-}
-
 // Node is the agent's node, for in-process use.
 func (a *Agent) Node() *Node { return a.node }
 
@@ -337,3 +315,10 @@ func (a *Agent) closeAll() error {
 	}
 	return errors.Join(errs...)
 }
+
+// IsTCPAddr tells a host:port from a socket path.
+func IsTCPAddr(addr string) bool { return api.IsTCPAddr(addr) }
+
+// DefaultAPI is the API address shared by agent, dev and every client
+// command: one Unix socket per user.
+func DefaultAPI() string { return api.DefaultAPI() }

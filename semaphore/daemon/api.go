@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"io"
 	"log/slog"
 	"net/http"
@@ -60,64 +61,28 @@ type APIConfig struct {
 	Metrics *prometheus.Registry
 }
 
-// AcquireBody is the body of POST /v1/acquire.
-type AcquireBody struct {
-	Name     string `json:"name"`
-	Mode     string `json:"mode,omitempty"`     // default exclusive
-	Timeout  string `json:"timeout,omitempty"`  // default 30s
-	Duration string `json:"duration,omitempty"` // default 1m
-	Grace    string `json:"grace,omitempty"`    // default 0
-	Quiet    string `json:"quiet,omitempty"`
-	Limit    int    `json:"limit,omitempty"`
-	Try      bool   `json:"try,omitempty"`
-}
+type AcquireBody = api.AcquireBody
 
-// LeaseBody names a lease (release, renew).
-type LeaseBody struct {
-	Lease string `json:"lease"`
-}
+type LeaseBody = api.LeaseBody
 
-// ForceBody is the body of POST /v1/force-unlock.
-type ForceBody struct {
-	Name  string `json:"name"`
-	Lease string `json:"lease,omitempty"`
-	Token uint64 `json:"token,omitempty"`
-	// By says who asked (user@host), for the agent's log.
-	By string `json:"by,omitempty"`
-}
+type ForceBody = api.ForceBody
 
-// LeaseJSON is a lease in answers.
-type LeaseJSON struct {
-	Lease   string    `json:"lease"`
-	Name    string    `json:"name"`
-	Mode    string    `json:"mode"`
-	Token   uint64    `json:"token"`
-	Expires time.Time `json:"expires"`
-}
+type LeaseJSON = api.LeaseJSON
 
-// StatusJSON is the answer of GET /v1/status: the node's status and,
-// when the agent has one, its mesh's view of the peers.
-type StatusJSON struct {
-	Status
-	Mesh any `json:"mesh,omitempty"`
-}
+type StatusJSON = api.StatusJSON
 
-// ErrorJSON is every error answer.
-type ErrorJSON struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-}
+type ErrorJSON = api.ErrorJSON
 
 // Error codes of the API beyond the core's.
 const (
-	CodeBadRequest   = "bad_request"
-	CodeUnknownLease = "unknown_lease"
-	CodeUnauthorized = "unauthorized"
-	CodeUnavailable  = "unavailable"
-	CodeCanceled     = "canceled"
+	CodeBadRequest   = api.CodeBadRequest
+	CodeUnknownLease = api.CodeUnknownLease
+	CodeUnauthorized = api.CodeUnauthorized
+	CodeUnavailable  = api.CodeUnavailable
+	CodeCanceled     = api.CodeCanceled
 )
 
-type api struct {
+type apiServer struct {
 	cfg APIConfig
 	log *slog.Logger
 }
@@ -127,7 +92,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &api{cfg: cfg, log: cfg.Logger}
+	a := &apiServer{cfg: cfg, log: cfg.Logger}
 	mux := http.NewServeMux()
 	for _, e := range []struct {
 		method, path string
@@ -176,7 +141,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // fail answers err with its code and a fitting status.
-func (a *api) fail(w http.ResponseWriter, err error) {
+func (a *apiServer) fail(w http.ResponseWriter, err error) {
 	code, status := semaphore.Code(err), http.StatusInternalServerError
 	switch {
 	case errors.Is(err, core.ErrInvalid):
@@ -288,7 +253,7 @@ func leaseJSON(l Lease) LeaseJSON {
 	return LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token, Expires: l.Expires}
 }
 
-func (a *api) acquire(w http.ResponseWriter, r *http.Request) {
+func (a *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 	var b AcquireBody
 	if !decode(w, r, &b) {
 		return
@@ -307,7 +272,7 @@ func (a *api) acquire(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, leaseJSON(l))
 }
 
-func (a *api) release(w http.ResponseWriter, r *http.Request) {
+func (a *apiServer) release(w http.ResponseWriter, r *http.Request) {
 	var b LeaseBody
 	if !decode(w, r, &b) {
 		return
@@ -319,7 +284,7 @@ func (a *api) release(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"released": b.Lease})
 }
 
-func (a *api) renew(w http.ResponseWriter, r *http.Request) {
+func (a *apiServer) renew(w http.ResponseWriter, r *http.Request) {
 	var b LeaseBody
 	if !decode(w, r, &b) {
 		return
@@ -332,7 +297,7 @@ func (a *api) renew(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, leaseJSON(l))
 }
 
-func (a *api) watch(w http.ResponseWriter, r *http.Request) {
+func (a *apiServer) watch(w http.ResponseWriter, r *http.Request) {
 	events, err := a.cfg.Node.Watch(r.Context(), r.URL.Query().Get("lease"))
 	if err != nil {
 		a.fail(w, err)
@@ -355,7 +320,7 @@ func (a *api) watch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *api) locks(w http.ResponseWriter, r *http.Request) {
+func (a *apiServer) locks(w http.ResponseWriter, r *http.Request) {
 	t, err := a.cfg.Node.Locks(r.Context(), r.URL.Query().Get("prefix"))
 	if err != nil {
 		a.fail(w, err)
@@ -364,7 +329,7 @@ func (a *api) locks(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, t)
 }
 
-func (a *api) status(w http.ResponseWriter, r *http.Request) {
+func (a *apiServer) status(w http.ResponseWriter, r *http.Request) {
 	s, err := a.cfg.Node.Status(r.Context())
 	if err != nil {
 		a.fail(w, err)
@@ -377,7 +342,7 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *api) force(w http.ResponseWriter, r *http.Request) {
+func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 	var b ForceBody
 	if !decode(w, r, &b) {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"strconv"
 	"strings"
 	"time"
@@ -40,15 +41,7 @@ type Lease struct {
 	Expires time.Time
 }
 
-// Event is something that happened to a lease, for watchers.
-type Event struct {
-	Lease   string    `json:"lease"`
-	Name    string    `json:"name"`
-	Kind    string    `json:"event"` // granted, unlocking, unlocked, renewed, renew-failed, failed
-	Token   uint64    `json:"token,omitempty"`
-	Expires time.Time `json:"expires,omitzero"`
-	Code    string    `json:"code,omitempty"`
-}
+type Event = api.Event
 
 type lease struct {
 	handle  wire.RequestID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"log/slog"
 	"slices"
 	"sync"
@@ -129,11 +130,7 @@ type Node struct {
 	stats    NodeStats
 }
 
-// NodeStats counts what the runtime did, for status and metrics.
-type NodeStats struct {
-	Ticks, MessagesIn, MessagesOut, Dropped, Rejected uint64
-	Persists, Views                                   uint64
-}
+type NodeStats = api.NodeStats
 
 // NewNode builds a node from what its store loaded. It does nothing until
 // Run.

@@ -4,56 +4,21 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
-// Status is what `sluice status` shows of one node.
-type Status struct {
-	Node  uint64 `json:"node"`
-	Ready bool   `json:"ready"`
-	// State is LOCK_READY or NO_LOCK; Reason says why not ready.
-	State       string      `json:"state"`
-	Reason      string      `json:"reason,omitempty"`
-	View        ViewStatus  `json:"view"`
-	Leader      bool        `json:"leader"`
-	Serving     bool        `json:"serving"`
-	Coordinator bool        `json:"coordinator"`
-	Incarnation uint32      `json:"incarnation"`
-	Members     []Member    `json:"members"`
-	Handoff     HandoffInfo `json:"handoff"`
-	Leases      int         `json:"leases"`
-	Stats       NodeStats   `json:"stats"`
-	Core        core.Stats  `json:"core"`
-}
+type Status = api.Status
 
-// ViewStatus is a view in JSON.
-type ViewStatus struct {
-	Epoch       uint64   `json:"epoch"`
-	Leaders     []uint64 `json:"leaders"`
-	PrevEpoch   uint64   `json:"prev_epoch,omitempty"`
-	PrevLeaders []uint64 `json:"prev_leaders,omitempty"`
-}
+type ViewStatus = api.ViewStatus
 
-// Member is one node as the election sees it.
-type Member struct {
-	Node   uint64 `json:"node"`
-	ID     string `json:"id"` // priority|random|address|pid|name
-	Alive  bool   `json:"alive"`
-	Leader bool   `json:"leader"`
-	Off    bool   `json:"off,omitempty"`
-}
+type Member = api.Member
 
-// HandoffInfo is the node's handoff state.
-type HandoffInfo struct {
-	Complete uint64   `json:"complete"`
-	Fence    uint64   `json:"fence"`
-	Pending  []uint64 `json:"pending,omitempty"`
-}
+type HandoffInfo = api.HandoffInfo
 
 func ids(in []wire.NodeID) []uint64 {
 	out := make([]uint64, len(in))
@@ -96,44 +61,13 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	return s, err
 }
 
-// Table is what `sluice locks` shows.
-type Table struct {
-	// Node is the node that answered; Leader says whether Locks is its
-	// replica table (only leaders hold one).
-	Node   uint64 `json:"node"`
-	Leader bool   `json:"leader"`
-	Locks  []Lock `json:"locks"`
-	// Requests are this node's own clients' requests.
-	Requests []OwnRequest `json:"requests"`
-}
+type Table = api.Table
 
-// Lock is one name in a leader's table.
-type Lock struct {
-	Name      string  `json:"name"`
-	HighWater uint64  `json:"high_water"`
-	Entries   []Entry `json:"entries"`
-}
+type Lock = api.Lock
 
-// Entry is one request of a name, in ticket order (the bakery's order).
-type Entry struct {
-	Request string `json:"request"`
-	Node    uint64 `json:"node"`
-	Ticket  uint64 `json:"ticket"`
-	Mode    string `json:"mode"`
-	State   string `json:"state"`
-	Active  bool   `json:"active,omitempty"`
-}
+type Entry = api.Entry
 
-// OwnRequest is one request of this node's clients.
-type OwnRequest struct {
-	Request string    `json:"request"`
-	Name    string    `json:"name"`
-	Mode    string    `json:"mode"`
-	Phase   string    `json:"phase"`
-	Ticket  uint64    `json:"ticket,omitempty"`
-	Since   time.Time `json:"since"`
-	Expires time.Time `json:"expires,omitzero"`
-}
+type OwnRequest = api.OwnRequest
 
 // Locks lists the names starting with prefix that this node holds as a
 // leader, and its own clients' requests.

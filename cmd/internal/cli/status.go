@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/semaphore/daemon"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 func printJSON(w io.Writer, v any) error {
@@ -60,7 +60,7 @@ func newStatusCmd() *cobra.Command {
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor+10*time.Second)
 			defer cancel()
 			deadline := time.Now().Add(waitFor)
-			var st daemon.StatusJSON
+			var st api.StatusJSON
 			for {
 				st, err = c.Status(ctx)
 				if err != nil {
@@ -94,7 +94,7 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func printStatus(w io.Writer, st daemon.StatusJSON) {
+func printStatus(w io.Writer, st api.StatusJSON) {
 	state := st.State
 	if st.Reason != "" {
 		state += " (" + st.Reason + ")"
@@ -171,8 +171,8 @@ func newLocksCmd() *cobra.Command {
 	return cmd
 }
 
-func printLocks(w io.Writer, tab daemon.Table) {
-	own := map[string]daemon.OwnRequest{}
+func printLocks(w io.Writer, tab api.Table) {
+	own := map[string]api.OwnRequest{}
 	for _, r := range tab.Requests {
 		own[r.Request] = r
 	}

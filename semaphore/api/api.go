@@ -1,0 +1,190 @@
+package api
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// Status is what `sluice status` shows of one node.
+type Status struct {
+	Node  uint64 `json:"node"`
+	Ready bool   `json:"ready"`
+	// State is LOCK_READY or NO_LOCK; Reason says why not ready.
+	State       string      `json:"state"`
+	Reason      string      `json:"reason,omitempty"`
+	View        ViewStatus  `json:"view"`
+	Leader      bool        `json:"leader"`
+	Serving     bool        `json:"serving"`
+	Coordinator bool        `json:"coordinator"`
+	Incarnation uint32      `json:"incarnation"`
+	Members     []Member    `json:"members"`
+	Handoff     HandoffInfo `json:"handoff"`
+	Leases      int         `json:"leases"`
+	Stats       NodeStats   `json:"stats"`
+	Core        core.Stats  `json:"core"`
+}
+
+// ViewStatus is a view in JSON.
+type ViewStatus struct {
+	Epoch       uint64   `json:"epoch"`
+	Leaders     []uint64 `json:"leaders"`
+	PrevEpoch   uint64   `json:"prev_epoch,omitempty"`
+	PrevLeaders []uint64 `json:"prev_leaders,omitempty"`
+}
+
+// Member is one node as the election sees it.
+type Member struct {
+	Node   uint64 `json:"node"`
+	ID     string `json:"id"` // priority|random|address|pid|name
+	Alive  bool   `json:"alive"`
+	Leader bool   `json:"leader"`
+	Off    bool   `json:"off,omitempty"`
+}
+
+// HandoffInfo is the node's handoff state.
+type HandoffInfo struct {
+	Complete uint64   `json:"complete"`
+	Fence    uint64   `json:"fence"`
+	Pending  []uint64 `json:"pending,omitempty"`
+}
+
+// Table is what `sluice locks` shows.
+type Table struct {
+	// Node is the node that answered; Leader says whether Locks is its
+	// replica table (only leaders hold one).
+	Node   uint64 `json:"node"`
+	Leader bool   `json:"leader"`
+	Locks  []Lock `json:"locks"`
+	// Requests are this node's own clients' requests.
+	Requests []OwnRequest `json:"requests"`
+}
+
+// Lock is one name in a leader's table.
+type Lock struct {
+	Name      string  `json:"name"`
+	HighWater uint64  `json:"high_water"`
+	Entries   []Entry `json:"entries"`
+}
+
+// Entry is one request of a name, in ticket order (the bakery's order).
+type Entry struct {
+	Request string `json:"request"`
+	Node    uint64 `json:"node"`
+	Ticket  uint64 `json:"ticket"`
+	Mode    string `json:"mode"`
+	State   string `json:"state"`
+	Active  bool   `json:"active,omitempty"`
+}
+
+// OwnRequest is one request of this node's clients.
+type OwnRequest struct {
+	Request string    `json:"request"`
+	Name    string    `json:"name"`
+	Mode    string    `json:"mode"`
+	Phase   string    `json:"phase"`
+	Ticket  uint64    `json:"ticket,omitempty"`
+	Since   time.Time `json:"since"`
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// NodeStats counts what the runtime did, for status and metrics.
+type NodeStats struct {
+	Ticks, MessagesIn, MessagesOut, Dropped, Rejected uint64
+	Persists, Views                                   uint64
+}
+
+// AcquireBody is the body of POST /v1/acquire.
+type AcquireBody struct {
+	Name     string `json:"name"`
+	Mode     string `json:"mode,omitempty"`     // default exclusive
+	Timeout  string `json:"timeout,omitempty"`  // default 30s
+	Duration string `json:"duration,omitempty"` // default 1m
+	Grace    string `json:"grace,omitempty"`    // default 0
+	Quiet    string `json:"quiet,omitempty"`
+	Limit    int    `json:"limit,omitempty"`
+	Try      bool   `json:"try,omitempty"`
+}
+
+// LeaseBody names a lease (release, renew).
+type LeaseBody struct {
+	Lease string `json:"lease"`
+}
+
+// ForceBody is the body of POST /v1/force-unlock.
+type ForceBody struct {
+	Name  string `json:"name"`
+	Lease string `json:"lease,omitempty"`
+	Token uint64 `json:"token,omitempty"`
+	// By says who asked (user@host), for the agent's log.
+	By string `json:"by,omitempty"`
+}
+
+// LeaseJSON is a lease in answers.
+type LeaseJSON struct {
+	Lease   string    `json:"lease"`
+	Name    string    `json:"name"`
+	Mode    string    `json:"mode"`
+	Token   uint64    `json:"token"`
+	Expires time.Time `json:"expires"`
+}
+
+// StatusJSON is the answer of GET /v1/status: the node's status and,
+// when the agent has one, its mesh's view of the peers.
+type StatusJSON struct {
+	Status
+	Mesh any `json:"mesh,omitempty"`
+}
+
+// ErrorJSON is every error answer.
+type ErrorJSON struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// Event is something that happened to a lease, for watchers.
+type Event struct {
+	Lease   string    `json:"lease"`
+	Name    string    `json:"name"`
+	Kind    string    `json:"event"` // granted, unlocking, unlocked, renewed, renew-failed, failed
+	Token   uint64    `json:"token,omitempty"`
+	Expires time.Time `json:"expires,omitzero"`
+	Code    string    `json:"code,omitempty"`
+}
+
+// IsTCPAddr tells a host:port from a socket path.
+func IsTCPAddr(addr string) bool {
+	if strings.Contains(addr, "/") {
+		return false
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	_, err = strconv.Atoi(port)
+	return err == nil
+}
+
+// DefaultAPI is the API address shared by agent, dev and every client
+// command: one Unix socket per user.
+func DefaultAPI() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "sluice", "api.sock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sluice-%d", os.Getuid()), "api.sock")
+}
+
+// Error codes of the API beyond the core's.
+const (
+	CodeBadRequest   = "bad_request"
+	CodeUnknownLease = "unknown_lease"
+	CodeUnauthorized = "unauthorized"
+	CodeUnavailable  = "unavailable"
+	CodeCanceled     = "canceled"
+)
