@@ -242,7 +242,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 		return
 	}
 	if r == nil {
-		r = &record{entry: wire.Entry{Req: m.Req, Mode: m.Mode}}
+		r = &record{entry: wire.Entry{Req: m.Req, Mode: m.Mode}, since: n.now}
 		t.recs[m.Req] = r
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket

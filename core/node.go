@@ -392,6 +392,28 @@ func (n *Node) Requests() []RequestStatus {
 	return out
 }
 
+// TableEntry is one request of a name as this replica holds it, with the
+// ticks it learned of it (Since) and will forget it by itself (Until: the
+// lease, if granted, ends before).
+type TableEntry struct {
+	Entry        wire.Entry
+	Since, Until int64
+}
+
+// TableDetail is Table with the ticks of each entry, for listings.
+func (n *Node) TableDetail(name string) []TableEntry {
+	t := n.names[name]
+	if t == nil {
+		return nil
+	}
+	out := make([]TableEntry, 0, len(t.recs))
+	for _, req := range sortedReqs(t.recs) {
+		r := t.recs[req]
+		out = append(out, TableEntry{Entry: r.entry, Since: r.since, Until: r.deadline})
+	}
+	return out
+}
+
 // Names lists, in order, the names this node holds anything of as a
 // replica: tickets or a high-water mark.
 func (n *Node) Names() []string {

@@ -11,6 +11,7 @@ import (
 type record struct {
 	entry    wire.Entry
 	deadline int64 // the replica forgets the request after this tick
+	since    int64 // the tick this replica learned of the request
 	// markRound is the newest activation round applied to the entry.
 	markRound uint64
 }
@@ -58,7 +59,7 @@ func (n *Node) restore(d *Durable) {
 			e := dt.Entry
 			e.State = wire.StateTicket
 			e.Active = mayBeActive(e.Mode)
-			t.recs[req] = &record{entry: e, deadline: n.now + dt.Lifetime}
+			t.recs[req] = &record{entry: e, deadline: n.now + dt.Lifetime, since: n.now}
 			if dt.Entry.Ticket > t.highWater {
 				t.highWater = dt.Entry.Ticket
 			}
@@ -95,6 +96,7 @@ func (n *Node) replicaStep(m wire.Message) {
 				return
 			}
 			t.recs[m.Req] = &record{
+				since:    n.now,
 				entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
 				deadline: n.now + int64(m.Lifetime),
 			}

@@ -81,6 +81,13 @@ type Entry struct {
 	Mode    string `json:"mode"`
 	State   string `json:"state"`
 	Active  bool   `json:"active,omitempty"`
+	// Holder: the mode's rule admits it over the entries ahead of it: it
+	// holds the lock, or is being granted it. The others wait.
+	Holder bool `json:"holder"`
+	// Since is when this leader learned of the request; Until is when it
+	// forgets it by itself (a granted lease ends before).
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
 }
 
 // OwnRequest is one request of this node's clients.

@@ -196,6 +196,24 @@ func TestLocksAcrossNodes(t *testing.T) {
 		tab, err := c.node(2).Locks(context.Background(), "/site")
 		return err == nil && len(tab.Requests) == 1 && tab.Requests[0].Phase == "waiting"
 	})
+	// A leader lists node 1's lease as the holder and node 3's request as
+	// waiting, with the times it learned of them. (Which leader: both
+	// tickets are durable at a quorum, and two quorums meet; a leader
+	// outside a quorum may have missed one.)
+	c.waitFor("a leader's table to show holder and waiter", func() bool {
+		for i := range 3 {
+			tab, err := c.node(i).Locks(context.Background(), "/site")
+			if err != nil || len(tab.Locks) != 1 || len(tab.Locks[0].Entries) != 2 {
+				continue
+			}
+			h, w := tab.Locks[0].Entries[0], tab.Locks[0].Entries[1]
+			if h.Request == held.ID && h.Holder && !w.Holder && w.Ticket > h.Ticket &&
+				!h.Since.IsZero() && h.Until.After(h.Since) {
+				return true
+			}
+		}
+		return false
+	})
 	if err := c.node(0).Release(context.Background(), held.ID); err != nil {
 		t.Fatal(err)
 	}

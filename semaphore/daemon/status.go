@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 )
 
 type Status = api.Status
@@ -79,11 +80,25 @@ func (n *Node) Locks(ctx context.Context, prefix string) (Table, error) {
 			if !strings.HasPrefix(name, prefix) {
 				continue
 			}
-			entries, hw := n.core.Table(name)
+			detail := n.core.TableDetail(name)
+			_, hw := n.core.Table(name)
+			entries := make([]wire.Entry, len(detail))
+			for i, d := range detail {
+				entries[i] = d.Entry
+			}
 			l := Lock{Name: name, HighWater: hw, Entries: []Entry{}}
-			for _, e := range sortByTicket(entries) {
+			for _, d := range sortDetail(detail) {
+				e := d.Entry
+				holder := false
+				if e.Ticket > 0 {
+					// What the master would decide on these entries: long
+					// past any quiet period, activation as marked.
+					holder = semaphore.Admit(core.Candidate{Req: e.Req, Ticket: e.Ticket, Mode: e.Mode,
+						Activated: e.Active, SinceReaders: 1 << 40}, entries).Grant
+				}
 				l.Entries = append(l.Entries, Entry{Request: e.Req.String(), Node: uint64(e.Req.Node), Ticket: e.Ticket,
-					Mode: e.Mode.String(), State: e.State.String(), Active: e.Active})
+					Mode: e.Mode.String(), State: e.State.String(), Active: e.Active, Holder: holder,
+					Since: n.wallTime(d.Since), Until: n.wallTime(d.Until)})
 			}
 			t.Locks = append(t.Locks, l)
 		}
@@ -102,9 +117,9 @@ func (n *Node) Locks(ctx context.Context, prefix string) (Table, error) {
 	return t, err
 }
 
-// sortByTicket orders entries as the bakery does: by ticket, then request;
+// sortDetail orders entries as the bakery does: by ticket, then request;
 // requests still choosing (ticket 0) go last.
-func sortByTicket(es []wire.Entry) []wire.Entry {
+func sortDetail(es []core.TableEntry) []core.TableEntry {
 	key := func(e wire.Entry) uint64 {
 		if e.Ticket == 0 {
 			return ^uint64(0)
@@ -112,8 +127,8 @@ func sortByTicket(es []wire.Entry) []wire.Entry {
 		return e.Ticket
 	}
 	out := slices.Clone(es)
-	slices.SortFunc(out, func(a, b wire.Entry) int {
-		return cmp.Or(cmp.Compare(key(a), key(b)), a.Req.Compare(b.Req))
+	slices.SortFunc(out, func(a, b core.TableEntry) int {
+		return cmp.Or(cmp.Compare(key(a.Entry), key(b.Entry)), a.Entry.Req.Compare(b.Entry.Req))
 	})
 	return out
 }

@@ -180,11 +180,16 @@ func printLocks(w io.Writer, tab api.Table) {
 	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tEXPIRES")
 	for _, l := range tab.Locks {
 		for _, e := range l.Entries {
-			since, expires := "-", "-"
-			state := e.State
-			if r, ok := own[e.Request]; ok {
-				since = r.Since.Format(time.TimeOnly)
-				state = r.Phase
+			state, since, expires := "waiting", e.Since.Format(time.TimeOnly), "-"
+			switch {
+			case e.Ticket == 0:
+				state = "choosing"
+			case e.Holder:
+				// The leader forgets it by Until; the lease ends before.
+				state, expires = "holder", "<"+e.Until.Format(time.TimeOnly)
+			}
+			if r, ok := own[e.Request]; ok { // this agent's own request: exact
+				since, state = r.Since.Format(time.TimeOnly), r.Phase
 				if !r.Expires.IsZero() {
 					expires = r.Expires.Format(time.TimeOnly)
 				}
