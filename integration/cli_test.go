@@ -202,3 +202,20 @@ func TestCLIOperator(t *testing.T) {
 		t.Fatalf("unlock of a free name: %d %q", code, errs)
 	}
 }
+
+// TestCLINotReady: an agent that waits for the rest of its cluster is not
+// ready; a lock through it ends with 69, and status --wait-ready says why.
+func TestCLINotReady(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "api.sock")
+	agent := start(t, "agent", "--in-memory", "--cluster-size", "3", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock)
+	agent.waitLine(t, "API on")
+	code, _, errs := sluice(t, sock, "lock", "/x", "--timeout", "300ms", "--", "true")
+	if code != 69 || !strings.Contains(errs, "not ready") {
+		t.Fatalf("lock on a lone agent: exit %d %q", code, errs)
+	}
+	oneLine(t, errs)
+	code, out, errs := sluice(t, sock, "status", "--wait-ready", "200ms")
+	if code != 69 || !strings.Contains(out, "NO_LOCK") || !strings.Contains(errs, "an election needs") {
+		t.Fatalf("status --wait-ready: exit %d %q %q", code, out, errs)
+	}
+}

@@ -145,6 +145,16 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		if ctx.Err() != nil {
 			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("lock %s: interrupted while waiting", name)}
 		}
+		if errors.Is(err, semaphore.ErrTimedOut) {
+			// Timed out because the cluster had no lock service at all, not
+			// because someone held the name: that is "not ready" (69).
+			stCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			st, serr := c.Status(stCtx)
+			cancel()
+			if serr == nil && !st.Ready {
+				return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("lock %s: the agent is not ready (%s)", name, st.Reason)}
+			}
+		}
 		return apiError("lock "+name, err)
 	}
 	stop() // from here on, signals go to CMD, which decides
