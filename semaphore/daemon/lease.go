@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sluicehq/sluice/semaphore/api"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,46 +102,57 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		return Lease{}, err
 	}
 	var l *lease
-	var opErr error
-	if err := n.do(ctx, func() {
+	if err := n.run(ctx, func() error {
 		if n.failed != nil {
-			opErr = n.failed
-			return
+			return n.failed
 		}
 		h, err := n.core.Acquire(a)
 		if err != nil {
-			opErr = err
-			return
+			return err
 		}
 		l = &lease{handle: h, req: r, sent: n.ticks, acquired: make(chan error, 1), renewed: make(chan error, 1),
 			asked: time.Now()}
 		n.leases[h] = l
 		n.metrics.waiters.Inc()
+		return nil
 	}); err != nil {
 		return Lease{}, err
 	}
-	if opErr != nil {
-		return Lease{}, opErr
-	}
-	select {
-	case err := <-l.acquired:
-		if err != nil {
-			return Lease{}, err
-		}
-		var out Lease
-		if err := n.do(context.WithoutCancel(ctx), func() { out = n.leaseOf(l) }); err != nil {
-			return Lease{}, err
-		}
-		return out, nil
-	case <-ctx.Done():
+	out, err := n.answered(ctx, l, l.acquired)
+	if err != nil && ctx.Err() != nil {
 		// Give up; a fresh context, because the caller's is over.
 		abandon, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = n.do(abandon, func() { n.drop(l, true) })
+	}
+	return out, err
+}
+
+// answered waits for the loop's answer on ch about l, and returns the
+// lease as it then is.
+func (n *Node) answered(ctx context.Context, l *lease, ch chan error) (Lease, error) {
+	select {
+	case err := <-ch:
+		if err != nil {
+			return Lease{}, err
+		}
+		var out Lease
+		err = n.do(context.WithoutCancel(ctx), func() { out = n.leaseOf(l) })
+		return out, err
+	case <-ctx.Done():
 		return Lease{}, ctx.Err()
 	case <-n.done:
 		return Lease{}, ErrStopped
 	}
+}
+
+// run is do for a function that can fail.
+func (n *Node) run(ctx context.Context, fn func() error) error {
+	var err error
+	if e := n.do(ctx, func() { err = fn() }); e != nil {
+		return e
+	}
+	return err
 }
 
 func (n *Node) leaseOf(l *lease) Lease {
@@ -182,19 +194,15 @@ func (n *Node) Release(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	var opErr error
-	if err := n.do(ctx, func() {
+	return n.run(ctx, func() error {
 		l := n.leases[h]
 		if l == nil {
-			opErr = fmt.Errorf("%w: %s", ErrUnknownLease, id)
-			return
+			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 		}
 		n.emitTo(l, Event{Kind: wire.EventUnlocked.String()})
 		n.drop(l, true)
-	}); err != nil {
-		return err
-	}
-	return opErr
+		return nil
+	})
 }
 
 // Renew extends a held lease by its duration, counted from now, and waits
@@ -205,41 +213,24 @@ func (n *Node) Renew(ctx context.Context, id string) (Lease, error) {
 		return Lease{}, err
 	}
 	var l *lease
-	var opErr error
-	if err := n.do(ctx, func() {
+	if err := n.run(ctx, func() error {
 		l = n.leases[h]
 		switch {
 		case l == nil:
-			opErr = fmt.Errorf("%w: %s", ErrUnknownLease, id)
+			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 		case n.failed != nil:
-			opErr = n.failed
-		default:
-			select {
-			case <-l.renewed: // an answer nobody waited for
-			default:
-			}
-			l.renewAt = n.ticks
-			opErr = n.core.Renew(h)
+			return n.failed
 		}
+		select {
+		case <-l.renewed: // an answer nobody waited for
+		default:
+		}
+		l.renewAt = n.ticks
+		return n.core.Renew(h)
 	}); err != nil {
 		return Lease{}, err
 	}
-	if opErr != nil {
-		return Lease{}, opErr
-	}
-	select {
-	case err := <-l.renewed:
-		if err != nil {
-			return Lease{}, err
-		}
-		var out Lease
-		err = n.do(context.WithoutCancel(ctx), func() { out = n.leaseOf(l) })
-		return out, err
-	case <-ctx.Done():
-		return Lease{}, ctx.Err()
-	case <-n.done:
-		return Lease{}, ErrStopped
-	}
+	return n.answered(ctx, l, l.renewed)
 }
 
 // Watch streams the events of a lease until it ends or ctx ends. The
@@ -251,22 +242,18 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan Event, error) {
 		return nil, err
 	}
 	ch := make(chan Event, watcherQueue)
-	var opErr error
-	if err := n.do(ctx, func() {
+	if err := n.run(ctx, func() error {
 		l := n.leases[h]
 		if l == nil {
-			opErr = fmt.Errorf("%w: %s", ErrUnknownLease, id)
-			return
+			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 		}
 		l.watchers = append(l.watchers, ch)
 		if l.held {
 			ch <- Event{Lease: id, Name: l.req.Name, Kind: wire.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
 		}
+		return nil
 	}); err != nil {
 		return nil, err
-	}
-	if opErr != nil {
-		return nil, opErr
 	}
 	go func() {
 		// Stop watching when the client does, so the lease does not keep a
@@ -275,8 +262,8 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan Event, error) {
 		case <-ctx.Done():
 			_ = n.do(context.Background(), func() {
 				if l := n.leases[h]; l != nil {
-					if i := indexOf(l.watchers, ch); i >= 0 {
-						l.watchers = append(l.watchers[:i], l.watchers[i+1:]...)
+					if i := slices.Index(l.watchers, ch); i >= 0 {
+						l.watchers = slices.Delete(l.watchers, i, i+1)
 						close(ch)
 					}
 				}
@@ -285,15 +272,6 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan Event, error) {
 		}
 	}()
 	return ch, nil
-}
-
-func indexOf(ws []chan Event, ch chan Event) int {
-	for i, w := range ws {
-		if w == ch {
-			return i
-		}
-	}
-	return -1
 }
 
 // emitTo gives e to every watcher of l, without ever blocking the loop.

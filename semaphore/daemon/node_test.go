@@ -81,7 +81,7 @@ func (d *diskTwin) Snapshot(fn func(string, uint64, []core.DurableTicket) error)
 
 func (g *gatedDisk) Snapshot(func(string, uint64, []core.DurableTicket) error) error { return nil }
 
-func startLone(t *testing.T, d *diskTwin) (*daemon.Node, *loneTransport) {
+func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 	t.Helper()
 	tr := &loneTransport{in: make(chan wire.Message)}
 	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, ClusterSize: 1, Transport: tr, Store: d,
@@ -158,17 +158,7 @@ func TestStoreFailureStopsServing(t *testing.T) {
 // Nothing of a Ready leaves the node before its writes are durable.
 func TestNothingLeavesBeforeDurable(t *testing.T) {
 	gate := &gatedDisk{release: make(chan struct{})}
-	tr := &loneTransport{in: make(chan wire.Message)}
-	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, ClusterSize: 1, Transport: tr, Store: gate,
-		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
-		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	n, _ := startLone(t, gate)
 	// The one-node election persists its promise before anything else; the
 	// gate holds that write, so the view never reaches the core.
 	waitStatus(t, n, "ticking", func(s daemon.Status) bool { return s.Stats.Ticks > 50 })

@@ -139,7 +139,6 @@ func sortDetail(es []core.TableEntry) []core.TableEntry {
 // it asked the leaders to drop.
 func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint64) ([]string, error) {
 	var out []string
-	var opErr error
 	var want wire.RequestID
 	if leaseID != "" {
 		h, err := ParseLeaseID(leaseID)
@@ -150,42 +149,35 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 	} else if token == 0 {
 		return nil, fmt.Errorf("%w: force-unlock needs a lease id or a token", core.ErrInvalid)
 	}
-	err := n.do(ctx, func() {
+	err := n.run(ctx, func() error {
 		if n.failed != nil {
-			opErr = n.failed
-			return
+			return n.failed
 		}
-		var reqs []wire.RequestID
-		if want.Node != 0 {
-			reqs = append(reqs, want)
-		} else {
+		reqs := []wire.RequestID{want}
+		if want.Node == 0 {
 			if !n.core.View().IsLeader(n.cfg.Self) {
-				opErr = fmt.Errorf("%w: node %d is not a leader and cannot look token %d up; give the lease id", core.ErrInvalid, n.cfg.Self, token)
-				return
+				return fmt.Errorf("%w: node %d is not a leader and cannot look token %d up; give the lease id", core.ErrInvalid, n.cfg.Self, token)
 			}
 			entries, _ := n.core.Table(name)
+			reqs = reqs[:0]
 			for _, e := range entries {
 				if e.Ticket == token {
 					reqs = append(reqs, e.Req)
 				}
 			}
 			if len(reqs) == 0 {
-				opErr = fmt.Errorf("%w: no ticket %d on %q", ErrUnknownLease, token, name)
-				return
+				return fmt.Errorf("%w: no ticket %d on %q", ErrUnknownLease, token, name)
 			}
 		}
 		for _, r := range reqs {
 			if err := n.core.ForceRelease(name, r); err != nil {
-				opErr = err
-				return
+				return err
 			}
 			n.log.Warn("forced unlock", "name", name, "request", r.String())
 			n.metrics.forced.Inc()
 			out = append(out, r.String())
 		}
+		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, opErr
+	return out, err
 }
