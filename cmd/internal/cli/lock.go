@@ -81,6 +81,15 @@ type lockFlags struct {
 	try                              bool
 }
 
+// addLease adds the flags lock and drain share.
+func (f *lockFlags) addLease(cmd *cobra.Command, timeout time.Duration, timeoutHelp string) {
+	fl := cmd.Flags()
+	fl.DurationVar(&f.timeout, "timeout", timeout, timeoutHelp)
+	fl.DurationVar(&f.duration, "duration", time.Minute, "lease length; renewed while CMD runs")
+	fl.DurationVar(&f.quiet, "quiet", 0, "quiet period without readers, for read-write-gentle (default 10m)")
+	fl.DurationVar(&f.killIn, "kill-after", 10*time.Second, "after the lease is lost, SIGKILL CMD this long after SIGTERM")
+}
+
 func newLockCmd() *cobra.Command {
 	var f lockFlags
 	cmd := &cobra.Command{
@@ -111,11 +120,8 @@ func newLockCmd() *cobra.Command {
 	fl := cmd.Flags()
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "exclusive", "read-only, read-write-priority, read-write, read-write-gentle or exclusive")
-	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the lock")
-	fl.DurationVar(&f.duration, "duration", time.Minute, "lease length; renewed while CMD runs")
-	fl.DurationVar(&f.quiet, "quiet", 0, "quiet period without readers, for read-write-gentle (default 10m)")
+	f.addLease(cmd, 30*time.Second, "how long to wait for the lock")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if the lock is taken")
-	fl.DurationVar(&f.killIn, "kill-after", 10*time.Second, "after the lease is lost, SIGKILL CMD this long after SIGTERM")
 	return cmd
 }
 
@@ -219,18 +225,12 @@ func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []strin
 	}
 }
 
-type drainFlags struct {
-	clientFlags
-	mode                             string
-	timeout, duration, quiet, killIn time.Duration
-}
-
 var drainModes = map[string]semaphore.Mode{
 	"hard": semaphore.ReadWritePriority, "soft": semaphore.ReadWrite, "gentle": semaphore.ReadWriteGentle,
 }
 
 func newDrainCmd() *cobra.Command {
-	var f drainFlags
+	var f lockFlags
 	cmd := &cobra.Command{
 		Use:   "drain NAME [flags] -- CMD [ARGS...]",
 		Short: "Drain the readers of NAME, then run a command (site maintenance)",
@@ -262,10 +262,7 @@ func newDrainCmd() *cobra.Command {
 	fl := cmd.Flags()
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
-	fl.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long to wait for the readers to drain")
-	fl.DurationVar(&f.duration, "duration", time.Minute, "lease length; renewed while CMD runs")
-	fl.DurationVar(&f.quiet, "quiet", 0, "gentle: quiet period without readers (default 10m)")
-	fl.DurationVar(&f.killIn, "kill-after", 10*time.Second, "after the lease is lost, SIGKILL CMD this long after SIGTERM")
+	f.addLease(cmd, 10*time.Minute, "how long to wait for the readers to drain")
 	return cmd
 }
 
