@@ -16,17 +16,30 @@ type Config struct {
 	Node wire.NodeID
 	// ID is this node's election id for this start. Required.
 	ID ID
-	// ClusterSize is the configured number of nodes, n. Required, >= 1.
-	ClusterSize int
-	// Peers are the cluster's other nodes: hellos go to them, and a view
-	// naming a node that is neither a peer nor heard from is refused.
+	// Incarnation and Nonce are this life of the node: the store's
+	// counter, raised at every start, and a random number drawn at start.
+	// Members record the newest life of every node; a life older than one
+	// they know (a store lost or restored from a copy) is refused.
+	// Incarnation is required.
+	Incarnation uint32
+	Nonce       uint64
+	// Bootstrap are the members the cluster was born with, on a node's
+	// first start; nil on a first start means joining an existing cluster
+	// as a non-member (the cluster is learned from the first hello that
+	// carries a valid view). Once persisted, the persisted ones rule and a
+	// different non-nil Bootstrap is refused (ErrBadConfig).
+	Bootstrap []wire.NodeID
+	// Peers are other nodes to greet; more come by AddPeer and by views.
 	Peers []wire.NodeID
 	// HelloTicks is the period of hellos. Default 5.
 	HelloTicks int64
 	// DeadTicks is how long a silent node counts as alive. Default 20.
 	DeadTicks int64
 	// RetryTicks is how long a coordinator lets an election round run
-	// before it starts another with a higher epoch. Default 15.
+	// before it starts another with a higher epoch. A round that ran out
+	// doubles the time of the next (up to 16 times RetryTicks), and a
+	// round always gets four of the slowest round trips seen, so links
+	// slower than RetryTicks still elect. Default 15.
 	RetryTicks int64
 	// Mutant breaks the election on purpose, for mutation tests only.
 	Mutant Mutant
@@ -43,26 +56,43 @@ const (
 	// by a promiser and names its own valid view as the previous one, which
 	// may be older than a view a quorum accepted.
 	MutantPrevFromOwnView
+	// MutantNonMemberVotes: promises and accepts count from any node, not
+	// only from members.
+	MutantNonMemberVotes
+	// MutantNoCheckIn: a node votes and serves at once after a start, even
+	// with a store that lost or rolled back its promises.
+	MutantNoCheckIn
+	// MutantNoOldQuorum: a view that changes the members is valid with a
+	// majority of its own members, without one of the previous members.
+	MutantNoOldQuorum
 )
 
 // Persisted is what a node must find again after a restart. It is handed
 // out in Ready.Persist whenever it changed; it must be durable before the
 // messages of the same Ready are sent.
 type Persisted struct {
-	Promised uint64    // highest epoch promised
-	Accepted wire.View // last view accepted
-	Valid    wire.View // last view known to be valid
+	// Cluster is the id of the node's cluster, Bootstrap its first members.
+	Cluster   uint64
+	Bootstrap []wire.NodeID
+	Promised  uint64    // highest epoch promised
+	Accepted  wire.View // last view accepted
+	Valid     wire.View // last view known to be valid
+	// Lives is the newest life of every node that checked in here.
+	Lives map[wire.NodeID]Life
 }
 
 func (p *Persisted) clone() *Persisted {
 	c := *p
+	c.Bootstrap = slices.Clone(p.Bootstrap)
 	c.Accepted = cloneView(p.Accepted)
 	c.Valid = cloneView(p.Valid)
+	c.Lives = maps.Clone(p.Lives)
 	return &c
 }
 
 func cloneView(v wire.View) wire.View {
 	v.Leaders, v.PrevLeaders = slices.Clone(v.Leaders), slices.Clone(v.PrevLeaders)
+	v.Members, v.PrevMembers = slices.Clone(v.Members), slices.Clone(v.PrevMembers)
 	return v
 }
 
@@ -70,8 +100,11 @@ func cloneView(v wire.View) wire.View {
 type Ready struct {
 	Persist  *Persisted
 	Messages []wire.Message
-	// View, when set, is a new valid view for the lock core.
+	// View, when set, is a new valid view for the lock core. It is handed
+	// out only once the node checked in.
 	View *wire.View
+	// Changes are the ends of membership changes started here.
+	Changes []ChangeResult
 }
 
 // Member is one node as this node sees it.
@@ -81,6 +114,8 @@ type Member struct {
 	Alive  bool
 	Leader bool
 	Off    bool
+	// Voter: a member of the current view (or of the bootstrap).
+	Voter bool
 }
 
 // Status is what `sluice status` shows of the election.
@@ -90,6 +125,8 @@ type Status struct {
 	View        wire.View
 	Coordinator bool
 	Members     []Member
+	Cluster     uint64
+	CheckedIn   bool
 }
 
 // Stats counts rejected input.
@@ -98,6 +135,10 @@ type Stats struct {
 	// Rounds started, and Continuations: rounds that proposed again a view
 	// a promiser accepted and the coordinator did not know to be valid.
 	Rounds, Continuations uint64
+	// Foreign: messages of another cluster, refused. StaleLives: check-ins
+	// of a life older than one known here, refused. NotCheckedIn: votes
+	// asked of this node before it checked in, ignored.
+	Foreign, StaleLives, NotCheckedIn uint64
 }
 
 type member struct {
@@ -106,11 +147,15 @@ type member struct {
 }
 
 type round struct {
-	epoch    uint64
-	started  int64
+	epoch   uint64
+	started int64
+	// config: the members at the start (valid view's, or bootstrap).
+	config   []wire.NodeID
 	promises map[wire.NodeID]wire.View
+	voted    map[wire.NodeID]bool // promisers
 	accepts  map[wire.NodeID]bool
 	proposal *wire.View // set once the promises made a quorum
+	change   *Change    // an operator's membership change, if any
 }
 
 // Election is one node's election state machine. Not safe for concurrent use.
@@ -123,14 +168,21 @@ type Election struct {
 	seenEpoch uint64
 	round     *round
 	stats     Stats
+	// retry is the time the next round gets; rtt the slowest promise seen.
+	retry, rtt int64
+	checkedIn  bool
+	checkAcks  map[wire.NodeID]bool
+	stale      *StaleError
 
 	persist bool
 	msgs    []wire.Message
 	view    *wire.View
+	changes []ChangeResult
 	handed  int
 	// what the last Ready handed out, so Advance clears only that
 	handedPersist bool
 	handedView    *wire.View
+	handedChanges int
 }
 
 // New starts an election from what it persisted (nil on a first start).
@@ -138,8 +190,11 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	if err := cfg.ID.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Node == 0 || cfg.ClusterSize < 1 {
-		return nil, fmt.Errorf("%w: needs a node id and a cluster size >= 1", ErrBadConfig)
+	if cfg.Node == 0 || cfg.Incarnation == 0 {
+		return nil, fmt.Errorf("%w: needs a node id and an incarnation", ErrBadConfig)
+	}
+	if len(cfg.Bootstrap) > wire.MaxMembers {
+		return nil, fmt.Errorf("%w: %d bootstrap members, at most %d", ErrBadConfig, len(cfg.Bootstrap), wire.MaxMembers)
 	}
 	def := func(v *int64, d int64) {
 		if *v <= 0 {
@@ -150,14 +205,30 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	def(&cfg.DeadTicks, 20)
 	def(&cfg.RetryTicks, 15)
 	cfg.Peers = slices.Clone(cfg.Peers)
-	e := &Election{cfg: cfg, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID}}, lastHello: -cfg.HelloTicks}
+	boot := slices.Compact(slices.Sorted(slices.Values(cfg.Bootstrap)))
+	e := &Election{cfg: cfg, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID}}, lastHello: -cfg.HelloTicks,
+		retry: cfg.RetryTicks, checkAcks: map[wire.NodeID]bool{}}
 	if persisted != nil {
 		e.p = *persisted.clone()
+	}
+	switch {
+	case e.p.Cluster != 0 && len(boot) > 0 && !slices.Equal(boot, e.p.Bootstrap):
+		return nil, fmt.Errorf("%w: bootstrap members %v differ from the %v this node's cluster was born with",
+			ErrBadConfig, boot, e.p.Bootstrap)
+	case e.p.Cluster == 0 && len(boot) > 0:
+		e.p.Cluster, e.p.Bootstrap, e.persist = ClusterID(boot), boot, true
+	}
+	for _, id := range e.Members() {
+		e.AddPeer(id)
+	}
+	if e.cfg.Mutant&MutantNoCheckIn != 0 {
+		e.checkedIn = true
 		if e.p.Valid.Epoch > 0 {
 			v := cloneView(e.p.Valid)
 			e.view = &v
 		}
 	}
+	e.updateCheckedIn()
 	return e, nil
 }
 
@@ -168,15 +239,6 @@ func (e *Election) AddPeer(id wire.NodeID) {
 	if id != 0 && id != e.cfg.Node && !slices.Contains(e.cfg.Peers, id) {
 		e.cfg.Peers = append(e.cfg.Peers, id)
 	}
-}
-
-// Quorum is the number of nodes that must know each other, and accept a
-// view, in a cluster of n: all of them up to three, a majority above.
-func Quorum(n int) int {
-	if n <= 3 {
-		return n
-	}
-	return n/2 + 1
 }
 
 // View is the valid view this node knows (epoch 0: none).
@@ -190,10 +252,10 @@ func (e *Election) alive(id wire.NodeID) bool {
 	return m != nil && (id == e.cfg.Node || e.now-m.heard <= e.cfg.DeadTicks)
 }
 
-// aliveIDs are the nodes alive and known, in id order, smallest first.
+// aliveIDs are the members alive and known, in id order, smallest first.
 func (e *Election) aliveIDs() []wire.NodeID {
 	var out []wire.NodeID
-	for id := range e.members {
+	for _, id := range e.Members() {
 		if e.alive(id) {
 			out = append(out, id)
 		}
@@ -204,15 +266,22 @@ func (e *Election) aliveIDs() []wire.NodeID {
 	return out
 }
 
-// wanted is how many leaders a view has: three, or n when n < 3.
-func (e *Election) wanted() int { return min(3, e.cfg.ClusterSize) }
+// wanted is how many leaders a view of these members has: three, or all
+// of them when there are fewer.
+func wanted(members []wire.NodeID) int { return min(3, len(members)) }
 
-// candidates are the alive nodes that may lead, best first: sitting leaders
-// compete with priority 0.
-func (e *Election) candidates() []wire.NodeID {
+// candidates are the alive members of set that may lead, best first:
+// sitting leaders compete with priority 0.
+func (e *Election) candidates(set []wire.NodeID) []wire.NodeID {
 	var out []wire.NodeID
 	for _, id := range e.aliveIDs() {
-		if e.members[id].id.Priority != Off {
+		if slices.Contains(set, id) && e.members[id].id.Priority != Off {
+			out = append(out, id)
+		}
+	}
+	// Nodes added to the set but not yet members count too.
+	for _, id := range set {
+		if !slices.Contains(out, id) && !e.isMember(id) && e.alive(id) && e.members[id].id.Priority != Off {
 			out = append(out, id)
 		}
 	}
@@ -223,18 +292,24 @@ func (e *Election) candidates() []wire.NodeID {
 		}
 		return x
 	}
-	slices.SortStableFunc(out, func(a, b wire.NodeID) int { return rank(a).Compare(rank(b)) })
+	slices.SortStableFunc(out, func(a, b wire.NodeID) int {
+		return cmp.Or(rank(a).Compare(rank(b)), cmp.Compare(a, b))
+	})
 	return out
 }
 
 // blocked says why no election can run now, or "" when one can.
 func (e *Election) blocked() string {
-	alive, q := len(e.aliveIDs()), Quorum(e.cfg.ClusterSize)
-	if alive < q {
-		return fmt.Sprintf("%d of %d nodes know each other, an election needs %d", alive, e.cfg.ClusterSize, q)
+	members := e.Members()
+	if len(members) == 0 {
+		return "this node joined no cluster yet"
 	}
-	if c := len(e.candidates()); c < e.wanted() {
-		return fmt.Sprintf("%d candidates are up, an election needs %d (the others are off or down)", c, e.wanted())
+	alive, q := len(e.aliveIDs()), Quorum(len(members))
+	if alive < q {
+		return fmt.Sprintf("%d of %d members know each other, an election needs %d", alive, len(members), q)
+	}
+	if c := len(e.candidates(members)); c < wanted(members) {
+		return fmt.Sprintf("%d candidates are up, an election needs %d (the others are off or down)", c, wanted(members))
 	}
 	return ""
 }
@@ -245,7 +320,7 @@ func (e *Election) blocked() string {
 // replaces a view that is fine (seen on a real mesh, where a new node's
 // hellos and its peers' arrive 200 ms apart).
 func (e *Election) starting() bool {
-	if e.cfg.ClusterSize == 1 {
+	if len(e.Members()) == 1 {
 		return false // nobody to hear
 	}
 	if e.p.Valid.Epoch > 0 {
@@ -254,21 +329,29 @@ func (e *Election) starting() bool {
 	return e.now <= 2*e.cfg.HelloTicks
 }
 
-// needed reports whether the valid view must be replaced.
+// needed reports whether the valid view must be replaced: no view, a
+// leader lost or no longer a member, or fewer leaders than the members
+// allow when more candidates are up.
 func (e *Election) needed() bool {
 	if e.p.Valid.Epoch == 0 {
 		return true
 	}
 	for _, l := range e.p.Valid.Leaders {
-		if !e.alive(l) {
+		if !e.alive(l) || !e.isMember(l) {
 			return true
 		}
 	}
-	return false
+	members := e.Members()
+	return len(e.p.Valid.Leaders) < wanted(members) && len(e.candidates(members)) > len(e.p.Valid.Leaders)
 }
 
-func (e *Election) send(m wire.Message) { e.msgs = append(e.msgs, m) }
+func (e *Election) send(m wire.Message) {
+	m.From, m.Cluster, m.Size = e.cfg.Node, e.p.Cluster, uint64(len(e.p.Bootstrap))
+	e.msgs = append(e.msgs, m)
+}
 
+// sendAll sends m to every node this one knows of: peers, nodes heard
+// from, and members; only to the alive ones when alive is set.
 func (e *Election) sendAll(m wire.Message, alive bool) {
 	targets := map[wire.NodeID]bool{}
 	for _, p := range e.cfg.Peers {
@@ -277,35 +360,62 @@ func (e *Election) sendAll(m wire.Message, alive bool) {
 	for id := range e.members {
 		targets[id] = true
 	}
+	for _, id := range e.Members() {
+		targets[id] = true
+	}
 	for _, id := range slices.Sorted(maps.Keys(targets)) {
-		if id == e.cfg.Node && m.Kind == wire.KindHello || alive && !e.alive(id) {
+		if id == e.cfg.Node && m.Kind == wire.KindHello || alive && !e.alive(id) && id != e.cfg.Node {
 			continue
 		}
-		m.To, m.From = id, e.cfg.Node
+		m.To = id
 		e.send(m)
 	}
 }
 
-// Tick advances time: hellos, and the coordinator's elections.
+// Tick advances time: hellos, check-ins, and the coordinator's elections.
 func (e *Election) Tick() {
 	e.now++
+	if e.stale != nil {
+		return
+	}
 	if e.now-e.lastHello >= e.cfg.HelloTicks {
 		e.lastHello = e.now
 		e.sendAll(wire.Message{Kind: wire.KindHello, Name: e.cfg.ID.String(), View: cloneView(e.p.Valid)}, false)
+		if !e.checkedIn {
+			e.checkIn()
+		}
+	}
+	if r := e.round; r != nil && e.now-r.started >= max(e.retry, 4*e.rtt) {
+		// Out of time: slow links, or lost messages. The next round gets
+		// twice the time, up to a cap.
+		e.endChange(fmt.Errorf("%w: the round of epoch %d ran out of time", ErrChangeLost, r.epoch))
+		e.round = nil
+		e.retry = min(2*e.retry, 16*e.cfg.RetryTicks)
+	}
+	if e.round != nil || !e.checkedIn {
+		return
 	}
 	alive := e.aliveIDs()
 	coordinator := len(alive) > 0 && alive[0] == e.cfg.Node
 	if !coordinator || !e.needed() || e.blocked() != "" || e.starting() {
-		e.round = nil
 		return
 	}
-	if e.round != nil && e.now-e.round.started < e.cfg.RetryTicks {
-		return
-	}
+	e.startRound(nil)
+}
+
+// startRound prepares an epoch above every one seen, for an election or
+// for an operator's change.
+func (e *Election) startRound(c *Change) {
+	e.endChange(fmt.Errorf("%w: replaced by a newer change", ErrChangeLost))
 	epoch := max(e.p.Promised, e.p.Accepted.Epoch, e.p.Valid.Epoch, e.seenEpoch) + 1
 	e.seenEpoch = epoch
 	e.stats.Rounds++
-	e.round = &round{epoch: epoch, started: e.now, promises: map[wire.NodeID]wire.View{}, accepts: map[wire.NodeID]bool{}}
+	e.round = &round{epoch: epoch, started: e.now, config: e.Members(), promises: map[wire.NodeID]wire.View{},
+		voted: map[wire.NodeID]bool{}, accepts: map[wire.NodeID]bool{}, change: c}
+	if c != nil {
+		// The change needs the new member's vote too: greet it.
+		e.AddPeer(c.Add)
+	}
 	e.sendAll(wire.Message{Kind: wire.KindPrepare, View: wire.View{Epoch: epoch}}, true)
 }
 
@@ -316,103 +426,34 @@ func (e *Election) Step(m wire.Message) error {
 		e.stats.BadViews++
 		return fmt.Errorf("%w: message for %d from %d at node %d", ErrBadView, m.To, m.From, e.cfg.Node)
 	}
-	if m.Kind == wire.KindHello {
+	if e.stale != nil {
+		return e.stale
+	}
+	if err := e.checkCluster(m); err != nil {
+		return err
+	}
+	switch m.Kind {
+	case wire.KindHello:
 		return e.hello(m)
+	case wire.KindCheckIn:
+		return e.onCheckIn(m)
+	case wire.KindCheckInAck:
+		return e.onCheckInAck(m)
 	}
 	if m.View.Epoch == 0 && m.Kind != wire.KindPromise && m.Kind != wire.KindAccepted {
 		e.stats.BadViews++
 		return fmt.Errorf("%w: %s without an epoch", ErrBadView, m.Kind)
 	}
 	e.seenEpoch = max(e.seenEpoch, m.View.Epoch, m.Ticket, m.Seq)
-	mutant := e.cfg.Mutant&MutantTwoViewsPerEpoch != 0
 	switch m.Kind {
 	case wire.KindPrepare:
-		ep := m.View.Epoch
-		if ep > e.p.Promised || mutant && ep == e.p.Promised {
-			e.p.Promised, e.persist = ep, true
-			e.send(wire.Message{Kind: wire.KindPromise, From: e.cfg.Node, To: m.From, Ticket: ep, View: cloneView(e.p.Accepted)})
-			return nil
-		}
-		e.stats.Rejections++
-		e.send(wire.Message{Kind: wire.KindPromise, From: e.cfg.Node, To: m.From, Ticket: ep, Reject: true, Seq: e.p.Promised})
-
+		return e.onPrepare(m)
 	case wire.KindPromise:
-		r := e.round
-		if r == nil || r.proposal != nil || m.Ticket != r.epoch {
-			return nil // an answer to a round that is over
-		}
-		if m.Reject {
-			e.round = nil // a higher epoch exists; the next tick tries above it
-			return nil
-		}
-		if err := e.checkView(m.View, true); err != nil {
-			return err
-		}
-		r.promises[m.From] = cloneView(m.View)
-		if len(r.promises) < Quorum(e.cfg.ClusterSize) {
-			return nil
-		}
-		// Every valid view was accepted by a quorum, which meets this one:
-		// no valid view is newer than the highest view a promiser accepted.
-		var high wire.View
-		for _, id := range slices.Sorted(maps.Keys(r.promises)) {
-			if v := r.promises[id]; v.Epoch > high.Epoch {
-				high = v
-			}
-		}
-		if high.Epoch > e.p.Valid.Epoch && e.cfg.Mutant&MutantPrevFromOwnView == 0 {
-			// We cannot tell whether that view won. Propose it again as it
-			// was (same leaders, same previous view): if it won, its leaders
-			// carry on with their table; if not, it wins now. Either way
-			// the previous view a view names was valid, so its leaders
-			// hold the lock table to hand over.
-			e.stats.Continuations++
-			r.proposal = &wire.View{Epoch: r.epoch, Leaders: slices.Clone(high.Leaders),
-				PrevEpoch: high.PrevEpoch, PrevLeaders: slices.Clone(high.PrevLeaders)}
-		} else {
-			cands := e.candidates()
-			if len(cands) < e.wanted() {
-				e.round = nil
-				return nil
-			}
-			leaders := slices.Clone(cands[:e.wanted()])
-			slices.Sort(leaders)
-			prev := e.p.Valid
-			r.proposal = &wire.View{Epoch: r.epoch, Leaders: leaders, PrevEpoch: prev.Epoch, PrevLeaders: slices.Clone(prev.Leaders)}
-		}
-		e.sendAll(wire.Message{Kind: wire.KindAccept, View: cloneView(*r.proposal)}, true)
-
+		return e.onPromise(m)
 	case wire.KindAccept:
-		if err := e.checkView(m.View, false); err != nil {
-			return err
-		}
-		ep := m.View.Epoch
-		if ep >= e.p.Promised && (e.p.Accepted.Epoch < ep || mutant) {
-			e.p.Promised, e.p.Accepted, e.persist = ep, cloneView(m.View), true
-			e.send(wire.Message{Kind: wire.KindAccepted, From: e.cfg.Node, To: m.From, View: wire.View{Epoch: ep}})
-			return nil
-		}
-		e.stats.Rejections++
-		e.send(wire.Message{Kind: wire.KindAccepted, From: e.cfg.Node, To: m.From, View: wire.View{Epoch: ep},
-			Reject: true, Seq: e.p.Promised})
-
+		return e.onAccept(m)
 	case wire.KindAccepted:
-		r := e.round
-		if r == nil || r.proposal == nil || m.View.Epoch != r.epoch {
-			return nil
-		}
-		if m.Reject {
-			e.round = nil
-			return nil
-		}
-		r.accepts[m.From] = true
-		if len(r.accepts) >= Quorum(e.cfg.ClusterSize) {
-			v := *r.proposal
-			e.round = nil
-			e.adopt(v)
-			e.sendAll(wire.Message{Kind: wire.KindCommit, View: cloneView(v)}, false)
-		}
-
+		return e.onAccepted(m)
 	case wire.KindCommit:
 		if err := e.checkView(m.View, false); err != nil {
 			return err
@@ -422,12 +463,197 @@ func (e *Election) Step(m wire.Message) error {
 			return fmt.Errorf("%w: commit of epoch %d, valid is %d", ErrStaleView, m.View.Epoch, e.p.Valid.Epoch)
 		}
 		e.adopt(m.View)
-
-	default:
-		e.stats.BadViews++
-		return fmt.Errorf("%w: kind %s is not the election's", ErrBadView, m.Kind)
+		return nil
 	}
+	e.stats.BadViews++
+	return fmt.Errorf("%w: kind %s is not the election's", ErrBadView, m.Kind)
+}
+
+// checkCluster refuses messages of another cluster. A node that joins
+// learns its cluster from the first hello carrying a valid view.
+func (e *Election) checkCluster(m wire.Message) error {
+	if m.Cluster == e.p.Cluster && m.Cluster != 0 {
+		return nil
+	}
+	if e.p.Cluster == 0 && m.Cluster != 0 && m.Kind == wire.KindHello && m.View.Epoch > 0 && len(m.View.Members) > 0 {
+		if err := e.checkView(m.View, false); err != nil {
+			return err
+		}
+		e.p.Cluster, e.persist = m.Cluster, true
+		return nil
+	}
+	e.stats.Foreign++
+	if e.p.Cluster == 0 {
+		return fmt.Errorf("%w: %s from node %d before this joining node learned its cluster", ErrForeign, m.Kind, m.From)
+	}
+	return fmt.Errorf("%w: %s from node %d of cluster %016x (%d bootstrap members); this node's cluster is %016x (%d bootstrap members)",
+		ErrForeign, m.Kind, m.From, m.Cluster, m.Size, e.p.Cluster, len(e.p.Bootstrap))
+}
+
+func (e *Election) onPrepare(m wire.Message) error {
+	if !e.checkedIn {
+		e.stats.NotCheckedIn++
+		return fmt.Errorf("%w: prepare of epoch %d", ErrNotCheckedIn, m.View.Epoch)
+	}
+	ep := m.View.Epoch
+	if ep > e.p.Promised || e.cfg.Mutant&MutantTwoViewsPerEpoch != 0 && ep == e.p.Promised {
+		e.p.Promised, e.persist = ep, true
+		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, Ticket: ep, View: cloneView(e.p.Accepted)})
+		return nil
+	}
+	e.stats.Rejections++
+	e.send(wire.Message{Kind: wire.KindPromise, To: m.From, Ticket: ep, Reject: true, Seq: e.p.Promised})
 	return nil
+}
+
+func (e *Election) onPromise(m wire.Message) error {
+	r := e.round
+	if r == nil || r.proposal != nil || m.Ticket != r.epoch {
+		return nil // an answer to a round that is over
+	}
+	if m.Reject {
+		// A higher epoch exists; the next tick tries above it.
+		e.endChange(fmt.Errorf("%w: node %d promised epoch %d to another coordinator", ErrChangeLost, m.From, m.Seq))
+		e.round = nil
+		return nil
+	}
+	if err := e.checkView(m.View, true); err != nil {
+		return err
+	}
+	r.promises[m.From], r.voted[m.From] = cloneView(m.View), true
+	e.rtt = max(e.rtt*3/4, e.now-r.started)
+	e.propose(r)
+	return nil
+}
+
+// propose sends the round's proposal once the promises allow one. They
+// must hold a majority of the members the round started with; and when
+// a promiser accepted a view newer than this node's valid view, also a
+// majority of that view's members and of its previous members: those
+// are the majorities any later valid view needed, so no valid view is
+// newer than the highest view the promisers accepted.
+func (e *Election) propose(r *round) {
+	// The members may have changed since the round started (a commit
+	// arrived): a majority of the current ones is needed too.
+	if !e.quorumOf(r.voted, r.config) || !e.quorumOf(r.voted, e.Members()) {
+		return
+	}
+	var high wire.View
+	for _, id := range slices.Sorted(maps.Keys(r.promises)) {
+		if v := r.promises[id]; v.Epoch > high.Epoch {
+			high = v
+		}
+	}
+	if high.Epoch > e.p.Valid.Epoch && e.cfg.Mutant&MutantPrevFromOwnView == 0 {
+		if !e.quorumOf(r.voted, high.Members) || !e.quorumOf(r.voted, high.PrevMembers) {
+			return // wait for more promises
+		}
+		// We cannot tell whether that view won. Propose it again as it
+		// was (same leaders, members, previous view): if it won, its
+		// leaders carry on with their table; if not, it wins now. Either
+		// way the previous view a view names was valid, so its leaders
+		// hold the lock table to hand over.
+		e.stats.Continuations++
+		e.endChange(fmt.Errorf("%w: another view change (epoch %d) was under way; try again", ErrChangeLost, high.Epoch))
+		p := cloneView(high)
+		p.Epoch = r.epoch
+		r.proposal = &p
+	} else {
+		old := e.Members()
+		members := applyChange(old, r.change)
+		leaders := e.pickLeaders(members)
+		if len(leaders) == 0 {
+			e.endChange(fmt.Errorf("%w: no candidate to lead among %v", ErrChangeLost, members))
+			e.round = nil
+			return
+		}
+		prev := e.p.Valid
+		r.proposal = &wire.View{Epoch: r.epoch, Leaders: leaders, PrevEpoch: prev.Epoch, PrevLeaders: slices.Clone(prev.Leaders),
+			Members: members, PrevMembers: old}
+	}
+	for _, id := range r.proposal.Members {
+		e.AddPeer(id)
+	}
+	e.sendAll(wire.Message{Kind: wire.KindAccept, View: cloneView(*r.proposal)}, true)
+}
+
+// pickLeaders chooses the leaders of a view of members: the sitting
+// leaders that are still alive members first, then the best candidates.
+func (e *Election) pickLeaders(members []wire.NodeID) []wire.NodeID {
+	cands := e.candidates(members)
+	if len(cands) > wanted(members) {
+		cands = cands[:wanted(members)]
+	}
+	if len(cands) < wanted(members) {
+		// An operator's change may leave fewer candidates than wanted:
+		// keep the sitting leaders that are still members.
+		for _, l := range e.p.Valid.Leaders {
+			if len(cands) < wanted(members) && slices.Contains(members, l) && !slices.Contains(cands, l) {
+				cands = append(cands, l)
+			}
+		}
+	}
+	leaders := slices.Clone(cands)
+	slices.Sort(leaders)
+	return leaders
+}
+
+func (e *Election) onAccept(m wire.Message) error {
+	if err := e.checkView(m.View, false); err != nil {
+		return err
+	}
+	if !e.checkedIn {
+		e.stats.NotCheckedIn++
+		return fmt.Errorf("%w: accept of epoch %d", ErrNotCheckedIn, m.View.Epoch)
+	}
+	ep := m.View.Epoch
+	if ep >= e.p.Promised && (e.p.Accepted.Epoch < ep || e.cfg.Mutant&MutantTwoViewsPerEpoch != 0) {
+		e.p.Promised, e.p.Accepted, e.persist = ep, cloneView(m.View), true
+		for _, id := range m.View.Members {
+			e.AddPeer(id)
+		}
+		e.send(wire.Message{Kind: wire.KindAccepted, To: m.From, View: wire.View{Epoch: ep}})
+		return nil
+	}
+	e.stats.Rejections++
+	e.send(wire.Message{Kind: wire.KindAccepted, To: m.From, View: wire.View{Epoch: ep}, Reject: true, Seq: e.p.Promised})
+	return nil
+}
+
+func (e *Election) onAccepted(m wire.Message) error {
+	r := e.round
+	if r == nil || r.proposal == nil || m.View.Epoch != r.epoch {
+		return nil
+	}
+	if m.Reject {
+		e.endChange(fmt.Errorf("%w: node %d refused epoch %d", ErrChangeLost, m.From, r.epoch))
+		e.round = nil
+		return nil
+	}
+	r.accepts[m.From] = true
+	if !Valid(*r.proposal, r.accepts, e.cfg.Mutant) {
+		return nil
+	}
+	v := *r.proposal
+	if r.change != nil {
+		e.changes = append(e.changes, ChangeResult{Change: *r.change, Epoch: v.Epoch})
+	}
+	e.round = nil
+	e.retry = e.cfg.RetryTicks
+	e.adopt(v)
+	e.sendAll(wire.Message{Kind: wire.KindCommit, View: cloneView(v)}, false)
+	return nil
+}
+
+// Valid reports whether the nodes in accepts make v valid: a majority of
+// its members and a majority of its previous members. The simulator
+// judges views by it, from what nodes persisted.
+func Valid(v wire.View, accepts map[wire.NodeID]bool, mutant Mutant) bool {
+	e := &Election{cfg: Config{Mutant: mutant}}
+	if !e.quorumOf(accepts, v.Members) {
+		return false
+	}
+	return mutant&MutantNoOldQuorum != 0 || e.quorumOf(accepts, v.PrevMembers)
 }
 
 func (e *Election) hello(m wire.Message) error {
@@ -453,15 +679,16 @@ func (e *Election) hello(m wire.Message) error {
 	return nil
 }
 
-// checkView refuses views that cannot be right: no leaders where some are
-// needed, too many, duplicates, or nodes nobody knows.
+// checkView refuses views that cannot be right: no leaders or members
+// where some are needed, too many, duplicates, leaders that are not
+// members, a previous view that is not older.
 func (e *Election) checkView(v wire.View, emptyOK bool) error {
 	bad := func(why string) error {
 		e.stats.BadViews++
 		return fmt.Errorf("%w: epoch %d: %s", ErrBadView, v.Epoch, why)
 	}
 	if v.Epoch == 0 {
-		if emptyOK && len(v.Leaders) == 0 {
+		if emptyOK && len(v.Leaders) == 0 && len(v.Members) == 0 {
 			return nil
 		}
 		return bad("no epoch")
@@ -469,12 +696,20 @@ func (e *Election) checkView(v wire.View, emptyOK bool) error {
 	if len(v.Leaders) == 0 || len(v.Leaders) > wire.MaxLeaders || v.PrevEpoch >= v.Epoch {
 		return bad(fmt.Sprintf("%d leaders, previous epoch %d", len(v.Leaders), v.PrevEpoch))
 	}
+	if len(v.Members) == 0 || len(v.PrevMembers) == 0 {
+		return bad("no members")
+	}
+	for _, set := range [][]wire.NodeID{v.Members, v.PrevMembers} {
+		if !slices.IsSorted(set) || len(slices.Compact(slices.Clone(set))) != len(set) || slices.Contains(set, 0) {
+			return bad(fmt.Sprintf("members %v not in order, repeated or zero", set))
+		}
+	}
 	for i, l := range v.Leaders {
 		if slices.Contains(v.Leaders[:i], l) {
 			return bad(fmt.Sprintf("leader %d twice", l))
 		}
-		if _, known := e.members[l]; !known && !slices.Contains(e.cfg.Peers, l) {
-			return bad(fmt.Sprintf("unknown node %d", l))
+		if !slices.Contains(v.Members, l) {
+			return bad(fmt.Sprintf("leader %d is not a member", l))
 		}
 	}
 	return nil
@@ -485,21 +720,46 @@ func (e *Election) adopt(v wire.View) {
 		return
 	}
 	e.p.Valid, e.persist = cloneView(v), true
-	nv := cloneView(v)
-	e.view = &nv
+	for _, id := range v.Members {
+		e.AddPeer(id)
+	}
+	if e.checkedIn {
+		nv := cloneView(v)
+		e.view = &nv
+	} else {
+		// The members may have changed: so has the majority to check in with.
+		e.updateCheckedIn()
+	}
 }
 
-// Status reports readiness: a valid view and a quorum of its leaders alive.
+// Status reports readiness: checked in, a valid view and a quorum of its
+// leaders alive.
 func (e *Election) Status() Status {
-	s := Status{View: cloneView(e.p.Valid)}
+	s := Status{View: cloneView(e.p.Valid), Cluster: e.p.Cluster, CheckedIn: e.checkedIn}
 	alive := e.aliveIDs()
-	s.Coordinator = len(alive) > 0 && alive[0] == e.cfg.Node
-	for _, id := range slices.Sorted(maps.Keys(e.members)) {
-		m := Member{Node: id, Alive: e.alive(id), Leader: slices.Contains(e.p.Valid.Leaders, id)}
-		m.ID, m.Off = e.members[id].id.String(), e.members[id].id.Priority == Off
+	s.Coordinator = len(alive) > 0 && alive[0] == e.cfg.Node && e.checkedIn && e.stale == nil
+	known := map[wire.NodeID]bool{}
+	for id := range e.members {
+		known[id] = true
+	}
+	for _, id := range e.Members() {
+		known[id] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(known)) {
+		m := Member{Node: id, Alive: e.alive(id), Leader: slices.Contains(e.p.Valid.Leaders, id), Voter: e.isMember(id)}
+		if mb := e.members[id]; mb != nil && mb.id.Address != "" {
+			m.ID, m.Off = mb.id.String(), mb.id.Priority == Off
+		}
 		s.Members = append(s.Members, m)
 	}
 	switch {
+	case e.stale != nil:
+		s.Reason = e.stale.Error()
+	case e.p.Cluster == 0:
+		s.Reason = "joining: no member of a cluster has said hello yet"
+	case !e.checkedIn:
+		s.Reason = fmt.Sprintf("checking in: %d of the other members confirmed this node's life, a majority of %d is needed",
+			len(e.checkAcks), max(len(e.Members())-1, 0))
 	case e.p.Valid.Epoch == 0:
 		why := e.blocked()
 		if why == "" {
@@ -523,15 +783,20 @@ func (e *Election) Status() Status {
 }
 
 // HasReady reports whether Ready has anything to handle.
-func (e *Election) HasReady() bool { return e.persist || len(e.msgs) > 0 || e.view != nil }
+func (e *Election) HasReady() bool {
+	return e.persist || len(e.msgs) > 0 || e.view != nil && e.checkedIn || len(e.changes) > 0
+}
 
 // Ready returns the output since the last Advance.
 func (e *Election) Ready() Ready {
-	rd := Ready{Messages: e.msgs[:len(e.msgs):len(e.msgs)], View: e.view}
+	rd := Ready{Messages: e.msgs[:len(e.msgs):len(e.msgs)], Changes: e.changes[:len(e.changes):len(e.changes)]}
+	if e.checkedIn {
+		rd.View = e.view
+	}
 	if e.persist {
 		rd.Persist = e.p.clone()
 	}
-	e.handed, e.handedPersist, e.handedView = len(e.msgs), e.persist, e.view
+	e.handed, e.handedPersist, e.handedView, e.handedChanges = len(e.msgs), e.persist, rd.View, len(e.changes)
 	return rd
 }
 
@@ -540,11 +805,14 @@ func (e *Election) Advance() {
 	if e.msgs = e.msgs[e.handed:]; len(e.msgs) == 0 {
 		e.msgs = nil // what Ready handed out stays intact
 	}
+	if e.changes = e.changes[e.handedChanges:]; len(e.changes) == 0 {
+		e.changes = nil
+	}
 	if e.handedPersist {
 		e.persist = false
 	}
-	if e.view == e.handedView {
+	if e.view != nil && e.view == e.handedView {
 		e.view = nil
 	}
-	e.handed, e.handedPersist, e.handedView = 0, false, nil
+	e.handed, e.handedPersist, e.handedView, e.handedChanges = 0, false, nil, 0
 }

@@ -11,14 +11,50 @@ import (
 	"github.com/sluicehq/sluice/election"
 )
 
+func members(n int) []wire.NodeID {
+	var out []wire.NodeID
+	for i := 1; i <= n; i++ {
+		out = append(out, wire.NodeID(i))
+	}
+	return out
+}
+
+// node starts node id of a cluster bootstrapped with nodes 1..size, and
+// checks it in: every other member confirms its life.
 func node(t *testing.T, id wire.NodeID, size int, mutant election.Mutant) *election.Election {
 	t.Helper()
-	e, err := election.New(election.Config{Node: id, ClusterSize: size, Peers: []wire.NodeID{1, 2, 3, 4, 5}, Mutant: mutant,
+	e, err := election.New(election.Config{Node: id, Bootstrap: members(size), Peers: []wire.NodeID{1, 2, 3, 4, 5}, Mutant: mutant,
+		Incarnation: 1, Nonce: 1,
 		ID: election.ID{Priority: 14, Random: uint32(id), Address: fmt.Sprintf("a%d", id), PID: 1, Name: fmt.Sprintf("n%d", id)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, o := range members(size) {
+		if o != id {
+			if err := e.Step(in(size, wire.Message{Kind: wire.KindCheckInAck, From: o, To: id, Inc: 1, Nonce: 1})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !e.CheckedIn() {
+		t.Fatal("not checked in")
+	}
+	for e.HasReady() {
+		e.Ready()
+		e.Advance()
+	}
 	return e
+}
+
+// in stamps m with the cluster id of a cluster bootstrapped with 1..size.
+func in(size int, m wire.Message) wire.Message {
+	m.Cluster, m.Size = election.ClusterID(members(size)), uint64(size)
+	return m
+}
+
+// view is a view of members 1..5 after one of the same members.
+func view(epoch uint64, leaders ...wire.NodeID) wire.View {
+	return wire.View{Epoch: epoch, Leaders: leaders, Members: members(5), PrevMembers: members(5)}
 }
 
 func TestIDRoundTrip(t *testing.T) {
@@ -68,8 +104,8 @@ func TestBadIDs(t *testing.T) {
 // views, and views naming unknown nodes are counted and change nothing.
 func TestBadInputIsRefusedAndNeverAdopted(t *testing.T) {
 	e := node(t, 1, 5, 0)
-	good := wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}}
-	if err := e.Step(wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: good}); err != nil {
+	good := view(3, 1, 2, 3)
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: good})); err != nil {
 		t.Fatal(err)
 	}
 	for e.HasReady() {
@@ -82,19 +118,22 @@ func TestBadInputIsRefusedAndNeverAdopted(t *testing.T) {
 		want error
 	}{
 		{"hello with a bad id", wire.Message{Kind: wire.KindHello, From: 2, To: 1, Name: "garbage"}, election.ErrBadID},
-		{"stale commit", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: wire.View{Epoch: 2, Leaders: []wire.NodeID{1, 2, 3}}}, election.ErrStaleView},
-		{"view naming an unknown node", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: wire.View{Epoch: 9, Leaders: []wire.NodeID{1, 2, 77}}}, election.ErrBadView},
-		{"view with no leaders", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: wire.View{Epoch: 9}}, election.ErrBadView},
-		{"view with a leader twice", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: wire.View{Epoch: 9, Leaders: []wire.NodeID{2, 2, 3}}}, election.ErrBadView},
-		{"previous view not older", wire.Message{Kind: wire.KindAccept, From: 2, To: 1, View: wire.View{Epoch: 9, Leaders: []wire.NodeID{1, 2, 3}, PrevEpoch: 9}}, election.ErrBadView},
+		{"stale commit", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(2, 1, 2, 3)}, election.ErrStaleView},
+		{"leader that is not a member", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(9, 1, 2, 77)}, election.ErrBadView},
+		{"view with no leaders", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(9)}, election.ErrBadView},
+		{"view with no members", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: wire.View{Epoch: 9, Leaders: []wire.NodeID{1}}}, election.ErrBadView},
+		{"members out of order", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: wire.View{Epoch: 9, Leaders: []wire.NodeID{1}, Members: []wire.NodeID{2, 1}, PrevMembers: []wire.NodeID{1}}}, election.ErrBadView},
+		{"view with a leader twice", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(9, 2, 2, 3)}, election.ErrBadView},
+		{"previous view not older", wire.Message{Kind: wire.KindAccept, From: 2, To: 1, View: func() wire.View { v := view(9, 1, 2, 3); v.PrevEpoch = 9; return v }()}, election.ErrBadView},
 		{"prepare without epoch", wire.Message{Kind: wire.KindPrepare, From: 2, To: 1}, election.ErrBadView},
 		{"hello carrying a bad view", wire.Message{Kind: wire.KindHello, From: 2, To: 1, Name: "14|1|a|1|n", View: wire.View{Epoch: 9, Leaders: []wire.NodeID{99}}}, election.ErrBadView},
 		{"lock message", wire.Message{Kind: wire.KindEnter, From: 2, To: 1, View: wire.View{Epoch: 9}}, election.ErrBadView},
 		{"for another node", wire.Message{Kind: wire.KindCommit, From: 2, To: 4, View: good}, election.ErrBadView},
+		{"check-in of incarnation 0", wire.Message{Kind: wire.KindCheckIn, From: 2, To: 1}, election.ErrBadView},
 	}
 	for _, c := range cases {
 		stats := e.Stats()
-		if err := e.Step(c.m); !errors.Is(err, c.want) {
+		if err := e.Step(in(5, c.m)); !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 		}
 		if e.HasReady() {
@@ -118,12 +157,12 @@ func TestOneViewPerEpoch(t *testing.T) {
 		reject bool
 	}{{0, true}, {election.MutantTwoViewsPerEpoch, false}} {
 		e := node(t, 1, 5, c.mutant)
-		first := wire.View{Epoch: 4, Leaders: []wire.NodeID{1, 2, 3}}
-		other := wire.View{Epoch: 4, Leaders: []wire.NodeID{3, 4, 5}}
-		_ = e.Step(wire.Message{Kind: wire.KindAccept, From: 2, To: 1, View: first})
+		first := view(4, 1, 2, 3)
+		other := view(4, 3, 4, 5)
+		_ = e.Step(in(5, wire.Message{Kind: wire.KindAccept, From: 2, To: 1, View: first}))
 		e.Ready()
 		e.Advance()
-		_ = e.Step(wire.Message{Kind: wire.KindAccept, From: 4, To: 1, View: other})
+		_ = e.Step(in(5, wire.Message{Kind: wire.KindAccept, From: 4, To: 1, View: other}))
 		rd := e.Ready()
 		e.Advance()
 		if len(rd.Messages) != 1 || rd.Messages[0].Reject != c.reject {
@@ -137,14 +176,14 @@ func TestOneViewPerEpoch(t *testing.T) {
 
 func TestPersistBeforeAnswer(t *testing.T) {
 	e := node(t, 1, 5, 0)
-	_ = e.Step(wire.Message{Kind: wire.KindPrepare, From: 2, To: 1, View: wire.View{Epoch: 7}})
+	_ = e.Step(in(5, wire.Message{Kind: wire.KindPrepare, From: 2, To: 1, View: wire.View{Epoch: 7}}))
 	rd := e.Ready()
 	if rd.Persist == nil || rd.Persist.Promised != 7 || len(rd.Messages) != 1 || rd.Messages[0].Kind != wire.KindPromise {
 		t.Fatalf("a promise must come with its persisted state: %+v", rd)
 	}
 	e.Advance()
 	// A lower or equal epoch is refused after that, with the promise.
-	_ = e.Step(wire.Message{Kind: wire.KindPrepare, From: 3, To: 1, View: wire.View{Epoch: 7}})
+	_ = e.Step(in(5, wire.Message{Kind: wire.KindPrepare, From: 3, To: 1, View: wire.View{Epoch: 7}}))
 	rd = e.Ready()
 	if !rd.Messages[0].Reject || rd.Messages[0].Seq != 7 || rd.Persist != nil {
 		t.Fatalf("got %+v", rd)
@@ -154,7 +193,7 @@ func TestPersistBeforeAnswer(t *testing.T) {
 // A node learned after the start (AddPeer) is greeted like a configured
 // peer; adding a known peer, itself or 0 changes nothing.
 func TestAddPeerGetsHellos(t *testing.T) {
-	e, err := election.New(election.Config{Node: 1, ClusterSize: 3,
+	e, err := election.New(election.Config{Node: 1, Bootstrap: []wire.NodeID{1}, Incarnation: 1,
 		ID: election.ID{Priority: 5, Address: "a", Name: "n1"}}, nil)
 	if err != nil {
 		t.Fatal(err)

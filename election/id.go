@@ -20,6 +20,20 @@ var (
 	ErrStaleView = errors.New("election: view of an old epoch")
 	ErrBadView   = errors.New("election: malformed view")
 	ErrBadConfig = errors.New("election: bad config")
+	// ErrForeign: a message of another cluster (or of none), refused.
+	ErrForeign = errors.New("election: message of another cluster")
+	// ErrStale: a life of a node older than one a member knows.
+	ErrStale = errors.New("election: stale life")
+	// ErrNotCheckedIn: a vote asked of a node that has not checked in.
+	ErrNotCheckedIn = errors.New("election: not checked in")
+	// ErrNotReady: a membership change asked of a node without a valid view.
+	ErrNotReady = errors.New("election: not ready")
+	// ErrBadChange: a membership change that must not be made.
+	ErrBadChange = errors.New("election: bad membership change")
+	// ErrBusy: a membership change is already under way at this node.
+	ErrBusy = errors.New("election: a membership change is under way")
+	// ErrChangeLost: a membership change did not commit; nothing changed.
+	ErrChangeLost = errors.New("election: membership change not committed")
 )
 
 // ID is a node's election identity, computed once at start. Nodes compare

@@ -28,18 +28,29 @@ type hnode struct {
 	e         *election.Election // nil while down
 	id        election.ID
 	persisted *election.Persisted
+	inc       uint32 // the store's incarnation counter, persisted
+	boot      []wire.NodeID
+	saved     *hnode // a copy of the disk, for rollback
 }
 
-// harness: messages sent during one tick are delivered at the next one;
-// isolated nodes can talk only among themselves.
+type envelope struct {
+	at int
+	m  wire.Message
+}
+
+// harness: messages sent during one tick are delivered delay ticks later
+// (1 unless set); isolated nodes can talk only among themselves.
 type harness struct {
 	nodes    []*hnode
 	size     int
 	tick     int
-	inflight []wire.Message
+	delay    int
+	nonce    uint64
+	inflight []envelope
 	side     map[wire.NodeID]bool // the isolated side, when partitioned
 	adopted  map[string][]int     // view description -> nodes that adopted it
 	order    []string
+	changes  []string
 	out      strings.Builder
 }
 
@@ -52,14 +63,17 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.cluster(t, d)
 	case "tick":
 		n := intArg(t, d, "n", 1)
-		h.adopted, h.order = map[string][]int{}, nil
+		h.adopted, h.order, h.changes = map[string][]int{}, nil, nil
 		for range n {
 			h.step()
 		}
 		for _, v := range h.order {
 			h.printf("%s adopted by %v\n", v, h.adopted[v])
 		}
-		if len(h.order) == 0 {
+		for _, c := range h.changes {
+			h.printf("%s\n", c)
+		}
+		if len(h.order) == 0 && len(h.changes) == 0 {
 			h.printf("no new view\n")
 		}
 	case "status":
@@ -80,6 +94,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 			h.printf("%s\n", line)
 		}
+	case "stats":
+		for i, n := range h.nodes {
+			if n.e != nil {
+				s := n.e.Stats()
+				h.printf("node %d: foreign %d, stale lives %d, not checked in %d\n", i+1, s.Foreign, s.StaleLives, s.NotCheckedIn)
+			}
+		}
 	case "crash":
 		for _, id := range listArg(t, d, "node") {
 			h.nodes[id-1].e = nil
@@ -90,6 +111,54 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.start(t, id)
 			h.printf("node %d up\n", id)
 		}
+	case "join", "solo":
+		// A new machine: join starts it with no bootstrap (it joins as a
+		// non-member); solo with the default flags (a cluster of itself).
+		id := len(h.nodes) + 1
+		h.nodes = append(h.nodes, &hnode{id: h.newID(id, election.DefaultPriority)})
+		if d.Cmd == "solo" {
+			h.nodes[id-1].boot = []wire.NodeID{wire.NodeID(id)}
+		}
+		h.start(t, id)
+		for _, o := range h.nodes {
+			if o.e != nil {
+				o.e.AddPeer(wire.NodeID(id)) // the mesh announces it
+			}
+		}
+		h.printf("node %d up, %s\n", id, map[string]string{"join": "joining", "solo": "a cluster of itself"}[d.Cmd])
+	case "wipe":
+		// The node's store is lost, its identity stays: it starts from
+		// nothing with the same id.
+		for _, id := range listArg(t, d, "node") {
+			n := h.nodes[id-1]
+			n.persisted, n.inc = nil, 0
+			h.start(t, id)
+			h.printf("node %d up with an empty store\n", id)
+		}
+	case "save":
+		for _, id := range listArg(t, d, "node") {
+			n := h.nodes[id-1]
+			n.saved = &hnode{persisted: n.persisted, inc: n.inc}
+			h.printf("node %d: store copied at incarnation %d\n", id, n.inc)
+		}
+	case "rollback":
+		for _, id := range listArg(t, d, "node") {
+			n := h.nodes[id-1]
+			n.persisted, n.inc = n.saved.persisted, n.saved.inc
+			h.start(t, id)
+			h.printf("node %d up from the old copy, incarnation %d\n", id, n.inc)
+		}
+	case "change":
+		id := intArg(t, d, "node", 1)
+		c := election.Change{Add: wire.NodeID(intArg(t, d, "add", 0)), Remove: wire.NodeID(intArg(t, d, "remove", 0))}
+		if err := h.nodes[id-1].e.ChangeMembers(c); err != nil {
+			h.printf("node %d: %s refused: %v\n", id, c, err)
+		} else {
+			h.printf("node %d: %s started\n", id, c)
+			h.ready(id)
+		}
+	case "delay":
+		h.delay = intArg(t, d, "n", 1)
 	case "partition":
 		h.side = map[wire.NodeID]bool{}
 		for _, id := range listArg(t, d, "side") {
@@ -106,10 +175,18 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	return h.out.String()
 }
 
-// cluster nodes=N [off=I,J] [priority=I:P,...] [down=I,J]
+func (h *harness) newID(i int, p uint8) election.ID {
+	// The random part decides among equal priorities: here it keeps node
+	// order, so scenarios read easily.
+	return election.ID{Priority: p, Random: uint32(i) * 0x1000,
+		Address: fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 4000+i), PID: uint32(100 + i), Name: fmt.Sprintf("node%d", i)}
+}
+
+// cluster nodes=N [off=I,J] [priority=I:P,...] [down=I,J]: nodes 1..N,
+// bootstrapped as the members.
 func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
-	h.size = int(intArg(t, d, "nodes", 5))
-	h.nodes, h.inflight, h.side, h.tick = nil, nil, nil, 0
+	h.size = intArg(t, d, "nodes", 5)
+	h.nodes, h.inflight, h.side, h.tick, h.delay = nil, nil, nil, 0, 1
 	prio := map[int]uint8{}
 	for _, id := range listArg(t, d, "off") {
 		prio[id] = election.Off
@@ -126,15 +203,16 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 		}
 	}
 	down := listArg(t, d, "down")
+	var boot []wire.NodeID
+	for i := 1; i <= h.size; i++ {
+		boot = append(boot, wire.NodeID(i))
+	}
 	for i := 1; i <= h.size; i++ {
 		p, ok := prio[i]
 		if !ok {
 			p = election.DefaultPriority
 		}
-		// The random part decides among equal priorities: here it keeps
-		// node order, so scenarios read easily.
-		h.nodes = append(h.nodes, &hnode{id: election.ID{Priority: p, Random: uint32(i) * 0x1000,
-			Address: fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 4000+i), PID: uint32(100 + i), Name: fmt.Sprintf("node%d", i)}})
+		h.nodes = append(h.nodes, &hnode{id: h.newID(i, p), boot: boot})
 		if !slices.Contains(down, i) {
 			h.start(t, i)
 		}
@@ -149,21 +227,34 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 func (h *harness) start(t *testing.T, id int) {
 	n := h.nodes[id-1]
 	var peers []wire.NodeID
-	for i := 1; i <= h.size; i++ {
+	for i := 1; i <= len(h.nodes); i++ {
 		peers = append(peers, wire.NodeID(i))
 	}
-	e, err := election.New(election.Config{Node: wire.NodeID(id), ID: n.id, ClusterSize: h.size, Peers: peers}, n.persisted)
+	n.inc++ // the store counts every start
+	h.nonce++
+	e, err := election.New(election.Config{Node: wire.NodeID(id), ID: n.id, Bootstrap: n.boot, Peers: peers,
+		Incarnation: n.inc, Nonce: h.nonce}, n.persisted)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.e = e
+	h.ready(id)
 }
 
 func (h *harness) step() {
 	h.tick++
-	deliver := h.inflight
-	h.inflight = nil
-	for _, m := range deliver {
+	var deliver []envelope
+	rest := h.inflight[:0:0]
+	for _, env := range h.inflight {
+		if env.at <= h.tick {
+			deliver = append(deliver, env)
+		} else {
+			rest = append(rest, env)
+		}
+	}
+	h.inflight = rest
+	for _, env := range deliver {
+		m := env.m
 		to := h.nodes[m.To-1]
 		if to.e == nil || h.side != nil && h.side[m.From] != h.side[m.To] {
 			continue
@@ -186,13 +277,24 @@ func (h *harness) ready(id int) {
 		if rd.Persist != nil {
 			n.persisted = rd.Persist
 		}
-		h.inflight = append(h.inflight, rd.Messages...)
+		for _, m := range rd.Messages {
+			if int(m.To) <= len(h.nodes) {
+				h.inflight = append(h.inflight, envelope{at: h.tick + h.delay, m: m})
+			}
+		}
 		if rd.View != nil {
 			v := fmtView(*rd.View)
 			if _, ok := h.adopted[v]; !ok {
 				h.order = append(h.order, v)
 			}
 			h.adopted[v] = append(h.adopted[v], id)
+		}
+		for _, c := range rd.Changes {
+			if c.Err != nil {
+				h.changes = append(h.changes, fmt.Sprintf("node %d: %s failed: %v", id, c.Change, c.Err))
+			} else {
+				h.changes = append(h.changes, fmt.Sprintf("node %d: %s committed in e%d", id, c.Change, c.Epoch))
+			}
 		}
 		n.e.Advance()
 	}
@@ -203,6 +305,9 @@ func fmtView(v wire.View) string {
 		return "no view"
 	}
 	s := fmt.Sprintf("e%d leaders %v", v.Epoch, v.Leaders)
+	if !slices.Equal(v.Members, v.PrevMembers) {
+		s += fmt.Sprintf(" members %v", v.Members)
+	}
 	if v.PrevEpoch > 0 {
 		s += fmt.Sprintf(" (after e%d %v)", v.PrevEpoch, v.PrevLeaders)
 	}

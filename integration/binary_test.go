@@ -222,10 +222,13 @@ func TestAgentsSurviveKill(t *testing.T) {
 		c                *http.Client
 	}
 	nodes := make([]*node, 3)
+	var members []string
 	for i := range nodes {
 		n := &node{data: filepath.Join(root, fmt.Sprintf("n%d", i+1))}
 		n.sock = filepath.Join(n.data, "api.sock")
-		n.addr = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), peerID(t, n.data))
+		id := peerID(t, n.data)
+		members = append(members, id)
+		n.addr = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), id)
 		n.c = unixClient(n.sock)
 		nodes[i] = n
 	}
@@ -239,7 +242,7 @@ func TestAgentsSurviveKill(t *testing.T) {
 		}
 		listen := strings.TrimSuffix(n.addr, n.addr[strings.Index(n.addr, "/p2p/"):])
 		n.p = start(t, "agent", "--name", fmt.Sprintf("n%d", i+1), "--data", n.data, "--listen", listen,
-			"--peers", strings.Join(peers, ","), "--cluster-size", "3", "--api", n.sock, "--log-level", "warn")
+			"--peers", strings.Join(peers, ","), "--initial-members", strings.Join(members, ","), "--api", n.sock, "--log-level", "warn")
 		n.p.waitLine(t, "API on "+n.sock)
 	}
 	for i := range nodes {

@@ -33,6 +33,10 @@ var (
 // IdentityFile is the name of the key file inside the data directory.
 const IdentityFile = "identity.key"
 
+// FreshFile marks an identity key that has never served: it is written
+// before the key and removed by MarkIdentityUsed.
+const FreshFile = "identity.fresh"
+
 // maxKeyFile bounds what ReadPSK and LoadOrCreateIdentity read: both files are tiny.
 const maxKeyFile = 4 << 10
 
@@ -53,9 +57,15 @@ func NodeIDOf(id peer.ID) wire.NodeID {
 // (temporary file, fsync, rename), so a crash never leaves half a key.
 // Concurrent first calls on one directory are not supported: one daemon owns
 // a data directory.
-func LoadOrCreateIdentity(dir string) (crypto.PrivKey, error) {
+//
+// fresh reports that the key has never served: this call created it, or
+// dir/identity.fresh is still there (MarkIdentityUsed removes it). A
+// created key gets the marker before the key itself, so a crash between
+// the two leaves a marker and no key, which the next call treats as a
+// first start; a key without a marker has served.
+func LoadOrCreateIdentity(dir string) (key crypto.PrivKey, fresh bool, err error) {
 	if dir == "" {
-		return nil, fmt.Errorf("%w: no data directory", ErrIdentity)
+		return nil, false, fmt.Errorf("%w: no data directory", ErrIdentity)
 	}
 	path := filepath.Join(dir, IdentityFile)
 	data, err := readSmall(path)
@@ -63,35 +73,64 @@ func LoadOrCreateIdentity(dir string) (crypto.PrivKey, error) {
 	case err == nil:
 		k, err := crypto.UnmarshalPrivateKey(data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrIdentity, path, err)
+			return nil, false, fmt.Errorf("%w: %s: %w", ErrIdentity, path, err)
 		}
 		if k.Type() != crypto.Ed25519 {
-			return nil, fmt.Errorf("%w: %s: key type %v, want Ed25519", ErrIdentity, path, k.Type())
+			return nil, false, fmt.Errorf("%w: %s: key type %v, want Ed25519", ErrIdentity, path, k.Type())
 		}
-		return k, nil
+		_, err = os.Lstat(filepath.Join(dir, FreshFile))
+		switch {
+		case err == nil:
+			return k, true, nil
+		case errors.Is(err, os.ErrNotExist):
+			return k, false, nil
+		default:
+			return nil, false, fmt.Errorf("%w: %w", ErrIdentity, err)
+		}
 	case !errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
+		return nil, false, fmt.Errorf("%w: %w", ErrIdentity, err)
 	}
 
 	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("%w: generate: %w", ErrIdentity, err)
+		return nil, false, fmt.Errorf("%w: generate: %w", ErrIdentity, err)
 	}
 	data, err = crypto.MarshalPrivateKey(k)
 	if err != nil {
-		return nil, fmt.Errorf("%w: marshal: %w", ErrIdentity, err)
+		return nil, false, fmt.Errorf("%w: marshal: %w", ErrIdentity, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
+		return nil, false, fmt.Errorf("%w: %w", ErrIdentity, err)
+	}
+	if err := writeAtomic(dir, filepath.Join(dir, FreshFile), nil); err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrIdentity, err)
 	}
 	if err := writeAtomic(dir, path, data); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrIdentity, err)
+		return nil, false, fmt.Errorf("%w: %w", ErrIdentity, err)
 	}
-	return k, nil
+	return k, true, nil
+}
+
+// MarkIdentityUsed records that the key in dir served: from then on
+// LoadOrCreateIdentity reports it not fresh, and a store found empty
+// means the node lost its state. Call it once the node's store holds the
+// identity, before the node answers anyone.
+func MarkIdentityUsed(dir string) error {
+	if dir == "" {
+		return fmt.Errorf("%w: no data directory", ErrIdentity)
+	}
+	if err := os.Remove(filepath.Join(dir, FreshFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %w", ErrIdentity, err)
+	}
+	// The removal is only durable once the directory is synced.
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("%w: %w", ErrIdentity, err)
+	}
+	return nil
 }
 
 func writeAtomic(dir, path string, data []byte) (err error) {
-	f, err := os.CreateTemp(dir, "."+IdentityFile+".*") // created 0600
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*") // created 0600
 	if err != nil {
 		return err
 	}
@@ -114,6 +153,10 @@ func writeAtomic(dir, path string, data []byte) (err error) {
 		return err
 	}
 	// The rename is only durable once the directory is synced.
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

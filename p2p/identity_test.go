@@ -13,16 +13,19 @@ import (
 func TestIdentityPersists(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
-	k1, err := LoadOrCreateIdentity(dir)
+	k1, _, err := LoadOrCreateIdentity(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k2, err := LoadOrCreateIdentity(dir)
+	k2, _, err := LoadOrCreateIdentity(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !k1.Equals(k2) || idOf(t, k1) != idOf(t, k2) {
 		t.Fatal("the identity changed between calls")
+	}
+	if err := MarkIdentityUsed(dir); err != nil {
+		t.Fatal(err)
 	}
 	st, err := os.Stat(filepath.Join(dir, IdentityFile))
 	if err != nil || st.Mode().Perm() != 0o600 {
@@ -35,15 +38,74 @@ func TestIdentityPersists(t *testing.T) {
 		t.Fatalf("leftover files: %v", ents)
 	}
 
-	if _, err := LoadOrCreateIdentity(""); !errors.Is(err, ErrIdentity) {
+	if _, _, err := LoadOrCreateIdentity(""); !errors.Is(err, ErrIdentity) {
 		t.Fatalf("empty dir: %v", err)
 	}
 	bad := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bad, IdentityFile), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadOrCreateIdentity(bad); !errors.Is(err, ErrIdentity) {
+	if _, _, err := LoadOrCreateIdentity(bad); !errors.Is(err, ErrIdentity) {
 		t.Fatalf("garbled key: %v", err)
+	}
+}
+
+// TestIdentityFresh: a key is fresh from its creation until
+// MarkIdentityUsed, across any number of loads, and stays the same key.
+func TestIdentityFresh(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	marker := filepath.Join(dir, FreshFile)
+	k1, fresh, err := LoadOrCreateIdentity(dir)
+	if err != nil || !fresh {
+		t.Fatalf("created: fresh %v, %v", fresh, err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("no marker after creating the key: %v", err)
+	}
+	k2, fresh, err := LoadOrCreateIdentity(dir)
+	if err != nil || !fresh {
+		t.Fatalf("loaded before use: fresh %v, %v", fresh, err)
+	}
+	if err := MarkIdentityUsed(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("marker after MarkIdentityUsed: %v", err)
+	}
+	k3, fresh, err := LoadOrCreateIdentity(dir)
+	if err != nil || fresh {
+		t.Fatalf("loaded after use: fresh %v, %v", fresh, err)
+	}
+	if !k1.Equals(k2) || !k1.Equals(k3) {
+		t.Fatal("the identity changed between calls")
+	}
+	if err := MarkIdentityUsed(dir); err != nil {
+		t.Fatalf("MarkIdentityUsed without a marker: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("leftover files: %v", ents)
+	}
+
+	// A crash between the marker and the key: the next call makes a key,
+	// fresh.
+	crashed := t.TempDir()
+	if err := os.WriteFile(filepath.Join(crashed, FreshFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, fresh, err := LoadOrCreateIdentity(crashed); err != nil || !fresh {
+		t.Fatalf("marker without a key: fresh %v, %v", fresh, err)
+	}
+	// A key without a marker (made before markers existed) has served.
+	old := t.TempDir()
+	if err := os.Rename(filepath.Join(dir, IdentityFile), filepath.Join(old, IdentityFile)); err != nil {
+		t.Fatal(err)
+	}
+	if k, fresh, err := LoadOrCreateIdentity(old); err != nil || fresh || !k.Equals(k1) {
+		t.Fatalf("key without a marker: fresh %v, %v", fresh, err)
+	}
+	if err := MarkIdentityUsed(filepath.Join(old, "missing")); !errors.Is(err, ErrIdentity) {
+		t.Fatalf("MarkIdentityUsed on a missing directory: %v", err)
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
@@ -13,6 +15,14 @@ import (
 
 // version is the first byte of every value.
 const version byte = 1
+
+// Versions of the election record: 1 lacks the cluster, the bootstrap
+// members, the views' members and the lives; Open still reads it, so a
+// node upgraded in place keeps its votes.
+const (
+	electionV1 byte = 1
+	electionV2 byte = 2
+)
 
 const (
 	prefixName = 'n'
@@ -26,6 +36,7 @@ var (
 	keyFence    = []byte("m:fence")
 	keyComplete = []byte("m:complete")
 	keyInc      = []byte("m:inc")
+	keyIdentity = []byte("m:identity")
 	keyElection = []byte("m:election")
 	ledPrefix   = []byte{prefixLed}
 	namePrefix  = []byte{prefixName}
@@ -195,19 +206,44 @@ func decodeLed(k, v []byte) (core.View, error) {
 }
 
 func encodeElection(p *election.Persisted) []byte {
-	b := binary.AppendUvarint([]byte{version}, p.Promised)
-	a, v := p.Accepted, p.Valid
-	b = appendView(b, a.Epoch, a.Leaders, a.PrevEpoch, a.PrevLeaders)
-	return appendView(b, v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders)
+	b := binary.AppendUvarint([]byte{electionV2}, p.Cluster)
+	b = appendNodes(b, p.Bootstrap)
+	b = binary.AppendUvarint(b, p.Promised)
+	for _, v := range []*wire.View{&p.Accepted, &p.Valid} {
+		b = appendView(b, v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders)
+		b = appendNodes(b, v.Members)
+		b = appendNodes(b, v.PrevMembers)
+	}
+	// In node order, so that equal records encode to equal bytes.
+	b = binary.AppendUvarint(b, uint64(len(p.Lives)))
+	for _, id := range slices.Sorted(maps.Keys(p.Lives)) {
+		l := p.Lives[id]
+		b = binary.AppendUvarint(b, uint64(id))
+		b = binary.AppendUvarint(b, uint64(l.Incarnation))
+		b = binary.AppendUvarint(b, l.Nonce)
+	}
+	return b
 }
 
 func decodeElection(k, v []byte) (*election.Persisted, error) {
 	r := reader{k: k, b: v}
-	r.version()
-	p := &election.Persisted{Promised: r.uvarint()}
-	a, vv := &p.Accepted, &p.Valid
-	a.Epoch, a.Leaders, a.PrevEpoch, a.PrevLeaders = r.view()
-	vv.Epoch, vv.Leaders, vv.PrevEpoch, vv.PrevLeaders = r.view()
+	ver := r.versionOf(electionV1, electionV2)
+	p := &election.Persisted{}
+	if ver == electionV2 {
+		p.Cluster = r.uvarint()
+		p.Bootstrap = r.nodes()
+	}
+	p.Promised = r.uvarint()
+	for _, view := range []*wire.View{&p.Accepted, &p.Valid} {
+		view.Epoch, view.Leaders, view.PrevEpoch, view.PrevLeaders = r.view()
+		if ver == electionV2 {
+			view.Members = r.nodes()
+			view.PrevMembers = r.nodes()
+		}
+	}
+	if ver == electionV2 {
+		p.Lives = r.lives()
+	}
 	if err := r.done(); err != nil {
 		return nil, err
 	}
@@ -236,15 +272,22 @@ func (r *reader) fail(why string) {
 	r.b = nil
 }
 
-func (r *reader) version() {
+func (r *reader) version() { r.versionOf(version) }
+
+// versionOf reads the version byte, which must be one of known, and
+// returns it (0 after a failure).
+func (r *reader) versionOf(known ...byte) byte {
 	switch {
 	case len(r.b) == 0:
 		r.fail("empty value")
-	case r.b[0] != version:
+	case !slices.Contains(known, r.b[0]):
 		r.fail(fmt.Sprintf("unknown value version %d", r.b[0]))
 	default:
+		v := r.b[0]
 		r.b = r.b[1:]
+		return v
 	}
+	return 0
 }
 
 func (r *reader) byte() byte {
@@ -293,6 +336,39 @@ func (r *reader) nodes() []wire.NodeID {
 		ids[i] = wire.NodeID(r.uvarint())
 	}
 	return ids
+}
+
+// lives reads the lives of an election record: node ids strictly
+// increasing, so that a record has one encoding and no node twice.
+func (r *reader) lives() map[wire.NodeID]election.Life {
+	n := r.uvarint()
+	// Each life takes at least three bytes: see nodes.
+	if n > uint64(len(r.b))/3 {
+		r.fail("life count over value size")
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	lives := make(map[wire.NodeID]election.Life, n)
+	var last wire.NodeID
+	for i := range n {
+		id := wire.NodeID(r.uvarint())
+		inc := r.uvarint()
+		nonce := r.uvarint()
+		switch {
+		case r.err != nil:
+			return nil
+		case i > 0 && id <= last:
+			r.fail("lives not in node order")
+			return nil
+		case inc > math.MaxUint32:
+			r.fail("incarnation over 32 bits")
+			return nil
+		}
+		lives[id], last = election.Life{Incarnation: uint32(inc), Nonce: nonce}, id
+	}
+	return lives
 }
 
 func (r *reader) view() (epoch uint64, leaders []wire.NodeID, prevEpoch uint64, prev []wire.NodeID) {

@@ -1,9 +1,13 @@
 package store
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
@@ -31,9 +35,82 @@ func TestCodecRoundTrip(t *testing.T) {
 			t.Fatalf("view %+v: got %+v, %v", w.View, v, err)
 		}
 		p := randElection(r)
-		got, err := decodeElection(keyElection, encodeElection(p))
+		enc := encodeElection(p)
+		got, err := decodeElection(keyElection, enc)
 		if err != nil || !reflect.DeepEqual(normalElection(got), normalElection(p)) {
 			t.Fatalf("election %+v: got %+v, %v", p, got, err)
+		}
+		if again := encodeElection(got); !bytes.Equal(again, enc) {
+			t.Fatalf("election %+v: encodes as %x, then %x", p, enc, again)
+		}
+		// The first version, as records written before it changed hold
+		// them, loads with the fields it lacked empty.
+		got, err = decodeElection(keyElection, encodeElectionV1(p))
+		old := &election.Persisted{Promised: p.Promised, Accepted: p.Accepted, Valid: p.Valid}
+		old.Accepted.Members, old.Accepted.PrevMembers, old.Valid.Members, old.Valid.PrevMembers = nil, nil, nil, nil
+		if err != nil || !reflect.DeepEqual(normalElection(got), normalElection(old)) {
+			t.Fatalf("election version 1 %+v: got %+v, %v", old, got, err)
+		}
+	}
+}
+
+// encodeElectionV1 is the encoding of the election record before version 2.
+func encodeElectionV1(p *election.Persisted) []byte {
+	b := binary.AppendUvarint([]byte{1}, p.Promised)
+	a, v := p.Accepted, p.Valid
+	b = appendView(b, a.Epoch, a.Leaders, a.PrevEpoch, a.PrevLeaders)
+	return appendView(b, v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders)
+}
+
+// TestElectionVersions pins both encodings byte by byte: version 1 as
+// stores of the previous release hold it, and version 2.
+func TestElectionVersions(t *testing.T) {
+	v1 := []byte{1, 4, 3, 2, 1, 2, 1, 1, 5, 2, 1, 7, 0, 0}
+	got, err := decodeElection(keyElection, v1)
+	want := &election.Persisted{Promised: 4,
+		Accepted: wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 2}, PrevEpoch: 1, PrevLeaders: []wire.NodeID{5}},
+		Valid:    wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 1: got %+v, %v", got, err)
+	}
+	want.Cluster, want.Bootstrap = 300, []wire.NodeID{1, 2, 5}
+	want.Accepted.Members, want.Accepted.PrevMembers = []wire.NodeID{1, 2, 5}, []wire.NodeID{1, 2, 5}
+	want.Valid.Members, want.Valid.PrevMembers = []wire.NodeID{7}, []wire.NodeID{1, 2, 5}
+	want.Lives = map[wire.NodeID]election.Life{5: {Incarnation: 2, Nonce: 9}, 1: {Incarnation: 1, Nonce: 128}}
+	v2 := []byte{2, 0xac, 0x02, 3, 1, 2, 5, 4,
+		3, 2, 1, 2, 1, 1, 5, 3, 1, 2, 5, 3, 1, 2, 5,
+		2, 1, 7, 0, 0, 1, 7, 3, 1, 2, 5,
+		2, 1, 1, 0x80, 0x01, 5, 2, 9}
+	if enc := encodeElection(want); !bytes.Equal(enc, v2) {
+		t.Fatalf("version 2 encodes as %v, want %v", enc, v2)
+	}
+	if got, err := decodeElection(keyElection, v2); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 2: got %+v, %v", got, err)
+	}
+	lives := v2[:len(v2)-8] // up to the count of lives
+	withLives := func(b ...byte) []byte { return append(slices.Clone(lives), b...) }
+	bad := []struct {
+		name string
+		v    []byte
+		why  string
+	}{
+		{"version 0", append([]byte{0}, v1[1:]...), "unknown value version 0"},
+		{"version 3", append([]byte{3}, v2[1:]...), "unknown value version 3"},
+		{"version 1 trailing", append(slices.Clone(v1), 0), "trailing bytes"},
+		{"version 2 as 1", append([]byte{1}, v2[1:]...), "trailing bytes"},
+		{"version 1 as 2", append([]byte{2}, v1[1:]...), "truncated"},
+		{"version 2 truncated", v2[:len(v2)-1], "truncated"},
+		{"version 2 trailing", append(slices.Clone(v2), 0), "trailing bytes"},
+		{"lives out of order", withLives(2, 5, 2, 9, 1, 1, 0), "not in node order"},
+		{"life twice", withLives(2, 5, 2, 9, 5, 1, 0), "not in node order"},
+		{"incarnation over 32 bits", withLives(1, 5, 0x80, 0x80, 0x80, 0x80, 0x10, 0), "over 32 bits"},
+		{"life count over size", withLives(3, 1, 1, 0, 5, 2, 9), "life count over value size"},
+		{"life truncated", withLives(2, 1, 1, 0, 5, 2, 0x80), "truncated"},
+		{"huge life count", withLives(0xff, 0xff, 0xff, 0xff, 0x0f, 1, 1, 0), "life count over value size"},
+	}
+	for _, c := range bad {
+		if _, err := decodeElection(keyElection, c.v); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("%s: %v, want ErrCorrupt: %s", c.name, err, c.why)
 		}
 	}
 }
@@ -44,6 +121,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(highKey("\x00"), encodeUint(9))
 	f.Add(ledKey(5), encodeLed(core.View{Epoch: 5, Leaders: []wire.NodeID{1, 2}, PrevLeaders: []wire.NodeID{3}}))
 	f.Add(keyElection, encodeElection(&election.Persisted{Promised: 4, Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}))
+	f.Add(keyElection, encodeElection(&election.Persisted{Cluster: 9, Bootstrap: []wire.NodeID{1, 7}, Promised: 4,
+		Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}, Members: []wire.NodeID{1, 7}, PrevMembers: []wire.NodeID{1}},
+		Lives: map[wire.NodeID]election.Life{1: {Incarnation: 3, Nonce: 1 << 60}, 7: {Incarnation: 1}}}))
+	f.Add(keyElection, encodeElectionV1(&election.Persisted{Promised: 4, Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}))
 	f.Add([]byte("n\x00"), []byte{1, 0x80})
 	f.Fuzz(func(t *testing.T, k, v []byte) {
 		check := func(err error) {

@@ -5,6 +5,13 @@
 //   - Open loads everything in one transaction, bumps the stored incarnation
 //     with a synced write and returns the new one, so request ids of this
 //     start never repeat those of an earlier one (wire.RequestID).
+//   - The same transaction checks the node's identity: a store records the
+//     first node id it is opened with and refuses any other
+//     (ErrOtherIdentity). An empty store is
+//     initialised only when Config.Fresh says the identity never served;
+//     otherwise the node lost its state and Open refuses (ErrLost),
+//     writing nothing: a node must never vote again without the promises
+//     it made.
 //   - Submit queues a Batch and never blocks. A single writer goroutine takes
 //     the oldest queued batch plus every batch queued behind it (up to
 //     Config.MaxBatch writes), applies them in order to one Badger
@@ -38,6 +45,7 @@
 //	"l" epoch(8)                           led view of that epoch (core.Durable.Led)
 //	"m:fence"  "m:complete"                core.Durable.Fence and Complete
 //	"m:inc"                                the incarnation of the last Open
+//	"m:identity"                           the node id the store belongs to
 //	"m:election"                           election.Persisted
 //
 // Numbers in keys are big-endian so that key order is numeric order. Names
@@ -46,16 +54,29 @@
 // order (then the high-water mark, then the tickets in wire.RequestID order),
 // which is the order Snapshot streams without sorting in memory.
 //
-// Values are a version byte (1) followed by encoding/binary varints:
+// Values are a version byte (1; 2 for the election) followed by
+// encoding/binary varints; a list is a uvarint count, then its items:
 //
-//	high water, fence, complete, inc   uvarint
+//	high water, fence, complete,
+//	inc, identity                      uvarint
 //	ticket                             uvarint ticket, byte mode, byte state,
 //	                                   byte flags (bit 0: active), varint lifetime
-//	view                               uvarint epoch, uvarint n, n uvarint leaders,
-//	                                   uvarint prev epoch, uvarint m, m uvarint prev leaders
-//	election                           uvarint promised, view accepted, view valid
+//	view                               uvarint epoch, list of uvarint leaders,
+//	                                   uvarint prev epoch, list of uvarint prev leaders
+//	election (2)                       uvarint cluster, list of uvarint bootstrap members,
+//	                                   uvarint promised, view+members accepted,
+//	                                   view+members valid, list of lives
+//	view+members                       view, list of uvarint members,
+//	                                   list of uvarint prev members
+//	life                               uvarint node, uvarint incarnation, uvarint nonce;
+//	                                   in strictly increasing node order
+//
+// Version 1 of the election (uvarint promised, view accepted, view valid),
+// written before membership changes existed, still loads: with no
+// cluster, bootstrap, members or lives.
 //
 // A name must fit a Badger key (65000 bytes escaped; the wire caps names at
-// 1 KiB), or its write fails. A ticket's request id lives only in its key. Empty leader lists load as
-// nil. A led view's epoch is stored in both key and value and must agree.
+// 1 KiB), or its write fails. A ticket's request id lives only in its key.
+// Empty lists (and lives) load as nil. A led view's epoch is stored in both
+// key and value and must agree.
 package store

@@ -26,6 +26,12 @@ var (
 	// ErrFailed wraps the error of a failed write. It is sticky: after one
 	// failure every later Submit fails too, and the node must stop serving.
 	ErrFailed = errors.New("store: write failed")
+	// ErrLost: the store is empty but the node's identity served before:
+	// its votes and lock table are gone, and it must not serve under that
+	// identity again.
+	ErrLost = errors.New("store: state lost")
+	// ErrOtherIdentity: the store was started by another node.
+	ErrOtherIdentity = errors.New("store: belongs to another node")
 )
 
 // defaultMaxBatch is Config.MaxBatch when it is zero or less.
@@ -52,6 +58,15 @@ type Config struct {
 	// SIGBUS when the disk fills, instead of returning an error, so the
 	// store stops first. Default 64 MiB; negative turns the check off.
 	MinFree int64
+	// Identity is the node id this store belongs to (0: not checked).
+	// A store records the identity of its first start and refuses another.
+	Identity uint64
+	// Fresh allows a store with no state at all to be initialised: the
+	// node's identity was made for this start (or by `sluice id`) and has
+	// never served. Without it, an empty store means the node's state was
+	// lost while its identity key stayed: Open refuses with ErrLost.
+	// In-memory stores are always fresh.
+	Fresh bool
 }
 
 // State is what Open and Load find.
@@ -62,6 +77,8 @@ type State struct {
 	// Incarnation: from Open, the new incarnation (1 on a first start);
 	// from Load, the stored one.
 	Incarnation uint32
+	// Identity is the node id the store belongs to (0: none recorded).
+	Identity uint64
 }
 
 // Batch is one unit of Submit: writes applied in order, and the election's
@@ -119,7 +136,8 @@ type request struct {
 	ch chan error
 }
 
-// Open opens the store (creating Dir), loads it, and durably bumps the
+// Open opens the store (creating Dir), loads it, checks that it belongs to
+// Config.Identity (ErrOtherIdentity, ErrLost), and durably bumps the
 // incarnation. The returned State carries the new incarnation.
 func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 	if err := ctx.Err(); err != nil {
@@ -177,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 	if err != nil {
 		return nil, State{}, err
 	}
-	st, err := bump(db)
+	st, err := bump(db, cfg.Identity, cfg.Fresh || cfg.InMemory)
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -196,7 +214,7 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 		done:      make(chan struct{}),
 	}
 	go s.run()
-	log.Info("store opened", "path", path, "incarnation", st.Incarnation,
+	log.Info("store opened", "path", path, "identity", st.Identity, "incarnation", st.Incarnation,
 		"names", len(st.Durable.HighWater), "fence", st.Durable.Fence, "complete", st.Durable.Complete)
 	return s, st, nil
 }
@@ -218,14 +236,39 @@ func openBadger(opts badger.Options, path string) (db *badger.DB, err error) {
 	return db, nil
 }
 
-// bump loads everything and stores incarnation+1 in one transaction, whose
-// commit is synced.
-func bump(db *badger.DB) (State, error) {
+// bump loads everything, checks the store belongs to node id, records id
+// if no identity is, and stores incarnation+1, in one transaction whose
+// commit is synced. A refusal writes nothing.
+func bump(db *badger.DB, id uint64, fresh bool) (State, error) {
 	var st State
 	err := db.Update(func(txn *badger.Txn) error {
 		var err error
 		if st, err = load(txn); err != nil {
 			return err
+		}
+		_, err = txn.Get(keyInc)
+		empty := errors.Is(err, badger.ErrKeyNotFound)
+		if err != nil && !empty {
+			return err
+		}
+		switch {
+		case empty && id != 0 && !fresh:
+			// Starting afresh would let this node vote again without
+			// the promises it made: it could help elect two views of
+			// one epoch.
+			return fmt.Errorf("%w: the identity key (node %d) was used before, but the store is empty: "+
+				"the node's votes and lock table are lost, and it must not serve as node %d again. "+
+				"Follow the README runbook 'A node lost its disk': move identity.key away, start the node "+
+				"again with --join, then run `sluice members remove OLD` and `sluice members add NEW` (OLD is %d)",
+				ErrLost, id, id, id)
+		case st.Identity != 0 && id != 0 && st.Identity != id:
+			return fmt.Errorf("%w: the store belongs to node %d, this node is %d", ErrOtherIdentity, st.Identity, id)
+		case st.Identity == 0 && id != 0:
+			// A first start, or a store of a version without identities.
+			st.Identity = id
+			if err := txn.Set(keyIdentity, encodeUint(id)); err != nil {
+				return err
+			}
 		}
 		if st.Incarnation == math.MaxUint32 {
 			return errors.New("incarnation counter exhausted")
@@ -276,6 +319,8 @@ func load(txn *badger.Txn) (State, error) {
 				inc, err := decodeInc(k, v)
 				st.Incarnation = inc
 				return err
+			case string(k) == string(keyIdentity):
+				return decodeInto(&st.Identity, k, v)
 			case string(k) == string(keyElection):
 				p, err := decodeElection(k, v)
 				st.Election = p
@@ -300,8 +345,9 @@ func decodeInto(dst *uint64, k, v []byte) error {
 
 // Submit queues b and returns a channel that receives nil once b is durable,
 // or an error (wrapping ErrFailed or ErrClosed). Batches become durable in
-// Submit order. Submit never blocks. It copies b's slices; the views inside
-// must not change until the answer arrives.
+// Submit order. Submit never blocks. It copies b's slices; the views,
+// bootstrap members and lives inside must not change until the answer
+// arrives.
 func (s *Store) Submit(b Batch) <-chan error {
 	ch := make(chan error, 1)
 	s.mu.Lock()

@@ -127,10 +127,27 @@ func randWrite(r *rand.Rand) core.Write {
 }
 
 func randElection(r *rand.Rand) *election.Persisted {
-	p := &election.Persisted{Promised: r.Uint64()}
+	p := &election.Persisted{Cluster: r.Uint64() >> r.IntN(64), Bootstrap: randNodes(r), Promised: r.Uint64()}
 	a, v := randView(r), randView(r)
-	p.Accepted = wire.View{Epoch: a.Epoch, Leaders: a.Leaders, PrevEpoch: a.PrevEpoch, PrevLeaders: a.PrevLeaders}
-	p.Valid = wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}
+	p.Accepted = wire.View{Epoch: a.Epoch, Leaders: a.Leaders, PrevEpoch: a.PrevEpoch, PrevLeaders: a.PrevLeaders,
+		Members: randNodes(r), PrevMembers: randNodes(r)}
+	p.Valid = wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders,
+		Members: randNodes(r), PrevMembers: randNodes(r)}
+	switch n := r.IntN(6); n {
+	case 0:
+	case 1:
+		p.Lives = map[wire.NodeID]election.Life{} // loads as nil: compared normalized
+	default:
+		p.Lives = map[wire.NodeID]election.Life{}
+		for range n {
+			id := wire.NodeID(r.Uint64() >> r.IntN(64))
+			p.Lives[id] = election.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)}
+		}
+		if r.IntN(4) == 0 { // the extremes
+			p.Lives[0] = election.Life{}
+			p.Lives[math.MaxUint64] = election.Life{Incarnation: math.MaxUint32, Nonce: math.MaxUint64}
+		}
+	}
 	return p
 }
 
@@ -149,8 +166,13 @@ func normalElection(p *election.Persisted) *election.Persisted {
 		return nil
 	}
 	c := *p
+	c.Bootstrap = nilEmpty(c.Bootstrap)
 	for _, v := range []*wire.View{&c.Accepted, &c.Valid} {
 		v.Leaders, v.PrevLeaders = nilEmpty(v.Leaders), nilEmpty(v.PrevLeaders)
+		v.Members, v.PrevMembers = nilEmpty(v.Members), nilEmpty(v.PrevMembers)
+	}
+	if len(c.Lives) == 0 {
+		c.Lives = nil
 	}
 	return &c
 }
@@ -796,4 +818,99 @@ func TestDiskNearlyFull(t *testing.T) {
 		t.Fatalf("high water after reopening: %v", st.Durable.HighWater)
 	}
 	must(t, s2.Close())
+}
+
+// TestIdentity: a store records the identity of its first start and
+// refuses another; an empty store with an identity that is not fresh is a
+// lost store, refused without writing anything; a store without identity
+// adopts the first one it is opened with.
+func TestIdentity(t *testing.T) {
+	dir := t.TempDir()
+	s, st := open(t, Config{Dir: dir, Identity: 7, Fresh: true})
+	if st.Identity != 7 || st.Incarnation != 1 {
+		t.Fatalf("first open: identity %d, incarnation %d", st.Identity, st.Incarnation)
+	}
+	must(t, wait(t, s.Submit(Batch{Writes: []core.Write{{Kind: core.WriteHighWater, Name: "a", Entry: wire.Entry{Ticket: 4}}}})))
+	got, err := s.Load()
+	if err != nil || got.Identity != 7 {
+		t.Fatalf("Load: identity %d, %v", got.Identity, err)
+	}
+	must(t, s.Close())
+
+	s, st = open(t, Config{Dir: dir, Identity: 7})
+	if st.Identity != 7 || st.Incarnation != 2 || st.Durable.HighWater["a"] != 4 {
+		t.Fatalf("reopened: %+v", st)
+	}
+	must(t, s.Close())
+
+	_, _, err = Open(context.Background(), Config{Dir: dir, Identity: 8})
+	if !errors.Is(err, ErrOtherIdentity) || !strings.Contains(err.Error(), "node 7") || !strings.Contains(err.Error(), "is 8") {
+		t.Fatalf("another identity: %v", err)
+	}
+	s, st = open(t, Config{Dir: dir}) // 0: not checked
+	if st.Identity != 7 || st.Incarnation != 3 {
+		t.Fatalf("after a refusal, unchecked: identity %d, incarnation %d", st.Identity, st.Incarnation)
+	}
+	must(t, s.Close())
+
+	// The disk is lost, the identity key stays.
+	must(t, os.RemoveAll(filepath.Join(dir, "badger")))
+	for range 2 {
+		_, _, err = Open(context.Background(), Config{Dir: dir, Identity: 7})
+		if !errors.Is(err, ErrLost) {
+			t.Fatalf("lost store: %v, want ErrLost", err)
+		}
+		for _, part := range []string{dir, "node 7", "identity.key", "A node lost its disk", "--join", "sluice members remove OLD", "sluice members add NEW"} {
+			if !strings.Contains(err.Error(), part) {
+				t.Fatalf("lost store: %q does not say %q", err, part)
+			}
+		}
+	}
+	// Nothing was written: a new identity starts it as a first start.
+	s, st = open(t, Config{Dir: dir, Identity: 9, Fresh: true})
+	checkState(t, "new identity", st, core.NewDurable(), nil, 1)
+	if st.Identity != 9 {
+		t.Fatalf("new identity: %d", st.Identity)
+	}
+	must(t, s.Close())
+	s, st = open(t, Config{Dir: dir, Identity: 9})
+	if st.Identity != 9 || st.Incarnation != 2 {
+		t.Fatalf("new identity reopened: identity %d, incarnation %d", st.Identity, st.Incarnation)
+	}
+	must(t, s.Close())
+
+	// In memory, every start is fresh.
+	s, st = open(t, Config{InMemory: true, Identity: 3})
+	if st.Identity != 3 || st.Incarnation != 1 {
+		t.Fatalf("in memory: identity %d, incarnation %d", st.Identity, st.Incarnation)
+	}
+	must(t, s.Close())
+}
+
+// TestIdentityAdopted: a store of the previous release (an incarnation and
+// a version 1 election record, no identity) keeps its state and adopts the
+// identity it is next opened with; from then on it refuses any other.
+func TestIdentityAdopted(t *testing.T) {
+	dir := t.TempDir()
+	s, st := open(t, Config{Dir: dir})
+	if st.Identity != 0 {
+		t.Fatalf("identity %d recorded without one", st.Identity)
+	}
+	p := &election.Persisted{Promised: 6, Accepted: wire.View{Epoch: 6, Leaders: []wire.NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []wire.NodeID{1}}}
+	p.Valid = p.Accepted
+	must(t, s.db.Update(func(txn *badger.Txn) error { return txn.Set(keyElection, encodeElectionV1(p)) }))
+	must(t, s.Close())
+
+	s, st = open(t, Config{Dir: dir, Identity: 5})
+	checkState(t, "adopted", st, core.NewDurable(), p, 2)
+	if st.Identity != 5 {
+		t.Fatalf("adopted identity %d", st.Identity)
+	}
+	must(t, s.Close())
+	if _, _, err := Open(context.Background(), Config{Dir: dir, Identity: 6, Fresh: true}); !errors.Is(err, ErrOtherIdentity) {
+		t.Fatalf("another identity after adoption: %v", err)
+	}
+	s, st = open(t, Config{Dir: dir, Identity: 5})
+	checkState(t, "reopened", st, core.NewDurable(), p, 3)
+	must(t, s.Close())
 }

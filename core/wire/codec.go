@@ -7,7 +7,7 @@ import (
 )
 
 // Version is the codec version, the first byte of every encoded message.
-const Version byte = 1
+const Version byte = 2
 
 // Caps on what a peer may send. They bound memory per frame, not policy:
 // the core applies its own, smaller limits on names and waiters.
@@ -40,6 +40,9 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	if len(m.View.Leaders) > MaxLeaders || len(m.View.PrevLeaders) > MaxLeaders {
 		return dst, fmt.Errorf("%w: view of %d leaders", ErrTooLarge, max(len(m.View.Leaders), len(m.View.PrevLeaders)))
 	}
+	if len(m.View.Members) > MaxMembers || len(m.View.PrevMembers) > MaxMembers {
+		return dst, fmt.Errorf("%w: view of %d members", ErrTooLarge, max(len(m.View.Members), len(m.View.PrevMembers)))
+	}
 	start := len(dst)
 	dst = append(dst, Version, byte(m.Kind))
 	for _, v := range [...]uint64{uint64(m.From), uint64(m.To), m.Epoch, m.Clock} {
@@ -69,6 +72,11 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	}
 	dst = appendNodes(binary.AppendUvarint(dst, m.View.Epoch), m.View.Leaders)
 	dst = appendNodes(binary.AppendUvarint(dst, m.View.PrevEpoch), m.View.PrevLeaders)
+	dst = appendNodes(dst, m.View.Members)
+	dst = appendNodes(dst, m.View.PrevMembers)
+	for _, v := range [...]uint64{m.Cluster, m.Size, m.Nonce} {
+		dst = binary.AppendUvarint(dst, v)
+	}
 	if len(dst)-start > MaxFrameSize {
 		return dst[:start], fmt.Errorf("%w: %d bytes", ErrTooLarge, len(dst)-start)
 	}
@@ -124,12 +132,12 @@ func (d *decoder) uvarint(what string) uint64 {
 	return v
 }
 
-func (d *decoder) nodes(what string) []NodeID {
+func (d *decoder) nodes(what string, limit uint64) []NodeID {
 	n := d.uvarint(what)
 	if d.err != nil || n == 0 {
 		return nil
 	}
-	if n > MaxLeaders || n > uint64(len(d.b)) {
+	if n > limit || n > uint64(len(d.b)) {
 		d.fail(what)
 		return nil
 	}
@@ -220,9 +228,14 @@ func Decode(b []byte) (Message, error) {
 		}
 	}
 	m.View.Epoch = d.uvarint("view epoch")
-	m.View.Leaders = d.nodes("view leaders")
+	m.View.Leaders = d.nodes("view leaders", MaxLeaders)
 	m.View.PrevEpoch = d.uvarint("previous view epoch")
-	m.View.PrevLeaders = d.nodes("previous view leaders")
+	m.View.PrevLeaders = d.nodes("previous view leaders", MaxLeaders)
+	m.View.Members = d.nodes("view members", MaxMembers)
+	m.View.PrevMembers = d.nodes("previous view members", MaxMembers)
+	m.Cluster = d.uvarint("cluster")
+	m.Size = d.uvarint("cluster size")
+	m.Nonce = d.uvarint("nonce")
 	if d.err != nil {
 		return Message{}, d.err
 	}

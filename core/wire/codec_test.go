@@ -15,7 +15,9 @@ func sample() Message {
 		Seq: 8, Lifetime: 600, Reject: true, Event: EventGranted, Code: CodeTimedOut,
 		Entries: []Entry{{Req: RequestID{Node: 2, Seq: 1}, Ticket: 41, Mode: ModeExclusive, State: StateTicket},
 			{Req: RequestID{Node: 3, Seq: 9}, Ticket: 42, Mode: ModeReadWrite, State: StateTicket, Active: true}},
-		View: View{Epoch: 4, Leaders: []NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []NodeID{1, 2, 9}},
+		View: View{Epoch: 4, Leaders: []NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []NodeID{1, 2, 9},
+			Members: []NodeID{1, 2, 3, 4}, PrevMembers: []NodeID{1, 2, 3, 9}},
+		Cluster: 0xfeedface, Size: 5, Nonce: 77,
 	}
 }
 

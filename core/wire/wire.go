@@ -189,32 +189,62 @@ const (
 	KindActivate
 	// KindActivateAck: the mark of round Seq is set.
 	KindActivateAck
+
+	// Membership (package election).
+
+	// KindCheckIn (node → members): From runs as life Inc with boot nonce
+	// Nonce. A member records the newest life of every node durably and
+	// answers; a node votes and serves only once a majority of the other
+	// members confirmed that this life is newer than any they know.
+	KindCheckIn
+	// KindCheckInAck: the life Inc/Nonce is recorded; Reject when the
+	// member knows a newer life of From (Inc is then the one it knows):
+	// From's store was rolled back or lost.
+	KindCheckInAck
 	kindEnd
 )
 
 // MaxLeaders caps the leader lists of a view on the wire.
 const MaxLeaders = 16
 
-// View is a set of leaders for one epoch, and the view before it, whose
-// leaders hand the lock table over to these.
+// MaxMembers caps the member lists of a view on the wire.
+const MaxMembers = 128
+
+// View is a set of leaders for one epoch with the voting members of the
+// cluster, and the view before it, whose leaders hand the lock table over
+// to these. A view is valid once a majority of Members and a majority of
+// PrevMembers accepted it (for the first view, PrevMembers are the
+// bootstrap members).
 type View struct {
 	Epoch       uint64
 	Leaders     []NodeID
 	PrevEpoch   uint64
 	PrevLeaders []NodeID
+	// Members are the voters, in id order.
+	Members []NodeID
+	// PrevMembers are the voters of the previous view (the bootstrap
+	// members when PrevEpoch is 0), in id order.
+	PrevMembers []NodeID
 }
 
 var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"add-ticket", "add-ticket-ack", "watch", "unwatch", "report", "release",
 	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
-	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack"}
+	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
+	"check-in", "check-in-ack"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Election reports whether k belongs to the election (package election)
+// rather than to the lock core.
+func (k Kind) Election() bool {
+	return k >= KindHello && k <= KindCommit || k == KindCheckIn || k == KindCheckInAck
 }
 
 // Valid reports whether k is a known kind.
@@ -309,6 +339,16 @@ type Message struct {
 	Code     Code
 	Entries  []Entry
 	View     View
+	// Cluster is the id of the sender's cluster (election messages): a
+	// hash of its bootstrap members, so that nodes of two clusters never
+	// count each other. Size is the number of bootstrap members, for the
+	// log line that says what differs.
+	Cluster uint64
+	Size    uint64
+	// Nonce is a random number drawn at every start (KindCheckIn): two
+	// lives with the same incarnation, one of them from a restored copy of
+	// the store, never pass for one.
+	Nonce uint64
 }
 
 func (m Message) String() string {

@@ -34,6 +34,7 @@ type electionNode struct {
 	persisted *election.Persisted
 	off       bool
 	adopted   uint64 // highest epoch adopted in this life
+	inc       uint32 // the store's incarnation counter
 }
 
 type electionSim struct {
@@ -49,6 +50,7 @@ type electionSim struct {
 	res     ElectionResult
 	trace   []string
 	fail    *Failure
+	nonce   uint64
 }
 
 // RunElection simulates the election of a cluster with one seeded PRNG:
@@ -140,7 +142,10 @@ func (s *electionSim) start(i int) {
 	for j := range peers {
 		peers[j] = wire.NodeID(j + 1)
 	}
-	e, err := election.New(election.Config{Node: wire.NodeID(i + 1), ClusterSize: len(s.nodes), Peers: peers, Mutant: s.o.Mutant,
+	n.inc++
+	s.nonce++
+	e, err := election.New(election.Config{Node: wire.NodeID(i + 1), Bootstrap: peers, Peers: peers, Mutant: s.o.Mutant,
+		Incarnation: n.inc, Nonce: s.nonce,
 		ID: election.ID{Priority: prio, Random: s.rng.Uint32(), Address: fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 4000+i), PID: uint32(i), Name: fmt.Sprintf("n%d", i+1)}},
 		n.persisted)
 	if err != nil {
@@ -261,7 +266,11 @@ func (s *electionSim) accepted(i int, v wire.View) {
 		s.accepts[key] = map[int]bool{}
 	}
 	s.accepts[key][i] = true
-	if len(s.accepts[key]) < election.Quorum(len(s.nodes)) {
+	votes := map[wire.NodeID]bool{}
+	for j := range s.accepts[key] {
+		votes[wire.NodeID(j+1)] = true
+	}
+	if !election.Valid(v, votes, 0) {
 		return
 	}
 	if old, ok := s.valid[v.Epoch]; ok {

@@ -197,6 +197,7 @@ type Sim struct {
 	trace           []string
 	traceAt         int
 	fail            *Failure
+	nonce           uint64
 }
 
 // Run simulates one cluster with the given options and returns what it saw,
@@ -330,8 +331,9 @@ func (s *Sim) start(i int) {
 	n.core = c
 	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
 	if s.o.Elect {
-		e, err := election.New(election.Config{Node: n.id, ClusterSize: len(s.nodes), Peers: peers, Mutant: s.o.ElectionMutant,
-			ID: election.ID{Priority: uint8(1 + s.rng.IntN(14)), Random: s.rng.Uint32(), Address: fmt.Sprintf("sim:%d", n.id),
+		s.nonce++
+		e, err := election.New(election.Config{Node: n.id, Bootstrap: peers, Peers: peers, Mutant: s.o.ElectionMutant,
+			Incarnation: n.disk.incarnation, Nonce: s.nonce, ID: election.ID{Priority: uint8(1 + s.rng.IntN(14)), Random: s.rng.Uint32(), Address: fmt.Sprintf("sim:%d", n.id),
 				PID: n.disk.incarnation, Name: fmt.Sprintf("n%d", n.id)}}, n.disk.elected)
 		if err != nil {
 			s.failf("start election %d: %v", n.id, err)
@@ -595,12 +597,15 @@ func (s *Sim) stepTick(settling bool) {
 		if s.o.TraceMessages {
 			s.tracef("deliver %v", e.m)
 		}
-		if electionKind(e.m.Kind) {
+		if e.m.Kind.Election() {
 			if s.nodes[to].elect != nil {
 				_ = s.nodes[to].elect.Step(e.m)
 				s.handleElection(to)
 			}
 			continue
+		}
+		if el := s.nodes[to].elect; el != nil && !el.CheckedIn() && e.m.Kind == wire.KindSnapshotRequest {
+			continue // the runtime hands no table over until the node checked in
 		}
 		if err := s.nodes[to].core.Step(e.m); errors.Is(err, core.ErrBadMessage) {
 			s.failf("node %d rejected a valid message %v: %v", to+1, e.m, err)
@@ -609,10 +614,6 @@ func (s *Sim) stepTick(settling bool) {
 		s.handle(to)
 		s.checkInvariants()
 	}
-}
-
-func electionKind(k wire.Kind) bool {
-	return k >= wire.KindHello && k <= wire.KindCommit
 }
 
 func (s *Sim) clientAct(c *client, settling bool) {

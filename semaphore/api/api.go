@@ -24,6 +24,11 @@ type Status struct {
 	Serving     bool        `json:"serving"`
 	Coordinator bool        `json:"coordinator"`
 	Incarnation uint32      `json:"incarnation"`
+	// Cluster is the cluster's id; CheckedIn says whether a majority of
+	// the other members confirmed this node's life (it votes and serves
+	// only then).
+	Cluster   string `json:"cluster"`
+	CheckedIn bool   `json:"checked_in"`
 	Members     []Member    `json:"members"`
 	Handoff     HandoffInfo `json:"handoff"`
 	Leases      int         `json:"leases"`
@@ -46,6 +51,8 @@ type Member struct {
 	Alive  bool   `json:"alive"`
 	Leader bool   `json:"leader"`
 	Off    bool   `json:"off,omitempty"`
+	// Voter: a member of the current view, which votes in elections.
+	Voter bool `json:"voter"`
 }
 
 // HandoffInfo is the node's handoff state.
@@ -194,4 +201,59 @@ const (
 	CodeUnauthorized = "unauthorized"
 	CodeUnavailable  = "unavailable"
 	CodeCanceled     = "canceled"
+	// CodeConflict: a membership change lost to another, or one is under way.
+	CodeConflict = "conflict"
+	// CodeTimedOutChange: a membership change did not end in time; it may
+	// still commit.
+	CodeTimedOutChange = "change_timedout"
 )
+
+// MemberList is the answer of GET /v1/members.
+type MemberList struct {
+	// Node is the node that answered; Cluster the cluster's id (a hash of
+	// its bootstrap members); Epoch the view the member list comes from.
+	Node    uint64       `json:"node"`
+	Cluster string       `json:"cluster"`
+	Epoch   uint64       `json:"epoch"`
+	Members []MemberInfo `json:"members"`
+}
+
+// MemberInfo is one node: a voter (member), or a node of the mesh that
+// takes locks without a vote.
+type MemberInfo struct {
+	Node    uint64 `json:"node"`
+	Peer    string `json:"peer,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Address string `json:"address,omitempty"`
+	Voter   bool   `json:"voter"`
+	Leader  bool   `json:"leader"`
+	// Reachable: the election heard from it lately. Connected: the mesh
+	// holds a connection to it.
+	Reachable bool `json:"reachable"`
+	Connected bool `json:"connected"`
+	Off       bool `json:"off,omitempty"`
+}
+
+// MeshPeer is a peer as the mesh knows it.
+type MeshPeer struct {
+	Node      uint64
+	Peer      string
+	Name      string
+	Addrs     []string
+	Connected bool
+}
+
+// MembersBody is POST /v1/members: add one node or remove one member,
+// named by peer id or node number.
+type MembersBody struct {
+	Add    string `json:"add,omitempty"`
+	Remove string `json:"remove,omitempty"`
+}
+
+// MembersChanged is the answer of POST /v1/members: the change is in the
+// valid view of Epoch.
+type MembersChanged struct {
+	Epoch   uint64 `json:"epoch"`
+	Change  string `json:"change"`
+	Members MemberList `json:"members"`
+}

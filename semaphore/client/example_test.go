@@ -22,7 +22,7 @@ func Example() {
 	// Socket paths must stay under ~100 bytes: a short temporary directory.
 	dir, _ := os.MkdirTemp("", "sl")
 	defer os.RemoveAll(dir)
-	agent, err := daemon.StartAgent(ctx, daemon.AgentConfig{InMemory: true, ClusterSize: 1,
+	agent, err := daemon.StartAgent(ctx, daemon.AgentConfig{InMemory: true,
 		API: filepath.Join(dir, "api.sock")})
 	if err != nil {
 		fmt.Println(err)

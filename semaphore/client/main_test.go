@@ -32,7 +32,7 @@ func runAgent() (_ *daemon.Agent, _ *client.Client, stop func(), err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
-	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, ClusterSize: 1,
+	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true,
 		API: filepath.Join(dir, "api.sock")})
 	if err != nil {
 		os.RemoveAll(dir)

@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/sluicehq/sluice/semaphore/api"
@@ -12,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/core/store"
+	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
 )
@@ -32,16 +37,31 @@ type AgentConfig struct {
 	// Name is the node's human name (default: the host name).
 	Name string
 	// DataDir holds the identity key and the Badger files. Required unless
-	// InMemory, which keeps the lock table in memory (dev and tests); with
-	// InMemory and no DataDir the identity is new at every start.
+	// InMemory, which keeps everything in memory (dev and tests) and makes
+	// a new identity at every start: a voter that forgot its votes must
+	// not come back under its old identity. The two exclude each other.
 	DataDir  string
 	InMemory bool
 	// Listen are libp2p multiaddrs (default /ip4/127.0.0.1/tcp/0).
 	Listen []string
 	// Peers are multiaddrs with /p2p/<id> of other nodes.
 	Peers []string
-	// ClusterSize is the configured number of nodes (default 1).
+	// InitialMembers are the peer ids of the cluster's first members
+	// (like etcd's --initial-cluster), this node's own among them: read on
+	// the first start only, checked against the store after. Join starts
+	// a node that joins a running cluster as a non-member instead. With
+	// neither, a node without Peers bootstraps a cluster of itself; a
+	// node with Peers is refused (ErrConfig): it could decide alone.
+	InitialMembers []string
+	Join           bool
+	// ClusterSize, when set, must equal the number of InitialMembers.
 	ClusterSize int
+	// ElectionTimeout is how long an election round may run at first
+	// (default 1s); a round that runs out gives the next one twice as long.
+	ElectionTimeout time.Duration
+	// Key, when set, is the node's identity (tests and dev; with DataDir
+	// the key in it rules).
+	Key p2p.PrivKey
 	// Priority 1..14, or election.Off; 0 means election.DefaultPriority.
 	Priority uint8
 	// PSK is the cluster secret (32 bytes), nil for none.
@@ -80,11 +100,18 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.ClusterSize == 0 {
-		cfg.ClusterSize = 1
+	if cfg.ClusterSize < 0 || cfg.ClusterSize > wire.MaxMembers {
+		return nil, fmt.Errorf("%w: cluster size %d is not 1..%d", ErrConfig, cfg.ClusterSize, wire.MaxMembers)
 	}
-	if cfg.ClusterSize < 1 || cfg.ClusterSize > 1000 {
-		return nil, fmt.Errorf("%w: cluster size %d is not 1..1000", ErrConfig, cfg.ClusterSize)
+	if cfg.InMemory && cfg.DataDir != "" {
+		return nil, fmt.Errorf("%w: --in-memory keeps no state, so with --data it would bring a persisted identity back "+
+			"without its votes and lock table; use --data alone, or --in-memory alone (a new identity at every start)", ErrConfig)
+	}
+	if cfg.Join && len(cfg.InitialMembers) > 0 {
+		return nil, fmt.Errorf("%w: --join and --initial-members exclude each other: members bootstrap a cluster, others join it", ErrConfig)
+	}
+	if cfg.ElectionTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative election timeout", ErrConfig)
 	}
 	if cfg.Priority == 0 {
 		cfg.Priority = election.DefaultPriority
@@ -124,15 +151,46 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 		}
 	}()
 
-	key, err := identity(cfg.DataDir)
+	key, fresh, err := identity(cfg.DataDir, cfg.Key)
 	if err != nil {
 		return nil, err
 	}
-	st, state, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, InMemory: cfg.InMemory, Logger: cfg.Logger})
+	pid, err := p2p.PeerIDOf(key)
+	if err != nil {
+		return nil, err
+	}
+	self := p2p.NodeIDOf(pid)
+	boot, err := bootstrap(cfg, self)
+	if err != nil {
+		return nil, err
+	}
+	st, state, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, InMemory: cfg.InMemory, Logger: cfg.Logger,
+		Identity: uint64(self), Fresh: fresh})
 	if err != nil {
 		return nil, err
 	}
 	a.store = st
+	if fresh && cfg.DataDir != "" {
+		// The store now records this identity: from here on, an empty
+		// store beside this key means a lost disk.
+		if err := p2p.MarkIdentityUsed(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	if state.Election == nil || state.Election.Cluster == 0 {
+		switch {
+		case len(boot) > 0 || cfg.Join:
+		case len(cfg.Peers) > 0:
+			return nil, fmt.Errorf("%w: this node has --peers but no cluster to belong to: give the first members' peer ids "+
+				"with --initial-members on each of them (`sluice id --data DIR` prints one), or --join to join a running "+
+				"cluster as a non-member; a node that bootstrapped alone would grant locks the others also grant", ErrConfig)
+		case cfg.ClusterSize > 1:
+			return nil, fmt.Errorf("%w: --cluster-size %d alone cannot bootstrap safely: list the members with --initial-members",
+				ErrConfig, cfg.ClusterSize)
+		default:
+			boot = []wire.NodeID{self} // a cluster of one
+		}
+	}
 	host, err := p2p.New(ctx, p2p.Config{Key: key, Listen: cfg.Listen, Peers: cfg.Peers, PSK: cfg.PSK,
 		AllowList: allow, Logger: cfg.Logger, Name: cfg.Name})
 	if err != nil {
@@ -145,8 +203,10 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	}
 	id := election.ID{Priority: cfg.Priority, Random: rand.Uint32(), Address: addr,
 		PID: uint32(os.Getpid()), Name: cfg.Name}
-	node, err := NewNode(NodeConfig{Self: host.Self(), ClusterSize: cfg.ClusterSize, Peers: peers, ID: id,
-		State: state, Transport: host, Store: st, Tick: cfg.Tick, Logger: cfg.Logger})
+	tick := cmp.Or(cfg.Tick, DefaultTick)
+	node, err := NewNode(NodeConfig{Self: host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
+		ElectionTicks: int64(cfg.ElectionTimeout / tick),
+		State:         state, Transport: host, Store: st, Tick: cfg.Tick, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -170,12 +230,51 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	return a, nil
 }
 
-// identity is the node's key: kept in dataDir, or new for a node without one.
-func identity(dataDir string) (p2p.PrivKey, error) {
-	if dataDir == "" {
-		return p2p.NewIdentity()
+// identity is the node's key: kept in dataDir, given, or new. fresh says
+// that it never served (made now, or by `sluice id`).
+func identity(dataDir string, given p2p.PrivKey) (p2p.PrivKey, bool, error) {
+	switch {
+	case dataDir != "":
+		return p2p.LoadOrCreateIdentity(dataDir)
+	case given != nil:
+		return given, true, nil
 	}
-	return p2p.LoadOrCreateIdentity(dataDir)
+	k, err := p2p.NewIdentity()
+	return k, true, err
+}
+
+// bootstrap reads the initial members: peer ids, this node's among them.
+func bootstrap(cfg AgentConfig, self wire.NodeID) ([]wire.NodeID, error) {
+	if len(cfg.InitialMembers) == 0 {
+		return nil, nil
+	}
+	pids, err := p2p.ParsePeerIDs(cfg.InitialMembers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --initial-members: %w", ErrConfig, err)
+	}
+	var boot []wire.NodeID
+	for _, p := range pids {
+		if id := p2p.NodeIDOf(p); !slices.Contains(boot, id) {
+			boot = append(boot, id)
+		}
+	}
+	switch {
+	case !slices.Contains(boot, self):
+		return nil, fmt.Errorf("%w: --initial-members must list this node's own peer id too (it is a first member), "+
+			"or use --join to join as a non-member", ErrConfig)
+	case cfg.ClusterSize > 0 && cfg.ClusterSize != len(boot):
+		return nil, fmt.Errorf("%w: --cluster-size %d, but --initial-members lists %d members", ErrConfig, cfg.ClusterSize, len(boot))
+	case len(boot) > wire.MaxMembers:
+		return nil, fmt.Errorf("%w: %d initial members, at most %d", ErrConfig, len(boot), wire.MaxMembers)
+	}
+	return boot, nil
+}
+
+// nonce draws the random half of this life's name.
+func nonce() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand's contract)
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 func (a *Agent) serveAPI(cfg AgentConfig) error {
@@ -205,7 +304,7 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 			Help: "Store batches that failed."}, func() float64 { return float64(a.store.Stats().Failures) }),
 	)
 	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
-		Extra: func() any { return a.host.Members() }})
+		Extra: func() any { return a.host.Members() }, Mesh: a.meshPeers, PeerNode: peerNode})
 	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	a.wg.Go(func() {
 		if err := a.server.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -322,3 +421,20 @@ func IsTCPAddr(addr string) bool { return api.IsTCPAddr(addr) }
 // DefaultAPI is the API address shared by agent, dev and every client
 // command: one Unix socket per user.
 func DefaultAPI() string { return api.DefaultAPI() }
+
+func (a *Agent) meshPeers() []api.MeshPeer {
+	var out []api.MeshPeer
+	for _, m := range a.host.Members() {
+		out = append(out, api.MeshPeer{Node: uint64(m.Node), Peer: m.Peer.String(), Name: m.Name, Addrs: m.Addrs, Connected: m.Connected})
+	}
+	out = append(out, api.MeshPeer{Node: uint64(a.host.Self()), Peer: a.host.PeerID().String(), Addrs: a.host.Addrs()})
+	return out
+}
+
+func peerNode(s string) (wire.NodeID, error) {
+	pids, err := p2p.ParsePeerIDs([]string{s})
+	if err != nil {
+		return 0, err
+	}
+	return p2p.NodeIDOf(pids[0]), nil
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/semaphore"
 )
 
@@ -32,6 +33,8 @@ import (
 //	GET  /v1/locks?prefix=P   the leader's table and this node's requests
 //	GET  /v1/status        view, epoch, leaders, members, LOCK_READY or NO_LOCK
 //	POST /v1/force-unlock  {"name","lease" or "token"}
+//	GET  /v1/members       voters and other nodes of the cluster
+//	POST /v1/members       {"add": ID} or {"remove": ID}: one membership change
 //	GET  /metrics          Prometheus text format
 //
 // Durations are Go duration strings ("30s", "1m30s"). Errors are
@@ -55,6 +58,10 @@ type APIConfig struct {
 	Token string
 	// Extra adds members' connection state to /v1/status (from the mesh).
 	Extra func() any
+	// Mesh lists the mesh's peers for /v1/members; PeerNode turns a peer
+	// id into a node id. Both optional.
+	Mesh     func() []api.MeshPeer
+	PeerNode func(string) (wire.NodeID, error)
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Metrics, when set, is served at GET /metrics (Prometheus text format).
@@ -100,7 +107,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 	}{
 		{"POST", "/v1/acquire", a.acquire}, {"POST", "/v1/release", a.release}, {"POST", "/v1/renew", a.renew},
 		{"GET", "/v1/watch", a.watch}, {"GET", "/v1/locks", a.locks}, {"GET", "/v1/status", a.status},
-		{"POST", "/v1/force-unlock", a.force},
+		{"POST", "/v1/force-unlock", a.force}, {"GET", "/v1/members", a.members},
 	} {
 		mux.HandleFunc(e.method+" "+e.path, e.h)
 
@@ -114,6 +121,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}))
 	}
+	mux.HandleFunc("POST /v1/members", a.changeMembers)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeBadRequest, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
@@ -359,4 +367,57 @@ func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 	a.log.Warn("force-unlock by an API client", "name", b.Name, "requests", reqs, "by", b.By, "remote", r.RemoteAddr,
 		"token", strconv.FormatUint(b.Token, 10))
 	writeJSON(w, http.StatusOK, map[string]any{"name": b.Name, "released": reqs})
+}
+
+func (a *apiServer) members(w http.ResponseWriter, r *http.Request) {
+	l, err := a.cfg.Node.Members(r.Context(), a.cfg.Mesh)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+// membersChangeTimeout bounds a membership change: a few election rounds.
+const membersChangeTimeout = 30 * time.Second
+
+func (a *apiServer) changeMembers(w http.ResponseWriter, r *http.Request) {
+	var b api.MembersBody
+	if !decode(w, r, &b) {
+		return
+	}
+	peerNode := a.cfg.PeerNode
+	if peerNode == nil {
+		peerNode = func(s string) (wire.NodeID, error) { return 0, fmt.Errorf("no mesh to resolve peer ids") }
+	}
+	var c election.Change
+	var err error
+	switch {
+	case (b.Add == "") == (b.Remove == ""):
+		err = fmt.Errorf("%w: give exactly one of add and remove", election.ErrBadChange)
+	case b.Add != "":
+		c.Add, err = ParseNodeRef(b.Add, peerNode)
+	default:
+		c.Remove, err = ParseNodeRef(b.Remove, peerNode)
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(r.Context(), membersChangeTimeout)
+		defer cancel()
+		var epoch uint64
+		if epoch, err = a.cfg.Node.ChangeMembers(ctx, c); err == nil {
+			a.log.Warn("membership changed by an API client", "change", c.String(), "epoch", epoch, "remote", r.RemoteAddr)
+			l, _ := a.cfg.Node.Members(r.Context(), a.cfg.Mesh)
+			writeJSON(w, http.StatusOK, api.MembersChanged{Epoch: epoch, Change: c.String(), Members: l})
+			return
+		}
+	}
+	a.metricsChangeRefused()
+	status, code := changeStatus(err)
+	writeError(w, status, code, err.Error())
+}
+
+func (a *apiServer) metricsChangeRefused() {
+	if a.cfg.Node != nil {
+		a.cfg.Node.metrics.changesRefused.Inc()
+	}
 }

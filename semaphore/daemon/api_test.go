@@ -31,7 +31,7 @@ func apiAgent(t *testing.T, api, token string) (*daemon.Agent, *http.Client, str
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
-	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, ClusterSize: 1,
+	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true,
 		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, API: api, APIToken: token})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/p2p"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
@@ -48,12 +49,28 @@ func benchCycle(b *testing.B, disk bool) {
 			cancel()
 		}
 	}()
-	var peers []string
+	var peers, members []string
+	keys := make([]p2p.PrivKey, 3)
+	for i := range keys {
+		var err error
+		if disk {
+			keys[i], _, err = p2p.LoadOrCreateIdentity(filepath.Join(dir, fmt.Sprintf("n%d", i+1)))
+		} else {
+			keys[i], err = p2p.NewIdentity()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		pid, _ := p2p.PeerIDOf(keys[i])
+		members = append(members, pid.String())
+	}
 	for i := range 3 {
-		cfg := daemon.AgentConfig{Name: fmt.Sprintf("b%d", i+1), ClusterSize: 3, InMemory: !disk,
+		cfg := daemon.AgentConfig{Name: fmt.Sprintf("b%d", i+1), InitialMembers: members, InMemory: !disk,
 			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers}
 		if disk {
 			cfg.DataDir = filepath.Join(dir, fmt.Sprintf("n%d", i+1))
+		} else {
+			cfg.Key = keys[i]
 		}
 		if i == 0 {
 			cfg.API = sock

@@ -29,6 +29,8 @@ type cluster struct {
 	dirs   []string
 	agents []*daemon.Agent
 	opts   clusterOpts
+	// members are the peer ids of the initial members: every node.
+	members []string
 }
 
 type clusterOpts struct {
@@ -44,6 +46,15 @@ func startCluster(t *testing.T, o clusterOpts) *cluster {
 	root := t.TempDir()
 	for i := range o.size {
 		c.dirs = append(c.dirs, filepath.Join(root, fmt.Sprintf("n%d", i+1)))
+		key, _, err := p2p.LoadOrCreateIdentity(c.dirs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := p2p.PeerIDOf(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.members = append(c.members, pid.String())
 	}
 	t.Cleanup(c.stopAll)
 	for i := range o.size {
@@ -61,7 +72,7 @@ func (c *cluster) start(i int) {
 			peers = append(peers, a.Host().Addrs()...)
 		}
 	}
-	cfg := daemon.AgentConfig{Name: fmt.Sprintf("n%d", i+1), DataDir: c.dirs[i], ClusterSize: c.opts.size,
+	cfg := daemon.AgentConfig{Name: fmt.Sprintf("n%d", i+1), DataDir: c.dirs[i], InitialMembers: c.members,
 		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, PSK: c.opts.psk, AllowList: c.opts.allow, Logger: testLogger(i + 1)}
 	if i < len(c.opts.priority) {
 		cfg.Priority = c.opts.priority[i]
@@ -336,7 +347,7 @@ func TestStrangersCannotJoin(t *testing.T) {
 	root := t.TempDir()
 	var allow []string
 	for i := range 3 {
-		key, err := p2p.LoadOrCreateIdentity(filepath.Join(root, fmt.Sprintf("n%d", i+1)))
+		key, _, err := p2p.LoadOrCreateIdentity(filepath.Join(root, fmt.Sprintf("n%d", i+1)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +357,7 @@ func TestStrangersCannotJoin(t *testing.T) {
 		}
 		allow = append(allow, id.String())
 	}
-	c := &cluster{t: t, opts: clusterOpts{size: 3, psk: psk, allow: allow}, agents: make([]*daemon.Agent, 3)}
+	c := &cluster{t: t, opts: clusterOpts{size: 3, psk: psk, allow: allow}, agents: make([]*daemon.Agent, 3), members: allow}
 	for i := range 3 {
 		c.dirs = append(c.dirs, filepath.Join(root, fmt.Sprintf("n%d", i+1)))
 	}
@@ -369,7 +380,7 @@ func TestStrangersCannotJoin(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), settle)
 			defer cancel()
-			s, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "stranger", InMemory: true, ClusterSize: 3,
+			s, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "stranger", InMemory: true, Join: true,
 				Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: addrs, PSK: tc.psk})
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
@@ -22,7 +23,7 @@ func FuzzAPIRequest(f *testing.F) {
 		`{"name":"/a","timeout":"-1s"}`, `{"name":"/a","duration":"9999999h"}`} {
 		f.Add(s)
 	}
-	node, err := daemon.NewNode(daemon.NodeConfig{Self: 1, ClusterSize: 1, Transport: &loneTransport{}, Store: &diskTwin{durable: core.NewDurable()},
+	node, err := daemon.NewNode(daemon.NodeConfig{Self: 1, Bootstrap: []wire.NodeID{1}, Transport: &loneTransport{}, Store: &diskTwin{durable: core.NewDurable()},
 		ID: idFor(1), State: stateFor()})
 	if err != nil {
 		f.Fatal(err)

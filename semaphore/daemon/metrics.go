@@ -12,24 +12,27 @@ import (
 // things happen (they are safe for concurrent use); the API serves them at
 // /metrics from the node's own registry, never the global one.
 type metrics struct {
-	reg         *prometheus.Registry
-	grants      *prometheus.CounterVec
-	failures    *prometheus.CounterVec
-	wait        *prometheus.HistogramVec
-	hold        *prometheus.HistogramVec
-	active      *prometheus.GaugeVec
-	waiters     prometheus.Gauge
-	views       prometheus.Counter
-	leaderSets  prometheus.Counter
-	handoffs    prometheus.Counter
-	phases      *prometheus.HistogramVec
-	messages    *prometheus.CounterVec
-	persists    prometheus.Counter
-	rejected    prometheus.Counter
-	forced      prometheus.Counter
-	lastLeaders string
-	lastPhase   map[wire.RequestID]phaseMark
-	handoffSeen uint64
+	reg        *prometheus.Registry
+	grants     *prometheus.CounterVec
+	failures   *prometheus.CounterVec
+	wait       *prometheus.HistogramVec
+	hold       *prometheus.HistogramVec
+	active     *prometheus.GaugeVec
+	waiters    prometheus.Gauge
+	views      prometheus.Counter
+	leaderSets prometheus.Counter
+	handoffs   prometheus.Counter
+	phases     *prometheus.HistogramVec
+	messages   *prometheus.CounterVec
+	persists   prometheus.Counter
+	rejected   prometheus.Counter
+	forced     prometheus.Counter
+	// changesRefused: membership changes that failed; foreign: messages of
+	// another cluster; stale: check-ins of a node's older life, refused.
+	changesRefused, foreign, stale prometheus.Counter
+	lastLeaders                    string
+	lastPhase                      map[wire.RequestID]phaseMark
+	handoffSeen                    uint64
 }
 
 type phaseMark struct {
@@ -55,6 +58,15 @@ func newMetrics() *metrics {
 		Help: "Leases this node's clients hold, by mode."}, []string{"mode"})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_waiters",
 		Help: "Requests of this node's clients waiting for a grant."})
+	m.changesRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_membership_changes_refused_total",
+		Help: "Membership changes asked of this node that failed (bad, concurrent, or not committed)."})
+	m.foreign = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_foreign_messages_total",
+		Help: "Messages refused because they came from another cluster (another bootstrap) or a node not yet joined."})
+	m.stale = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_stale_lives_total",
+		Help: "Check-ins refused because this node knows a newer life of the sender (a lost or restored store)."})
+	f(m.changesRefused)
+	f(m.foreign)
+	f(m.stale)
 	m.views = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_views_total",
 		Help: "Valid views (epochs) this node adopted."})
 	m.leaderSets = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_leader_changes_total",

@@ -49,7 +49,15 @@ var (
 	ErrStoreFailed = errors.New("daemon: store failed")
 	// ErrUnknownLease: no such lease or request at this node.
 	ErrUnknownLease = errors.New("daemon: unknown lease")
+	// ErrStale: the members know a newer life of this node than its store
+	// does; the node stopped rather than vote or serve with lost state.
+	ErrStale = errors.New("daemon: this node's store is older than what the cluster knows of it")
 )
+
+// staleHelp is the runbook the log and the status point to.
+const staleHelp = "this node must not vote or serve again under its identity; follow the README runbook " +
+	"'A node lost its disk': move its data directory away, start it again with --join (a new identity), " +
+	"then run `sluice members remove OLD-ID` and `sluice members add NEW-ID`"
 
 // Timing of the runtime, in ticks of NodeConfig.Tick (10 ms by default).
 // Loopback and LAN round trips are far below a tick; these leave room for
@@ -76,8 +84,16 @@ const (
 type NodeConfig struct {
 	// Self is this node's id on the wire. Required.
 	Self wire.NodeID
-	// ClusterSize is the configured number of nodes. Required, >= 1.
-	ClusterSize int
+	// Bootstrap are the cluster's first members, on the node's first
+	// start; nil to join an existing cluster as a non-member, or when the
+	// store holds the cluster already (see election.Config.Bootstrap).
+	Bootstrap []wire.NodeID
+	// Nonce is drawn at random at every start: with the store's
+	// incarnation it names this life of the node (election.Life).
+	Nonce uint64
+	// ElectionTicks is how long an election round may run at first
+	// (default electionRetry); slow links get more (election.Config).
+	ElectionTicks int64
 	// Peers are the other nodes known at start; more arrive by Joined.
 	Peers []wire.NodeID
 	// ID is this node's election id (priority, random, address, pid, name).
@@ -128,6 +144,10 @@ type Node struct {
 	loopback []wire.Message
 	leases   map[wire.RequestID]*lease
 	stats    NodeStats
+	// changed gets the end of the membership change this node runs.
+	changed chan election.ChangeResult
+	// foreignLogged rate-limits the log of refused foreign messages.
+	foreignLogged map[wire.NodeID]time.Time
 }
 
 type NodeStats = api.NodeStats
@@ -151,14 +171,22 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("daemon: start the lock core: %w", err)
 	}
-	e, err := election.New(election.Config{Node: cfg.Self, ID: cfg.ID, ClusterSize: cfg.ClusterSize, Peers: peers,
-		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: electionRetry}, cfg.State.Election)
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = electionRetry
+	}
+	e, err := election.New(election.Config{Node: cfg.Self, ID: cfg.ID, Bootstrap: cfg.Bootstrap, Peers: peers,
+		Incarnation: cfg.State.Incarnation, Nonce: cfg.Nonce,
+		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: cfg.ElectionTicks}, cfg.State.Election)
 	if err != nil {
+		if errors.Is(err, election.ErrBadConfig) {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 		return nil, fmt.Errorf("daemon: start the election: %w", err)
 	}
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
-		done: make(chan struct{}), leases: map[wire.RequestID]*lease{},
-		sending: map[[2]uint64]bool{}, metrics: newMetrics()}, nil
+		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, changed: make(chan election.ChangeResult, 1),
+		foreignLogged: map[wire.NodeID]time.Time{},
+		sending:       map[[2]uint64]bool{}, metrics: newMetrics()}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -229,8 +257,6 @@ func (n *Node) tick() {
 	}
 }
 
-func electionKind(k wire.Kind) bool { return k >= wire.KindHello && k <= wire.KindCommit }
-
 func (n *Node) step(m wire.Message) {
 	n.stats.MessagesIn++
 	n.metrics.messages.WithLabelValues("in").Inc()
@@ -238,10 +264,32 @@ func (n *Node) step(m wire.Message) {
 		return
 	}
 	var err error
-	if electionKind(m.Kind) {
+	if m.Kind.Election() {
 		err = n.elect.Step(m)
+	} else if m.Kind == wire.KindSnapshotRequest && !n.elect.CheckedIn() {
+		// Until a majority of the members confirmed this life, the node
+		// hands no table over: a store restored from an old copy must not
+		// answer from its old table. (Without a view, which the election
+		// gives only after the check-in, it serves no replica work.)
+		err = election.ErrNotCheckedIn
 	} else {
 		err = n.core.Step(m)
+	}
+	if st := n.elect.Stale(); st != nil && n.failed == nil {
+		n.stop(fmt.Errorf("%w: %w; %s", ErrStale, st, staleHelp))
+		return
+	}
+	switch {
+	case errors.Is(err, election.ErrForeign):
+		n.metrics.foreign.Inc()
+		// Said once a minute per sender: enough for an operator, not a flood.
+		if now := time.Now(); now.Sub(n.foreignLogged[m.From]) > time.Minute {
+			n.foreignLogged[m.From] = now
+			n.log.Warn("message of another cluster refused", "from", uint64(m.From), "err", err)
+		}
+	case errors.Is(err, election.ErrStale):
+		n.metrics.stale.Inc()
+		n.log.Warn("check-in of an older life refused: that node's store was lost or restored from a copy", "from", uint64(m.From), "err", err)
 	}
 	if err != nil {
 		n.stats.Rejected++
@@ -283,6 +331,14 @@ func (n *Node) collect() {
 			}
 			n.pending = append(n.pending, p)
 			n.elect.Advance()
+			for _, c := range rd.Changes {
+				// Said only once durable? The change is a valid view: a
+				// majority persisted it, whatever this node's disk does.
+				select {
+				case n.changed <- c:
+				default:
+				}
+			}
 			if rd.View != nil {
 				n.stats.Views++
 				n.metrics.views.Inc()
@@ -433,8 +489,20 @@ func (n *Node) fail(err error) {
 	if n.failed != nil {
 		return
 	}
-	n.failed = fmt.Errorf("%w: %w", ErrStoreFailed, err)
 	n.log.Error("store failed; the node stops serving", "err", err)
+	n.stop(fmt.Errorf("%w: %w", ErrStoreFailed, err))
+}
+
+// stop ends serving for good: nothing more leaves the node, waiting
+// clients get err.
+func (n *Node) stop(err error) {
+	if n.failed != nil {
+		return
+	}
+	if errors.Is(err, ErrStale) {
+		n.log.Error("the node stops", "err", err)
+	}
+	n.failed = err
 	n.pending = nil
 	n.failAll(n.failed)
 }

@@ -84,7 +84,7 @@ func (g *gatedDisk) Snapshot(func(string, uint64, []core.DurableTicket) error) e
 func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 	t.Helper()
 	tr := &loneTransport{in: make(chan wire.Message)}
-	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, ClusterSize: 1, Transport: tr, Store: d,
+	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, Bootstrap: []wire.NodeID{1}, Transport: tr, Store: d,
 		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
 		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond})
 	if err != nil {

@@ -43,10 +43,11 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			Leader:      v.IsLeader(n.cfg.Self),
 			Serving:     n.core.Serving(),
 			Incarnation: n.cfg.State.Incarnation,
-			Handoff:     HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
-			Leases:      len(n.leases), Stats: n.stats, Core: n.core.Stats(), Members: []Member{}}
+			Cluster:     fmt.Sprintf("%016x", es.Cluster), CheckedIn: es.CheckedIn,
+			Handoff: HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
+			Leases:  len(n.leases), Stats: n.stats, Core: n.core.Stats(), Members: []Member{}}
 		for _, m := range es.Members {
-			s.Members = append(s.Members, Member{Node: uint64(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off})
+			s.Members = append(s.Members, Member{Node: uint64(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off, Voter: m.Voter})
 		}
 		switch {
 		case n.failed != nil:

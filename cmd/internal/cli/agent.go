@@ -51,9 +51,10 @@ func startError(err error) error {
 func newAgentCmd() *cobra.Command {
 	var (
 		name, data, priority, pskFile, api, tokenFile, logLevel, config string
-		listen, peers, allow                                            []string
+		listen, peers, allow, initial                                   []string
 		size                                                            int
-		inMemory                                                        bool
+		inMemory, join                                                  bool
+		electionTimeout                                                 time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -76,8 +77,11 @@ func newAgentCmd() *cobra.Command {
 			if data == "" && !inMemory {
 				return usageErrorf("agent: --data DIR is required (or --in-memory)")
 			}
-			if size < 1 {
+			if size < 0 {
 				return usageErrorf("agent: --cluster-size must be at least 1, got %d", size)
+			}
+			if electionTimeout < 0 {
+				return usageErrorf("agent: --election-timeout must not be negative, got %s", electionTimeout)
 			}
 			prio, err := election.ParsePriority(priority)
 			if err != nil {
@@ -87,7 +91,8 @@ func newAgentCmd() *cobra.Command {
 				name, _ = os.Hostname()
 			}
 			cfg := daemon.AgentConfig{Name: name, DataDir: data, InMemory: inMemory, Listen: listen, Peers: peers,
-				ClusterSize: size, Priority: prio, AllowList: allow, API: api, Logger: log}
+				ClusterSize: size, InitialMembers: initial, Join: join, ElectionTimeout: electionTimeout,
+				Priority: prio, AllowList: allow, API: api, Logger: log}
 			if pskFile != "" {
 				if cfg.PSK, err = p2p.ReadPSK(pskFile); err != nil {
 					return usageErrorf("agent: --psk-file: %v", err)
@@ -122,13 +127,16 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&data, "data", "", "data directory: identity key and lock table")
 	f.StringSliceVar(&listen, "listen", []string{"/ip4/0.0.0.0/tcp/4001"}, "libp2p listen multiaddrs")
 	f.StringSliceVar(&peers, "peers", nil, "other nodes, as multiaddrs ending in /p2p/ID")
-	f.IntVar(&size, "cluster-size", 1, "number of nodes in the cluster")
+	f.StringSliceVar(&initial, "initial-members", nil, "peer ids of the cluster's first members, this node's among them (first start only)")
+	f.BoolVar(&join, "join", false, "join the running cluster of --peers as a non-member (then: sluice members add ID)")
+	f.IntVar(&size, "cluster-size", 0, "number of initial members, as a check of --initial-members (optional)")
+	f.DurationVar(&electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
 	f.StringVar(&priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
 	f.StringVar(&pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
 	f.StringSliceVar(&allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
 	f.StringVar(&api, "api", daemon.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
 	f.StringVar(&tokenFile, "api-token-file", "", "bearer token for a TCP API address")
-	f.BoolVar(&inMemory, "in-memory", false, "keep the lock table in memory (dev and tests; lost on restart)")
+	f.BoolVar(&inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&config, "config", "", "YAML file with any of these settings (keys: the flag names); flags win over SLUICE_* environment variables, which win over the file")
 	return cmd
@@ -144,7 +152,7 @@ func newIDCmd() *cobra.Command {
 			if data == "" {
 				return usageErrorf("id: --data DIR is required")
 			}
-			key, err := p2p.LoadOrCreateIdentity(data)
+			key, _, err := p2p.LoadOrCreateIdentity(data)
 			if err != nil {
 				return err
 			}
@@ -216,12 +224,33 @@ type devCluster struct{ agents []*daemon.Agent }
 // mesh's announcements tell the earlier ones of the later.
 func startDev(ctx context.Context, n int, api, data string, log *slog.Logger) (*devCluster, error) {
 	c := &devCluster{}
+	// The identities come first: every node bootstraps with all of them.
+	keys := make([]p2p.PrivKey, n)
+	var members []string
+	for i := range keys {
+		var err error
+		if data != "" {
+			keys[i], _, err = p2p.LoadOrCreateIdentity(filepath.Join(data, fmt.Sprintf("node-%d", i+1)))
+		} else {
+			keys[i], err = p2p.NewIdentity()
+		}
+		if err != nil {
+			return nil, err
+		}
+		pid, err := p2p.PeerIDOf(keys[i])
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, pid.String())
+	}
 	var peers []string
 	for i := 1; i <= n; i++ {
-		cfg := daemon.AgentConfig{Name: fmt.Sprintf("dev-%d", i), InMemory: data == "", ClusterSize: n,
+		cfg := daemon.AgentConfig{Name: fmt.Sprintf("dev-%d", i), InMemory: data == "", InitialMembers: members,
 			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, Logger: log.With("node", i)}
 		if data != "" {
 			cfg.DataDir = filepath.Join(data, fmt.Sprintf("node-%d", i))
+		} else {
+			cfg.Key = keys[i-1]
 		}
 		if i == 1 {
 			cfg.API = api

@@ -142,6 +142,7 @@ func newRootCmd() *cobra.Command {
 	})
 	root.AddCommand(newAgentCmd(), newDevCmd(), newIDCmd(), newLockCmd(), newDrainCmd(), newStatusCmd(), newLocksCmd(),
 		newUnlockCmd(), newVersionCmd())
+	root.AddCommand(newMembersCmd())
 	return root
 }
 

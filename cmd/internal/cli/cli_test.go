@@ -42,7 +42,12 @@ func TestUsageErrors(t *testing.T) {
 		{"dev", "--nodes", "10"},
 		{"dev", "--log-level", "loud"},
 		{"agent"},
-		{"agent", "--in-memory", "--cluster-size", "0"},
+		{"agent", "--in-memory", "--cluster-size=-1"},
+		{"agent", "--in-memory", "--data", "/nonexistent/data"},
+		{"agent", "--in-memory", "--join", "--initial-members", "12D3KooWGzBf5jqxwWSiUrYC2L8t2PMJrcxZ4XQQ4cVhWjGKAAXz"},
+		{"agent", "--in-memory", "--initial-members", "not-a-peer-id"},
+		{"agent", "--in-memory", "--initial-members", "12D3KooWGzBf5jqxwWSiUrYC2L8t2PMJrcxZ4XQQ4cVhWjGKAAXz"},
+		{"agent", "--in-memory", "--election-timeout=-1s"},
 		{"agent", "--in-memory", "--priority", "15"},
 		{"agent", "--in-memory", "--priority", "high"},
 		{"agent", "--in-memory", "--psk-file", "/nonexistent/psk"},
@@ -98,10 +103,10 @@ func TestHelp(t *testing.T) {
 func TestAgentSettings(t *testing.T) {
 	dir := t.TempDir()
 	file := dir + "/agent.yaml"
-	if err := os.WriteFile(file, []byte("cluster-size: 0\nin-memory: true\npeers:\n  - /ip4/127.0.0.1/tcp/1\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("cluster-size: -1\nin-memory: true\npeers:\n  - /ip4/127.0.0.1/tcp/1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The file's cluster size 0 is refused...
+	// The file's cluster size -1 is refused...
 	code, _, stderr := runCapture(t, "agent", "--config", file)
 	if code != ExitUsage || !strings.Contains(stderr, "--cluster-size must be at least 1") {
 		t.Fatalf("file: %d %q", code, stderr)
@@ -115,7 +120,7 @@ func TestAgentSettings(t *testing.T) {
 	}
 	// ...and a flag wins over both.
 	t.Setenv("SLUICE_CLUSTER_SIZE", "5")
-	code, _, stderr = runCapture(t, "agent", "--config", file, "--cluster-size", "0")
+	code, _, stderr = runCapture(t, "agent", "--config", file, "--cluster-size=-1")
 	if code != ExitUsage || !strings.Contains(stderr, "--cluster-size must be at least 1") {
 		t.Fatalf("flag over env: %d %q", code, stderr)
 	}

@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/semaphore/api"
+	"github.com/sluicehq/sluice/semaphore/client"
+)
+
+// changeWait bounds `members add/remove`: longer than the agent's own 30 s
+// bound, so that its answer (change_timedout) comes first.
+const changeWait = 40 * time.Second
+
+func newMembersCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "members",
+		Short: "List the cluster's members; add or remove one",
+		Long: "List the cluster's members (voters) and the other nodes the agent\n" +
+			"knows of. Members vote in elections and can lead; other nodes take\n" +
+			"locks but have no vote.\n" +
+			"\n" +
+			"To add a machine, first start its agent with `sluice agent --join\n" +
+			"--peers ...` so that it joins the mesh as a non-member, then run\n" +
+			"`sluice members add ID` with its peer id (`sluice id`) or the node\n" +
+			"number this list shows. To replace a machine, remove the old one and\n" +
+			"add the new one: `sluice members remove ID`, then `members add`.\n" +
+			"\n" +
+			"Changes go one at a time, and each needs a majority of the old and a\n" +
+			"majority of the new members alive to commit. A change that is refused\n" +
+			"changed nothing; one that was not confirmed in time may still commit:\n" +
+			"list the members to see.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := c.Members(ctx)
+			if err != nil {
+				return apiError("members", err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, l)
+			}
+			printMembers(out, l)
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(newMembersChangeCmd("add", "added", "Make a running node a member (voter)", (*client.Client).AddMember),
+		newMembersChangeCmd("remove", "removed", "Take a member out of the voters", (*client.Client).RemoveMember))
+	return cmd
+}
+
+func newMembersChangeCmd(verb, done, short string,
+	change func(*client.Client, context.Context, string) (api.MembersChanged, error)) *cobra.Command {
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	what := "members " + verb
+	cmd := &cobra.Command{
+		Use:   verb + " ID",
+		Short: short,
+		Long: short + ", ID being its peer id or node number. It waits until\n" +
+			"the change commits (up to 30 s); see 'sluice members --help'.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("%s: one ID (a peer id or node number), got %d arguments", what, len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), changeWait)
+			defer cancel()
+			id := args[0]
+			res, err := change(c, ctx, id)
+			var ae *client.APIError
+			switch {
+			case err == nil:
+			case errors.Is(err, client.ErrMembership) && errors.As(err, &ae):
+				// The agent's reason is the whole story: nothing changed.
+				return &exitError{code: ExitFailure, msg: fmt.Sprintf("%s: %s", what, ae.Message)}
+			case errors.Is(err, client.ErrChangeTimedOut):
+				return &exitError{code: ExitFailure,
+					msg: fmt.Sprintf("%s: not confirmed in time; it may still commit: check 'sluice members'", what)}
+			default:
+				return apiError(what, err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, res)
+			}
+			fmt.Fprintf(out, "%s %s: view epoch %d", done, id, res.Epoch)
+			if voters := voterList(res.Members); voters != "" {
+				fmt.Fprintf(out, ", members: %s", voters)
+			}
+			fmt.Fprintln(out)
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printMembers(w io.Writer, l api.MemberList) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPEER\tNAME\tADDRESS\tVOTER\tLEADER\tREACHABLE")
+	voters := 0
+	for _, m := range l.Members {
+		if m.Voter {
+			voters++
+		}
+		leader := ""
+		if m.Leader {
+			leader = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Node, orDash(m.Peer), orDash(m.Name), orDash(m.Address),
+			yesNo(m.Voter), leader, yesNo(m.Reachable))
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "cluster %s, view epoch %d, %d voters\n", l.Cluster, l.Epoch, voters)
+}
+
+// voterList names the voters: "1 (alpha), 2 (beta)".
+func voterList(l api.MemberList) string {
+	var vs []string
+	for _, m := range l.Members {
+		if !m.Voter {
+			continue
+		}
+		v := strconv.FormatUint(m.Node, 10)
+		if m.Name != "" {
+			v += " (" + m.Name + ")"
+		}
+		vs = append(vs, v)
+	}
+	return strings.Join(vs, ", ")
+}
+
+// orDash keeps a column that the agent could not fill visible.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,280 @@
+package election
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Quorum is a majority of n members: the number that must know each
+// other before an election, and accept a view for it to be valid.
+func Quorum(n int) int { return n/2 + 1 }
+
+// ClusterID is the id of the cluster born from these bootstrap members: a
+// hash of their ids in order, never 0. Every election message carries it.
+func ClusterID(bootstrap []wire.NodeID) uint64 {
+	ids := slices.Sorted(slices.Values(bootstrap))
+	ids = slices.Compact(ids)
+	h := fnv.New64a()
+	var b [8]byte
+	for _, id := range ids {
+		binary.BigEndian.PutUint64(b[:], uint64(id))
+		h.Write(b[:])
+	}
+	return max(h.Sum64(), 1)
+}
+
+// Life is one run of a node: the incarnation its store counted and the
+// random nonce it drew at start. Two runs never share a Life, even when a
+// store was restored from a copy.
+type Life struct {
+	Incarnation uint32
+	Nonce       uint64
+}
+
+// Change is one membership change: add a node or remove a member.
+type Change struct {
+	Add, Remove wire.NodeID
+}
+
+func (c Change) String() string {
+	if c.Add != 0 {
+		return fmt.Sprintf("add %d", c.Add)
+	}
+	return fmt.Sprintf("remove %d", c.Remove)
+}
+
+// ChangeResult is the end of a change started by ChangeMembers: Err is
+// nil when a valid view of epoch Epoch carries it.
+type ChangeResult struct {
+	Change Change
+	Epoch  uint64
+	Err    error
+}
+
+// StaleError says that a member knows a newer life of this node than the
+// one it runs: its store was rolled back to an older copy, or lost.
+type StaleError struct {
+	By    wire.NodeID // the member that knows better
+	Knows uint32      // the incarnation it knows
+	Mine  uint32      // this node's incarnation
+}
+
+func (s *StaleError) Error() string {
+	return fmt.Sprintf("%v: member %d knows incarnation %d of this node, its store says %d: the store was lost or restored from an older copy",
+		ErrStale, s.By, s.Knows, s.Mine)
+}
+
+func (s *StaleError) Unwrap() error { return ErrStale }
+
+// Members are the voters: those of the valid view, or the bootstrap
+// members before the first view.
+func (e *Election) Members() []wire.NodeID {
+	if e.p.Valid.Epoch > 0 {
+		return slices.Clone(e.p.Valid.Members)
+	}
+	return slices.Clone(e.p.Bootstrap)
+}
+
+func (e *Election) isMember(id wire.NodeID) bool {
+	if e.p.Valid.Epoch > 0 {
+		return slices.Contains(e.p.Valid.Members, id)
+	}
+	return slices.Contains(e.p.Bootstrap, id)
+}
+
+// Cluster is the id of the cluster this node belongs to (0: a joining
+// node that has not heard from it yet).
+func (e *Election) Cluster() uint64 { return e.p.Cluster }
+
+// CheckedIn reports whether a majority of the other members confirmed
+// this node's life: until then it neither votes nor hands out a view, and
+// its runtime must keep lock traffic away from the lock core.
+func (e *Election) CheckedIn() bool { return e.checkedIn }
+
+// Stale is the reason this node stopped for good, or nil.
+func (e *Election) Stale() error {
+	if e.stale == nil {
+		return nil
+	}
+	return e.stale
+}
+
+// quorumOf reports whether the nodes in votes hold a majority of set.
+// The mutant counts every vote, members or not.
+func (e *Election) quorumOf(votes map[wire.NodeID]bool, set []wire.NodeID) bool {
+	if e.cfg.Mutant&MutantNonMemberVotes != 0 {
+		return len(votes) >= Quorum(len(set))
+	}
+	n := 0
+	for _, id := range set {
+		if votes[id] {
+			n++
+		}
+	}
+	return n >= Quorum(len(set))
+}
+
+// checkIn asks the other members to record this life.
+func (e *Election) checkIn() {
+	for _, id := range e.Members() {
+		if id != e.cfg.Node {
+			e.send(wire.Message{Kind: wire.KindCheckIn, To: id, Inc: uint64(e.cfg.Incarnation), Nonce: e.cfg.Nonce})
+		}
+	}
+}
+
+// updateCheckedIn ends the check-in once a majority of the other members
+// confirmed this life; a node that is the only member has nobody to ask.
+func (e *Election) updateCheckedIn() {
+	if e.checkedIn || e.stale != nil || e.p.Cluster == 0 {
+		return
+	}
+	var others []wire.NodeID
+	for _, id := range e.Members() {
+		if id != e.cfg.Node {
+			others = append(others, id)
+		}
+	}
+	if len(others) > 0 && !e.quorumOf(e.checkAcks, others) {
+		return
+	}
+	e.checkedIn = true
+	if e.p.Valid.Epoch > 0 {
+		v := cloneView(e.p.Valid)
+		e.view = &v
+	}
+}
+
+func (e *Election) onCheckIn(m wire.Message) error {
+	if m.Inc == 0 || m.Inc > 1<<32-1 {
+		e.stats.BadViews++
+		return fmt.Errorf("%w: check-in of incarnation %d", ErrBadView, m.Inc)
+	}
+	life := Life{Incarnation: uint32(m.Inc), Nonce: m.Nonce}
+	known, ok := e.p.Lives[m.From]
+	ack := wire.Message{Kind: wire.KindCheckInAck, To: m.From, Inc: m.Inc, Nonce: m.Nonce}
+	switch {
+	case !ok || life.Incarnation > known.Incarnation:
+		if e.p.Lives == nil {
+			e.p.Lives = map[wire.NodeID]Life{}
+		}
+		e.p.Lives[m.From], e.persist = life, true
+	case life == known:
+	default:
+		e.stats.StaleLives++
+		ack.Reject, ack.Seq = true, uint64(known.Incarnation)
+		e.send(ack)
+		return fmt.Errorf("%w: node %d checked in as incarnation %d (nonce %x), it ran as %d (nonce %x) before",
+			ErrStale, m.From, life.Incarnation, life.Nonce, known.Incarnation, known.Nonce)
+	}
+	e.send(ack) // after the life is durable: the Ready contract
+	return nil
+}
+
+func (e *Election) onCheckInAck(m wire.Message) error {
+	if m.Inc != uint64(e.cfg.Incarnation) || m.Nonce != e.cfg.Nonce {
+		return nil // for an earlier life
+	}
+	if m.Reject {
+		if e.cfg.Mutant&MutantNoCheckIn != 0 {
+			return nil
+		}
+		e.stale = &StaleError{By: m.From, Knows: uint32(m.Seq), Mine: e.cfg.Incarnation}
+		e.round, e.view = nil, nil
+		e.endChange(e.stale)
+		return e.stale
+	}
+	e.checkAcks[m.From] = true
+	e.updateCheckedIn()
+	return nil
+}
+
+// ChangeMembers starts a round that commits c: a view whose members are
+// this node's valid view's members with one added or removed, accepted by
+// a majority of the old members and of the new. Its end comes in
+// Ready.Changes. It fails at once, changing nothing, when the node is not
+// ready, another change is under way here, the node to add never said
+// hello or is a member, the node to remove is not one, or the change
+// could not commit with the members alive now.
+func (e *Election) ChangeMembers(c Change) error {
+	switch {
+	case e.stale != nil:
+		return fmt.Errorf("%w: %w", ErrNotReady, e.stale)
+	case !e.checkedIn || e.p.Valid.Epoch == 0:
+		return fmt.Errorf("%w: no valid view yet", ErrNotReady)
+	case (c.Add == 0) == (c.Remove == 0):
+		return fmt.Errorf("%w: add one node or remove one member", ErrBadChange)
+	case e.round != nil && e.round.change != nil:
+		return fmt.Errorf("%w: %s is under way", ErrBusy, e.round.change)
+	}
+	old := e.Members()
+	next := slices.Clone(old)
+	if c.Add != 0 {
+		m := e.members[c.Add]
+		switch {
+		case slices.Contains(old, c.Add):
+			return fmt.Errorf("%w: node %d is a member already", ErrBadChange, c.Add)
+		case m == nil || m.id.Address == "":
+			return fmt.Errorf("%w: node %d never said hello to this node: start it (with --join) first", ErrBadChange, c.Add)
+		case len(old) >= wire.MaxMembers:
+			return fmt.Errorf("%w: %d members is the most a cluster has", ErrBadChange, wire.MaxMembers)
+		}
+		next = append(next, c.Add)
+		slices.Sort(next)
+	} else {
+		if !slices.Contains(old, c.Remove) {
+			return fmt.Errorf("%w: node %d is not a member", ErrBadChange, c.Remove)
+		}
+		next = slices.DeleteFunc(next, func(id wire.NodeID) bool { return id == c.Remove })
+		if len(next) == 0 {
+			return fmt.Errorf("%w: removing node %d would leave no member", ErrBadChange, c.Remove)
+		}
+	}
+	for _, set := range [][]wire.NodeID{old, next} {
+		if up := e.aliveOf(set); up < Quorum(len(set)) {
+			return fmt.Errorf("%w: %d of the members %v are up, and a change needs a majority (%d) of the old and of the new members: it could never commit",
+				ErrBadChange, up, set, Quorum(len(set)))
+		}
+	}
+	e.startRound(&c)
+	return nil
+}
+
+func (e *Election) aliveOf(set []wire.NodeID) int {
+	n := 0
+	for _, id := range set {
+		if e.alive(id) {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *Election) endChange(err error) {
+	if r := e.round; r != nil && r.change != nil {
+		e.changes = append(e.changes, ChangeResult{Change: *r.change, Epoch: r.epoch, Err: err})
+		r.change = nil
+	}
+}
+
+// applyChange is the member set after c.
+func applyChange(members []wire.NodeID, c *Change) []wire.NodeID {
+	out := slices.Clone(members)
+	if c == nil {
+		return out
+	}
+	if c.Add != 0 && !slices.Contains(out, c.Add) {
+		out = append(out, c.Add)
+	}
+	out = slices.DeleteFunc(out, func(id wire.NodeID) bool { return id == c.Remove })
+	slices.Sort(out)
+	return out
+}
+
+// Lives returns a copy of the newest life known of each node.
+func (e *Election) Lives() map[wire.NodeID]Life { return maps.Clone(e.p.Lives) }
