@@ -562,8 +562,8 @@ func (e *Election) propose(r *round) {
 		old := e.Members()
 		members := applyChange(old, r.change)
 		leaders := e.pickLeaders(members)
-		if len(leaders) == 0 {
-			e.endChange(fmt.Errorf("%w: no candidate to lead among %v", ErrChangeLost, members))
+		if leaders == nil {
+			e.endChange(fmt.Errorf("%w: fewer than %d candidates to lead are up among %v", ErrChangeLost, wanted(members), members))
 			e.round = nil
 			return
 		}
@@ -578,22 +578,14 @@ func (e *Election) propose(r *round) {
 }
 
 // pickLeaders chooses the leaders of a view of members: the sitting
-// leaders that are still alive members first, then the best candidates.
+// leaders that are still alive members first, then the best candidates;
+// nil when too few candidates are up.
 func (e *Election) pickLeaders(members []wire.NodeID) []wire.NodeID {
 	cands := e.candidates(members)
-	if len(cands) > wanted(members) {
-		cands = cands[:wanted(members)]
-	}
 	if len(cands) < wanted(members) {
-		// An operator's change may leave fewer candidates than wanted:
-		// keep the sitting leaders that are still members.
-		for _, l := range e.p.Valid.Leaders {
-			if len(cands) < wanted(members) && slices.Contains(members, l) && !slices.Contains(cands, l) {
-				cands = append(cands, l)
-			}
-		}
+		return nil
 	}
-	leaders := slices.Clone(cands)
+	leaders := slices.Clone(cands[:wanted(members)])
 	slices.Sort(leaders)
 	return leaders
 }

@@ -297,7 +297,7 @@ func (s *electionSim) accepted(i int, v wire.View) {
 			s.failf("view %s makes the off node %d a leader", key, l)
 		}
 	}
-	if want := min(3, len(s.nodes)); len(v.Leaders) != want {
+	if want := min(3, len(v.Members)); len(v.Leaders) != want {
 		s.failf("view %s has %d leaders, want %d", key, len(v.Leaders), want)
 	}
 	s.valid[v.Epoch] = v

@@ -177,8 +177,19 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
-	if state.Election == nil || state.Election.Cluster == 0 {
+	if e := state.Election; e != nil && e.Cluster != 0 {
+		// The store rules after the first start: the flags may stay in a
+		// unit file, but they must describe this cluster.
+		if len(boot) > 0 && election.ClusterID(boot) != e.Cluster {
+			return nil, fmt.Errorf("%w: this data directory belongs to cluster %016x, --initial-members describe cluster %016x",
+				ErrConfig, e.Cluster, election.ClusterID(boot))
+		}
+		boot = nil
+	} else {
 		switch {
+		case len(boot) > 0 && !slices.Contains(boot, self):
+			return nil, fmt.Errorf("%w: --initial-members must list this node's own peer id %s too (it is a first member), "+
+				"or use --join to join a running cluster as a non-member", ErrConfig, pid)
 		case len(boot) > 0 || cfg.Join:
 		case len(cfg.Peers) > 0:
 			return nil, fmt.Errorf("%w: this node has --peers but no cluster to belong to: give the first members' peer ids "+
@@ -259,9 +270,6 @@ func bootstrap(cfg AgentConfig, self wire.NodeID) ([]wire.NodeID, error) {
 		}
 	}
 	switch {
-	case !slices.Contains(boot, self):
-		return nil, fmt.Errorf("%w: --initial-members must list this node's own peer id too (it is a first member), "+
-			"or use --join to join as a non-member", ErrConfig)
 	case cfg.ClusterSize > 0 && cfg.ClusterSize != len(boot):
 		return nil, fmt.Errorf("%w: --cluster-size %d, but --initial-members lists %d members", ErrConfig, cfg.ClusterSize, len(boot))
 	case len(boot) > wire.MaxMembers:

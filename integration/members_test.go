@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestBootstrapFlags: breaks 1 and 3 of issue 10 on the real binary. An
+// agent with peers but no bootstrap used to elect itself alone; now it is
+// a usage error. --in-memory with --data used to bring a persisted
+// identity back without its votes; now it is refused. A node whose store
+// was lost while its identity key stayed is refused with the runbook.
+func TestBootstrapFlags(t *testing.T) {
+	dir := shortDir(t)
+	other := peerID(t, filepath.Join(dir, "other"))
+	peer := "/ip4/127.0.0.1/tcp/1/p2p/" + other
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data", filepath.Join(dir, "a"), "--peers", peer}, "--initial-members"},
+		{[]string{"--in-memory", "--data", filepath.Join(dir, "b")}, "--in-memory"},
+		{[]string{"--data", filepath.Join(dir, "c"), "--initial-members", other}, "own peer id"},
+		{[]string{"--data", filepath.Join(dir, "d"), "--join", "--initial-members", other}, "exclude each other"},
+	} {
+		args := append([]string{"agent", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", filepath.Join(dir, "x.sock")}, tc.args...)
+		code, _, errs := sluice(t, "", args...)
+		if code != 64 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 64 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+
+	// A cluster of one, started and stopped; then its Badger directory is
+	// lost while identity.key stays: refused, nothing served.
+	data := filepath.Join(dir, "solo")
+	sock := filepath.Join(dir, "solo.sock")
+	p := start(t, "agent", "--data", data, "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock)
+	p.waitLine(t, "API on")
+	c := unixClient(sock)
+	waitReady(t, c)
+	if code, out := post(t, c, "/v1/acquire", `{"name":"/x","try":true}`); code != 200 {
+		t.Fatalf("acquire on a cluster of one: %d %v", code, out)
+	}
+	stopAgent(t, p)
+	if err := os.RemoveAll(filepath.Join(data, "badger")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := sluice(t, "", "agent", "--data", data, "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock)
+	if code != 1 || !strings.Contains(errs, "state lost") || !strings.Contains(errs, "A node lost its disk") {
+		t.Fatalf("restart with a lost store: exit %d %q", code, errs)
+	}
+}
+
+func waitReady(t *testing.T, cs ...*http.Client) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for _, c := range cs {
+		for {
+			s, err := status(c)
+			if err == nil && s["state"] == "LOCK_READY" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not ready after %v: %v %v", bound, s, err)
+			}
+			time.Sleep(50 * time.Millisecond) // polling another process's state
+		}
+	}
+}
+
+func stopAgent(t *testing.T, p *proc) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("agent exited %d after SIGTERM", code)
+	}
+}
+
+// TestReplaceLostLeader is the acceptance test of issue 10: five agents, a
+// leader's data directory deleted and the agent restarted, the runbook
+// followed (remove the old identity, start the machine afresh with --join,
+// add the new one), and the cluster back to three leaders and serving,
+// with the lease held throughout still in force and tokens growing.
+func TestReplaceLostLeader(t *testing.T) {
+	root := shortDir(t)
+	type node struct {
+		data, sock, addr, id string
+		p                    *proc
+		c                    *http.Client
+	}
+	nodes := make([]*node, 5)
+	var members []string
+	for i := range nodes {
+		n := &node{data: filepath.Join(root, fmt.Sprintf("n%d", i+1))}
+		n.sock = filepath.Join(root, fmt.Sprintf("%d.sock", i+1))
+		n.id = peerID(t, n.data)
+		members = append(members, n.id)
+		n.addr = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), n.id)
+		n.c = unixClient(n.sock)
+		nodes[i] = n
+	}
+	peersOf := func(i int) string {
+		var peers []string
+		for j, o := range nodes {
+			if j != i {
+				peers = append(peers, o.addr)
+			}
+		}
+		return strings.Join(peers, ",")
+	}
+	listenOf := func(n *node) string { return n.addr[:strings.Index(n.addr, "/p2p/")] }
+	for i, n := range nodes {
+		n.p = start(t, "agent", "--name", fmt.Sprintf("n%d", i+1), "--data", n.data, "--listen", listenOf(n),
+			"--peers", peersOf(i), "--initial-members", strings.Join(members, ","), "--api", n.sock, "--log-level", "warn")
+		n.p.waitLine(t, "API on")
+	}
+	all := func() []*http.Client {
+		var cs []*http.Client
+		for _, n := range nodes {
+			cs = append(cs, n.c)
+		}
+		return cs
+	}
+	waitReady(t, all()...)
+
+	// The leaders, as node 1 sees them; a lease held through a node that
+	// is not the leader we will lose.
+	st, err := status(nodes[0].c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaders []uint64
+	for _, l := range st["view"].(map[string]any)["leaders"].([]any) {
+		leaders = append(leaders, uint64(l.(float64)))
+	}
+	nodeOf := func(n *node) uint64 {
+		s, err := status(n.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint64(s["node"].(float64))
+	}
+	lost, holder := -1, -1
+	for i, n := range nodes {
+		switch id := nodeOf(n); {
+		case lost < 0 && slices.Contains(leaders, id):
+			lost = i
+		case holder < 0 && !slices.Contains(leaders, id):
+			holder = i
+		}
+	}
+	if lost < 0 || holder < 0 {
+		t.Fatalf("leaders %v: no leader or no other node", leaders)
+	}
+	code, held := post(t, nodes[holder].c, "/v1/acquire", `{"name":"/site","mode":"read-write-priority","duration":"10m"}`)
+	if code != 200 {
+		t.Fatalf("acquire: %d %v", code, held)
+	}
+
+	// The leader's disk is lost: SIGKILL, then its data directory goes.
+	ln := nodes[lost]
+	if err := ln.p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ln.p.wait(t)
+	if err := os.RemoveAll(ln.data); err != nil {
+		t.Fatal(err)
+	}
+	// Restarted as it was (same flags): its new identity is not one of the
+	// initial members, so it is refused rather than bootstrap again.
+	args := []string{"agent", "--name", "replacement", "--data", ln.data, "--listen", listenOf(ln), "--peers", peersOf(lost),
+		"--initial-members", strings.Join(members, ","), "--api", ln.sock, "--log-level", "warn"}
+	if code, _, errs := sluice(t, "", args...); code != 64 || !strings.Contains(errs, "--join") {
+		t.Fatalf("restart of the wiped leader with its old flags: exit %d %q", code, errs)
+	}
+
+	// The runbook. 1: remove the lost member.
+	other := nodes[(lost+1)%5]
+	if code, out, errs := sluice(t, other.sock, "members", "remove", ln.id); code != 0 {
+		t.Fatalf("members remove: exit %d %q %q", code, out, errs)
+	}
+	// 2: start the machine afresh, as a new identity that joins.
+	newID := peerID(t, ln.data)
+	ln.id = newID
+	ln.addr = fmt.Sprintf("%s/p2p/%s", listenOf(ln), newID)
+	ln.p = start(t, "agent", "--name", "replacement", "--data", ln.data, "--listen", listenOf(ln), "--peers", peersOf(lost),
+		"--join", "--api", ln.sock, "--log-level", "warn")
+	ln.p.waitLine(t, "API on")
+	// 3: add it once the cluster has heard from it.
+	deadline := time.Now().Add(bound)
+	for {
+		code, out, errs := sluice(t, other.sock, "members", "add", newID)
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(errs, "never said hello") {
+			t.Fatalf("members add: exit %d %q %q", code, out, errs)
+		}
+		time.Sleep(100 * time.Millisecond) // the new node's hellos take a moment
+	}
+
+	// Back to five voters, three live leaders, everyone serving.
+	waitReady(t, all()...)
+	code, out, _ := sluice(t, other.sock, "members", "--json")
+	if code != 0 || strings.Count(out, `"voter": true`) != 5 {
+		t.Fatalf("members after the runbook: exit %d\n%s", code, out)
+	}
+	deadline = time.Now().Add(bound)
+	for {
+		st, err := status(other.c)
+		if err == nil {
+			view := st["view"].(map[string]any)
+			ls := view["leaders"].([]any)
+			alive := 0
+			for _, m := range st["members"].([]any) {
+				mm := m.(map[string]any)
+				if mm["leader"] == true && mm["alive"] == true {
+					alive++
+				}
+			}
+			if len(ls) == 3 && alive == 3 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not three live leaders after %v: %v %v", bound, st, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's state
+	}
+
+	// The drain held through all of it is still in force, and renewable.
+	for i, n := range nodes {
+		if i == holder {
+			continue
+		}
+		if code, out := post(t, n.c, "/v1/acquire", `{"name":"/site","mode":"read-only","try":true}`); code != 503 || out["error"] != "draining" {
+			t.Fatalf("a reader through node %d while the drain holds: %d %v", i+1, code, out)
+		}
+	}
+	if code, out := post(t, nodes[holder].c, "/v1/renew", fmt.Sprintf(`{"lease":%q}`, held["lease"])); code != 200 {
+		t.Fatalf("renew: %d %v", code, out)
+	}
+	if code, out := post(t, nodes[holder].c, "/v1/release", fmt.Sprintf(`{"lease":%q}`, held["lease"])); code != 200 {
+		t.Fatalf("release: %d %v", code, out)
+	}
+	code, next := post(t, ln.c, "/v1/acquire", `{"name":"/site","timeout":"30s"}`)
+	if code != 200 || next["token"].(float64) <= held["token"].(float64) {
+		t.Fatalf("acquire through the replacement: %d %v (held token %v)", code, next, held["token"])
+	}
+	for _, n := range nodes {
+		stopAgent(t, n.p)
+	}
+}
