@@ -17,23 +17,23 @@ type Status struct {
 	Node  uint64 `json:"node"`
 	Ready bool   `json:"ready"`
 	// State is LOCK_READY or NO_LOCK; Reason says why not ready.
-	State       string      `json:"state"`
-	Reason      string      `json:"reason,omitempty"`
-	View        ViewStatus  `json:"view"`
-	Leader      bool        `json:"leader"`
-	Serving     bool        `json:"serving"`
-	Coordinator bool        `json:"coordinator"`
-	Incarnation uint32      `json:"incarnation"`
+	State       string     `json:"state"`
+	Reason      string     `json:"reason,omitempty"`
+	View        ViewStatus `json:"view"`
+	Leader      bool       `json:"leader"`
+	Serving     bool       `json:"serving"`
+	Coordinator bool       `json:"coordinator"`
+	Incarnation uint32     `json:"incarnation"`
 	// Cluster is the cluster's id; CheckedIn says whether a majority of
 	// the other members confirmed this node's life (it votes and serves
 	// only then).
-	Cluster   string `json:"cluster"`
-	CheckedIn bool   `json:"checked_in"`
-	Members     []Member    `json:"members"`
-	Handoff     HandoffInfo `json:"handoff"`
-	Leases      int         `json:"leases"`
-	Stats       NodeStats   `json:"stats"`
-	Core        core.Stats  `json:"core"`
+	Cluster   string      `json:"cluster"`
+	CheckedIn bool        `json:"checked_in"`
+	Members   []Member    `json:"members"`
+	Handoff   HandoffInfo `json:"handoff"`
+	Leases    int         `json:"leases"`
+	Stats     NodeStats   `json:"stats"`
+	Core      core.Stats  `json:"core"`
 }
 
 // ViewStatus is a view in JSON.
@@ -253,7 +253,7 @@ type MembersBody struct {
 // MembersChanged is the answer of POST /v1/members: the change is in the
 // valid view of Epoch.
 type MembersChanged struct {
-	Epoch   uint64 `json:"epoch"`
-	Change  string `json:"change"`
+	Epoch   uint64     `json:"epoch"`
+	Change  string     `json:"change"`
 	Members MemberList `json:"members"`
 }
