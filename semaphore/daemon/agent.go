@@ -164,6 +164,11 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if fresh && len(boot) > 0 && !slices.Contains(boot, self) {
+		// A fresh identity has no cluster in its store yet: say so before
+		// opening it.
+		return nil, notListed(pid)
+	}
 	st, state, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, InMemory: cfg.InMemory, Logger: cfg.Logger,
 		Identity: uint64(self), Fresh: fresh})
 	if err != nil {
@@ -188,8 +193,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	} else {
 		switch {
 		case len(boot) > 0 && !slices.Contains(boot, self):
-			return nil, fmt.Errorf("%w: --initial-members must list this node's own peer id %s too (it is a first member), "+
-				"or use --join to join a running cluster as a non-member", ErrConfig, pid)
+			return nil, notListed(pid)
 		case len(boot) > 0 || cfg.Join:
 		case len(cfg.Peers) > 0:
 			return nil, fmt.Errorf("%w: this node has --peers but no cluster to belong to: give the first members' peer ids "+
@@ -276,6 +280,11 @@ func bootstrap(cfg AgentConfig, self wire.NodeID) ([]wire.NodeID, error) {
 		return nil, fmt.Errorf("%w: %d initial members, at most %d", ErrConfig, len(boot), wire.MaxMembers)
 	}
 	return boot, nil
+}
+
+func notListed(pid fmt.Stringer) error {
+	return fmt.Errorf("%w: --initial-members must list this node's own peer id %s too (it is a first member), "+
+		"or use --join to join a running cluster as a non-member", ErrConfig, pid)
 }
 
 // nonce draws the random half of this life's name.
