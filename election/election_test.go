@@ -223,3 +223,74 @@ func TestAddPeerGetsHellos(t *testing.T) {
 		t.Fatalf("hellos to %v, want [7]", to)
 	}
 }
+
+// TestMembershipRules pins the three membership rules, each against the
+// mutant that breaks it: a view needs a majority of its members and of
+// its previous members; votes of non-members never count; a node answers
+// no vote before a majority of the other members confirmed its life.
+func TestMembershipRules(t *testing.T) {
+	set := func(ids ...wire.NodeID) map[wire.NodeID]bool {
+		m := map[wire.NodeID]bool{}
+		for _, id := range ids {
+			m[id] = true
+		}
+		return m
+	}
+	shrunk := wire.View{Epoch: 5, Leaders: []wire.NodeID{1, 2, 3}, Members: members(3), PrevMembers: members(5)}
+	for _, c := range []struct {
+		name    string
+		v       wire.View
+		accepts map[wire.NodeID]bool
+		mutant  election.Mutant
+		want    bool
+	}{
+		{"majority of both", shrunk, set(1, 2, 3), 0, true},
+		{"no majority of the old members", shrunk, set(1, 2), 0, false},
+		{"no majority of the old members, mutant", shrunk, set(1, 2), election.MutantNoOldQuorum, true},
+		{"non-members' accepts", view(6, 1, 2, 3), set(1, 8, 9), 0, false},
+		{"non-members' accepts, mutant", view(6, 1, 2, 3), set(1, 8, 9), election.MutantNonMemberVotes, true},
+	} {
+		if got := election.Valid(c.v, c.accepts, c.mutant); got != c.want {
+			t.Errorf("%s: valid %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		mutant  election.Mutant
+		answers bool
+	}{{0, false}, {election.MutantNoCheckIn, true}} {
+		e, err := election.New(election.Config{Node: 1, Bootstrap: members(5), Incarnation: 2, Nonce: 9, Mutant: c.mutant,
+			ID: election.ID{Priority: 14, Address: "a", Name: "n1"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.Step(in(5, wire.Message{Kind: wire.KindPrepare, From: 2, To: 1, View: wire.View{Epoch: 3}}))
+		promised := false
+		for _, m := range e.Ready().Messages {
+			promised = promised || m.Kind == wire.KindPromise
+		}
+		e.Advance()
+		if promised != c.answers || !c.answers && !errors.Is(err, election.ErrNotCheckedIn) {
+			t.Errorf("mutant %d: promised %v (%v) before checking in", c.mutant, promised, err)
+		}
+	}
+	// A member that knows a newer life refuses the check-in, and the
+	// refused node stops for good.
+	m := node(t, 2, 5, 0)
+	_ = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 4, Nonce: 1}))
+	m.Ready()
+	m.Advance()
+	if err := m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 4, Nonce: 2})); !errors.Is(err, election.ErrStale) {
+		t.Fatalf("same incarnation, other nonce: %v", err)
+	}
+	rd := m.Ready()
+	m.Advance()
+	if len(rd.Messages) != 1 || !rd.Messages[0].Reject || rd.Messages[0].Seq != 4 {
+		t.Fatalf("answer to a stale check-in: %+v", rd.Messages)
+	}
+	e, _ := election.New(election.Config{Node: 1, Bootstrap: members(5), Incarnation: 4, Nonce: 2,
+		ID: election.ID{Priority: 14, Address: "a", Name: "n1"}}, nil)
+	_ = e.Step(rd.Messages[0])
+	if !errors.Is(e.Stale(), election.ErrStale) || e.Status().Ready {
+		t.Fatalf("refused node: stale %v", e.Stale())
+	}
+}
