@@ -364,7 +364,7 @@ func (e *Election) sendAll(m wire.Message, alive bool) {
 		targets[id] = true
 	}
 	for _, id := range slices.Sorted(maps.Keys(targets)) {
-		if id == e.cfg.Node && m.Kind == wire.KindHello || alive && !e.alive(id) && id != e.cfg.Node {
+		if id == e.cfg.Node && m.Kind == wire.KindHello || alive && !e.alive(id) {
 			continue
 		}
 		m.To = id

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"slices"
 
 	"github.com/sluicehq/sluice/core/wire"
@@ -275,6 +274,3 @@ func applyChange(members []wire.NodeID, c *Change) []wire.NodeID {
 	slices.Sort(out)
 	return out
 }
-
-// Lives returns a copy of the newest life known of each node.
-func (e *Election) Lives() map[wire.NodeID]Life { return maps.Clone(e.p.Lives) }

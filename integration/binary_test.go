@@ -249,19 +249,11 @@ func TestAgentsSurviveKill(t *testing.T) {
 		run(i)
 	}
 	ready := func() {
-		deadline := time.Now().Add(bound)
+		var cs []*http.Client
 		for _, n := range nodes {
-			for {
-				s, err := status(n.c)
-				if err == nil && s["state"] == "LOCK_READY" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not ready after %v: %v %v", bound, s, err)
-				}
-				time.Sleep(50 * time.Millisecond) // polling another process's state
-			}
+			cs = append(cs, n.c)
 		}
+		waitReady(t, cs...)
 	}
 	ready()
 	code, held := post(t, nodes[0].c, "/v1/acquire", `{"name":"/db","duration":"10m"}`)

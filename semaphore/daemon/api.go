@@ -411,13 +411,7 @@ func (a *apiServer) changeMembers(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	a.metricsChangeRefused()
+	a.cfg.Node.metrics.changesRefused.Inc()
 	status, code := changeStatus(err)
 	writeError(w, status, code, err.Error())
-}
-
-func (a *apiServer) metricsChangeRefused() {
-	if a.cfg.Node != nil {
-		a.cfg.Node.metrics.changesRefused.Inc()
-	}
 }
