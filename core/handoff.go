@@ -29,23 +29,42 @@ type snapKey struct {
 	req  wire.RequestID
 }
 
+// pull is one previous leader's answer being gathered. Every request has
+// its own number, echoed in Nonce by each message of the answer, so that
+// the rest of an answer to an earlier request, still on its way, is not
+// mixed into the answer to a later one.
 type pull struct {
-	entries  map[snapKey]wire.Message
-	done     bool
-	complete uint64 // the responder's last completed handoff
+	nonce uint64
+	// answer is the number of the answer being gathered, set by its first
+	// message: a request delivered twice is answered twice.
+	answer  uint64
+	entries map[snapKey]wire.Message
+	// want is the size the answer announced (SnapshotDone may overtake
+	// entries); done once that many entries are here.
+	want, complete  uint64 // complete: the responder's last completed handoff
+	announced, done bool
+	// heardAt is the last tick a message of this answer arrived, wait how
+	// long to go without one before asking again: it doubles at every
+	// request without an answer, so a table bigger than one period, or a
+	// slow responder, is not asked for again and again.
+	heardAt, wait int64
 }
 
 // syncState is one handoff in progress: taking view's table over from the
 // leaders of view's previous view.
 type syncState struct {
-	view   View
-	sentAt int64
-	from   map[wire.NodeID]*pull
+	view  View
+	from  map[wire.NodeID]*pull
+	nonce uint64 // of the last request sent
 }
 
-// syncRetryTicks is how long a handoff waits for answers before it asks the
-// previous leaders again.
-const syncRetryTicks = 10
+// syncRetryTicks is how long a handoff first waits, without a message of
+// an answer, before it asks a previous leader again; syncRetryMaxTicks caps
+// the doubling of that wait.
+const (
+	syncRetryTicks    = 10
+	syncRetryMaxTicks = 8 * syncRetryTicks
+)
 
 // Serving reports whether this node, as a leader, serves the lock table:
 // it is a leader of its view, not fenced by a newer one, and complete.
@@ -74,7 +93,9 @@ func (n *Node) startSync(v View) {
 		n.setComplete(v.Epoch) // the first view: nothing to take over
 		return
 	}
-	s := &syncState{view: v.clone(), from: map[wire.NodeID]*pull{}}
+	// Request numbers start at the incarnation: answers sent to an earlier
+	// life never match a request of this one.
+	s := &syncState{view: v.clone(), from: map[wire.NodeID]*pull{}, nonce: uint64(n.cfg.Incarnation) << 32}
 	n.syncs[v.Epoch] = s
 	n.requestSnapshots(s)
 }
@@ -100,16 +121,26 @@ func (n *Node) setComplete(epoch uint64) {
 	}
 }
 
-// requestSnapshots asks every previous leader that has not answered fully.
+// requestSnapshots asks every previous leader whose answer is not whole
+// and has gone quiet for its wait (all of them when the handoff starts).
+// A whole answer from a leader not complete for the previous view is asked
+// for again too: that leader may complete meanwhile.
 func (n *Node) requestSnapshots(s *syncState) {
-	s.sentAt = n.now
 	v := s.view
 	for _, l := range v.PrevLeaders {
-		if p := s.from[l]; p != nil && p.done && p.complete >= v.PrevEpoch {
+		p := s.from[l]
+		if p != nil && (p.done && p.complete >= v.PrevEpoch || n.now-p.heardAt < p.wait) {
 			continue
 		}
-		s.from[l] = &pull{entries: map[snapKey]wire.Message{}}
-		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l,
+		// A short answer doubles the wait; a whole one, from a leader
+		// not complete yet, is asked for again at the first pace.
+		wait := int64(syncRetryTicks)
+		if p != nil && !p.done {
+			wait = min(p.wait*2, syncRetryMaxTicks)
+		}
+		s.nonce++
+		s.from[l] = &pull{nonce: s.nonce, entries: map[snapKey]wire.Message{}, heardAt: n.now, wait: wait}
+		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l, Nonce: s.nonce,
 			View: wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}})
 	}
 }
@@ -128,11 +159,15 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 	if prev, ok := n.adopted[m.View.PrevEpoch]; ok {
 		n.startSync(prev)
 	}
+	if n.answers == 0 {
+		n.answers = uint64(n.cfg.Incarnation) << 32
+	}
+	n.answers++
 	if n.cfg.SnapshotsFromStore {
-		n.snapshots = append(n.snapshots, SnapshotDue{To: m.From, Epoch: e, Complete: n.complete})
+		n.snapshots = append(n.snapshots, SnapshotDue{To: m.From, Epoch: e, Nonce: m.Nonce, Answer: n.answers, Complete: n.complete})
 		return
 	}
-	reply := wire.Message{Kind: wire.KindSnapshot, To: m.From, View: wire.View{Epoch: e}}
+	reply := wire.Message{Kind: wire.KindSnapshot, To: m.From, Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e}}
 	var count uint64
 	for _, name := range sortedKeys(n.names) {
 		t := n.names[name]
@@ -152,7 +187,8 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 			count++
 		}
 	}
-	n.send(wire.Message{Kind: wire.KindSnapshotDone, To: m.From, Seq: count, Inc: n.complete, View: wire.View{Epoch: e}})
+	n.send(wire.Message{Kind: wire.KindSnapshotDone, To: m.From, Size: count, Inc: n.complete,
+		Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e}})
 }
 
 func (n *Node) onSnapshot(m wire.Message) {
@@ -161,19 +197,21 @@ func (n *Node) onSnapshot(m wire.Message) {
 		return
 	}
 	p := sync.from[m.From]
-	if p == nil || p.done {
-		return
+	if p == nil || p.done || m.Nonce != p.nonce || p.answer != 0 && m.Seq != p.answer {
+		return // an answer to an earlier request, another answer to this one, or a whole one again
 	}
+	p.answer = m.Seq
+	p.heardAt = n.now
 	switch m.Kind {
 	case wire.KindSnapshot:
 		p.entries[snapKey{m.Name, m.Req}] = m
 	case wire.KindSnapshotDone:
-		if uint64(len(p.entries)) != m.Seq {
-			// Lost or not yet arrived: ask this one again at the next retry.
-			sync.from[m.From] = nil
-			return
-		}
-		p.done, p.complete = true, m.Inc
+		p.want, p.complete, p.announced = m.Size, m.Inc, true
+	}
+	// Entries lost on the way leave the answer short for good: it goes
+	// quiet, and requestSnapshots asks again.
+	if p.announced && uint64(len(p.entries)) == p.want {
+		p.done, p.wait = true, syncRetryTicks // a leader not complete is asked again soon
 		n.finishSync(sync)
 	}
 }
@@ -261,7 +299,7 @@ func sortedSnapKeys(m map[snapKey]wire.Message) []snapKey {
 
 func (n *Node) syncTick() {
 	for _, e := range sortedKeys(n.syncs) {
-		if s := n.syncs[e]; s != nil && n.now-s.sentAt >= syncRetryTicks {
+		if s := n.syncs[e]; s != nil {
 			n.requestSnapshots(s)
 		}
 	}

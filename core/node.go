@@ -39,13 +39,16 @@ type Ready struct {
 // SnapshotDue asks the caller to send its durable lock table to To, a new
 // leader of view Epoch: one KindSnapshot per high-water mark (Req zero,
 // Ticket the mark) and per ticket (Req, Ticket, Mode, Lifetime), each with
-// View.Epoch = Epoch, then one KindSnapshotDone with Seq = the number of
-// entries sent and Inc = Complete. Read the table after Persist is durable
-// and in one consistent read: the fence is in it, so no ticket stored
-// later can count in the old view.
+// View.Epoch = Epoch, then one KindSnapshotDone with Size = the number of
+// entries sent and Inc = Complete; every one of them with Nonce = Nonce
+// and Seq = Answer. Read the table after Persist is durable and in one
+// consistent read: the fence is in it, so no ticket stored later can count
+// in the old view.
 type SnapshotDue struct {
 	To       wire.NodeID
 	Epoch    uint64
+	Nonce    uint64 // the request's number, echoed in every message
+	Answer   uint64 // this answer's number, unique to this node's lives
 	Complete uint64
 }
 
@@ -60,9 +63,11 @@ type Stats struct {
 // when it is one of the view's leaders. It is not safe for concurrent use;
 // the runtime owns it from one goroutine.
 type Node struct {
-	cfg          Config
-	now          int64
-	clock        uint64 // Lamport clock
+	cfg   Config
+	now   int64
+	clock uint64 // Lamport clock
+	// answers numbers this life's snapshot answers, from Incarnation<<32.
+	answers      uint64
 	counter      uint32
 	watchCounter uint64
 	reportSeq    uint64

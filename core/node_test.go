@@ -318,11 +318,93 @@ func TestSnapshotsFromStore(t *testing.T) {
 		switch {
 		case !fenced:
 			t.Fatalf("fromStore=%v: no fence in the Ready: %+v", fromStore, rd.Persist)
-		case fromStore && (entries != 0 || len(rd.Snapshots) != 1 || rd.Snapshots[0] != core.SnapshotDue{To: 4, Epoch: 4, Complete: 3}):
+		case fromStore && (entries != 0 || len(rd.Snapshots) != 1 || rd.Snapshots[0] != core.SnapshotDue{To: 4, Epoch: 4, Answer: 1<<32 | 1, Complete: 3}):
 			t.Fatalf("from the store: %d snapshot messages, snapshots %+v", entries, rd.Snapshots)
 		case !fromStore && (entries == 0 || len(rd.Snapshots) != 0):
 			t.Fatalf("from memory: %d snapshot messages, snapshots %+v", entries, rd.Snapshots)
 		}
 		n.Advance()
+	}
+}
+
+// A handoff's answers are matched to the request they answer: the rest of
+// an answer to an earlier request is ignored, SnapshotDone may overtake
+// the entries, a short answer is asked for again only once it has gone
+// quiet, and an answer still arriving is not interrupted by a new request.
+func TestHandoffAnswersMatchTheirRequest(t *testing.T) {
+	n, err := core.New(core.Config{ID: 4, Incarnation: 1, View: core.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	n.SetView(core.View{Epoch: 4, Leaders: []wire.NodeID{2, 3, 4}, PrevEpoch: 3, PrevLeaders: []wire.NodeID{1, 2, 3}})
+	requests := func() map[wire.NodeID]uint64 {
+		got := map[wire.NodeID]uint64{}
+		for _, m := range drain(n).Messages {
+			if m.Kind == wire.KindSnapshotRequest {
+				got[m.To] = m.Nonce
+			}
+		}
+		return got
+	}
+	asked := requests()
+	if len(asked) != 3 {
+		t.Fatalf("the new leader asked %v, want the three previous leaders", asked)
+	}
+	holder := wire.RequestID{Node: 5, Seq: 1<<32 | 1}
+	answerOf := func(id uint64) func(wire.NodeID, uint64, ...wire.Kind) {
+		return func(from wire.NodeID, nonce uint64, kinds ...wire.Kind) {
+			t.Helper()
+			for _, k := range kinds {
+				m := wire.Message{Kind: k, From: from, To: 4, Epoch: 4, Nonce: nonce, Seq: id, View: wire.View{Epoch: 4}, Name: "a"}
+				switch k {
+				case wire.KindSnapshotDone:
+					m.Name, m.Size, m.Inc = "", 2, 3
+				case wire.KindSnapshot:
+					m.Ticket = 1 // the high-water mark
+				case wire.KindAddTicket: // stands for the ticket entry
+					m.Kind, m.Req, m.Ticket, m.Mode, m.Lifetime = wire.KindSnapshot, holder, 1, wire.ModeExclusive, 100
+				}
+				if err := n.Step(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	answer, another := answerOf(1), answerOf(2)
+	// Leader 2: Done first, then entries of an earlier request and of a
+	// second answer to this one (both ignored), then its high-water mark:
+	// short. Leader 3: its mark, then Done: short. Leader 1: whole.
+	answer(2, asked[2], wire.KindSnapshotDone)
+	answer(2, asked[2]-1, wire.KindSnapshot, wire.KindAddTicket)
+	another(2, asked[2], wire.KindAddTicket)
+	answer(2, asked[2], wire.KindSnapshot)
+	answer(3, asked[3], wire.KindSnapshot, wire.KindSnapshotDone)
+	answer(1, asked[1], wire.KindSnapshot, wire.KindAddTicket, wire.KindSnapshotDone)
+	if n.Serving() {
+		t.Fatal("serving on one whole answer and two short ones")
+	}
+	for range 9 {
+		n.Tick()
+		if again := requests(); len(again) != 0 {
+			t.Fatalf("asked %v again before the answers went quiet", again)
+		}
+	}
+	n.Tick()
+	again := requests()
+	if _, ok := again[1]; ok || again[2] <= asked[2] || again[3] <= asked[3] {
+		t.Fatalf("after a quiet period asked %v (first %v): want 2 and 3 again with new numbers, not 1", again, asked)
+	}
+	answer(3, asked[3], wire.KindSnapshot, wire.KindAddTicket, wire.KindSnapshotDone) // the old request's: ignored
+	if n.Serving() {
+		t.Fatal("serving on an answer to an earlier request")
+	}
+	answer(3, again[3], wire.KindAddTicket, wire.KindSnapshot, wire.KindSnapshotDone)
+	drain(n)
+	if !n.Serving() {
+		t.Fatalf("not serving on two whole answers: %+v", n.Handoff())
+	}
+	if e, hw := n.Table("a"); len(e) != 1 || e[0].Req != holder || hw != 1 {
+		t.Fatalf("table taken over: %+v high-water %d", e, hw)
 	}
 }

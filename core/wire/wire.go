@@ -172,15 +172,18 @@ const (
 	// Leader handoff (package core).
 
 	// KindSnapshotRequest (new leader → leader of the previous view): View
-	// is the new view. The receiver first fences: it refuses lock work of
-	// any epoch below View.Epoch, durably; then it sends its lock table.
+	// is the new view, Nonce numbers the request. The receiver first
+	// fences: it refuses lock work of any epoch below View.Epoch, durably;
+	// then it sends its lock table, every message with the request's Nonce
+	// and, in Seq, a number of its own for this answer: a request delivered
+	// twice is answered twice, and the two answers must not be mixed.
 	KindSnapshotRequest
 	// KindSnapshot: one entry of the table: Name, Req, Ticket, Mode and
 	// Lifetime of a ticket, or, with a zero Req, Name's high-water mark in
 	// Ticket. View.Epoch is the epoch of the request it answers.
 	KindSnapshot
-	// KindSnapshotDone: the table was Seq entries; Inc is the epoch of the
-	// last view the sender completed a handoff for.
+	// KindSnapshotDone: the answer Seq was Size entries; Inc is the epoch
+	// of the last view the sender completed a handoff for.
 	KindSnapshotDone
 
 	// KindActivate (master → replica): mark Req active (Reject unset) or
@@ -330,7 +333,8 @@ type Message struct {
 	// Inc is an incarnation: the replica's in acks and reports, the one that
 	// acked ENTERING in KindAddTicket, the sender's in KindRestarted.
 	Inc uint64
-	// Seq orders the reports of one replica incarnation.
+	// Seq orders the reports of one replica incarnation; it numbers a
+	// snapshot's answer.
 	Seq uint64
 	// Lifetime is a span in ticks: how long a replica keeps the request.
 	Lifetime uint64
@@ -342,12 +346,14 @@ type Message struct {
 	// Cluster is the id of the sender's cluster (election messages): a
 	// hash of its bootstrap members, so that nodes of two clusters never
 	// count each other. Size is the number of bootstrap members, for the
-	// log line that says what differs.
+	// log line that says what differs (in KindSnapshotDone: the number of
+	// entries of the answer).
 	Cluster uint64
 	Size    uint64
 	// Nonce is a random number drawn at every start (KindCheckIn): two
 	// lives with the same incarnation, one of them from a restored copy of
-	// the store, never pass for one.
+	// the store, never pass for one. In the handoff it numbers a snapshot
+	// request, and every message of the answer echoes it.
 	Nonce uint64
 }
 
@@ -361,6 +367,15 @@ func (m Message) String() string {
 	}
 	if m.Reject {
 		s += " reject"
+	}
+	if m.Seq != 0 {
+		s += fmt.Sprintf(" seq=%d", m.Seq)
+	}
+	if m.Nonce != 0 {
+		s += fmt.Sprintf(" nonce=%#x", m.Nonce)
+	}
+	if m.View.Epoch != 0 {
+		s += fmt.Sprintf(" view=%d", m.View.Epoch)
 	}
 	if len(m.Entries) > 0 {
 		s += fmt.Sprintf(" entries=%d", len(m.Entries))

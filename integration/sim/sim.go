@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/core"
@@ -54,7 +55,34 @@ type Options struct {
 	Modes bool
 	// Admit replaces the admission policy (mutation tests).
 	Admit core.Admit
+	// Operators (with Elect) models machines and their operators: a
+	// crashed node may restart with its disk wiped or rolled back to an
+	// older copy, or never come back (a dead machine); a node whose
+	// election turns stale stops for good, as the runtime stops it; an
+	// operator replaces a stale or dead node by the runbook (start a
+	// node under a new id, remove the old member, add the new one) and
+	// now and then adds a node past the bootstrap members that only
+	// hosts clients. One disk or machine fault at a time, none in the
+	// last OperatorTicks of the faults, so the runbook is done before
+	// they stop. A node whose disk lost what one of its lives that
+	// checked in wrote should turn stale; Result.Unnoticed counts those
+	// that checked in all the same (a copy made in the life that crashed
+	// looks like a plain restart; a wiped node that restarts again before
+	// it hears the refusal comes back with a higher incarnation).
+	Operators bool
+	// LeaderDiskFaults (with Operators) also crashes a leader now and then
+	// and restarts it at once with its disk wiped or rolled back.
+	LeaderDiskFaults bool
+	// LeaveOut leaves known gaps out of the world (see Gap): with
+	// GapNewestLifeRollbacks, a disk is rolled back only to a copy of a
+	// life older than the newest that checked in.
+	LeaveOut Gap
 }
+
+// OperatorTicks is how long before the faults stop the last disk or
+// machine fault may happen: the operator's time to notice it and run the
+// runbook.
+const OperatorTicks = 300
 
 func (o *Options) defaults() {
 	def := func(v *int, d int) {
@@ -86,6 +114,15 @@ type Result struct {
 	LeaderPairCrashes, HandoffCrashes int
 	// SharedGrants: reader grants made while another reader held the name.
 	SharedGrants int
+	// With Operators: disks Wiped and rolled back (Rollbacks; SameLife of
+	// them to a copy made in the life that crashed, which no check-in can
+	// tell from a plain restart); Stale nodes stopped for good; DeadMachines
+	// that never came back; Unnoticed disk faults (see Options.Operators);
+	// Replacements started by the runbook; ExtraNodes added past the
+	// bootstrap members; membership changes committed, and failed (refused
+	// at once or lost).
+	Wipes, Rollbacks, SameLife, Stale, DeadMachines, Unnoticed int
+	Replacements, ExtraNodes, ChangesCommitted, ChangesFailed  int
 }
 
 // add sums another run's figures into r (MaxIdleWait keeps the largest).
@@ -101,12 +138,23 @@ func (r *Result) add(o Result) {
 	r.LeaderPairCrashes += o.LeaderPairCrashes
 	r.HandoffCrashes += o.HandoffCrashes
 	r.SharedGrants += o.SharedGrants
+	r.Wipes += o.Wipes
+	r.Rollbacks += o.Rollbacks
+	r.SameLife += o.SameLife
+	r.Stale += o.Stale
+	r.DeadMachines += o.DeadMachines
+	r.Unnoticed += o.Unnoticed
+	r.Replacements += o.Replacements
+	r.ExtraNodes += o.ExtraNodes
+	r.ChangesCommitted += o.ChangesCommitted
+	r.ChangesFailed += o.ChangesFailed
 }
 
 // Failure is a broken invariant, with the seed to replay it and the last
 // lines of the trace.
 type Failure struct {
 	Test  string // the test that replays it; TestSim when empty
+	Flags string // more flags the replay needs
 	Seed  int64
 	Tick  int64
 	What  string
@@ -115,8 +163,12 @@ type Failure struct {
 
 func (f *Failure) Error() string {
 	test := cmp.Or(f.Test, "TestSim")
-	return fmt.Sprintf("seed %d, tick %d: %s\nreplay: go test ./integration/sim -run '%s$' -seed=%d\nlast trace lines:\n  %s",
-		f.Seed, f.Tick, f.What, test, f.Seed, strings.Join(f.Trace, "\n  "))
+	flags := ""
+	if f.Flags != "" {
+		flags = " " + f.Flags
+	}
+	return fmt.Sprintf("seed %d, tick %d: %s\nreplay: go test ./integration/sim -run '%s$'%s -seed=%d\nlast trace lines:\n  %s",
+		f.Seed, f.Tick, f.What, test, flags, f.Seed, strings.Join(f.Trace, "\n  "))
 }
 
 const tryTicks = 30
@@ -134,6 +186,42 @@ type simNode struct {
 	disk  disk
 	// complete is the last handoff this node finished, as last checked.
 	complete uint64
+	// bootstrap is the node's configured initial members: the first
+	// nodes', nil for a node that joins (it survives a wiped disk).
+	bootstrap []wire.NodeID
+	// backup is a copy of the disk made at tick backupAt, what a rollback
+	// restores.
+	backup   *disk
+	backupAt int64
+	// diskFault says how the disk of this life was damaged ("wiped",
+	// "rolled back"), until the node checked in or turned stale; harmful
+	// when it lost writes of a life that checked in (and so may have
+	// voted or served); lost is set once its disk ever was damaged.
+	diskFault     string
+	harmful, lost bool
+	// served is the highest incarnation of this disk that checked in.
+	served uint32
+	// gone: stopped for good (stale) or a dead machine, never restarted;
+	// retired: gone, and the runbook is done with it.
+	gone, retired bool
+}
+
+// job is the operator's runbook for a stale or dead node: start a
+// replacement under a new id, remove the old member, add the new one.
+type job struct {
+	old    int  // index of the node replaced
+	member bool // the old node was a member: the new one becomes one
+	at     int64
+	repl   int // index of the replacement, -1 until it started
+	issued *issued
+	done   bool
+}
+
+// issued is a membership change in flight at a node.
+type issued struct {
+	node   int
+	change election.Change
+	at     int64
 }
 
 type envelope struct {
@@ -191,13 +279,20 @@ type Sim struct {
 	lastReaderEvent map[string]int64 // tick a reader was last granted or stopped holding
 	readerLimit     map[string]int   // per name, with Modes (0: none)
 	idleWait        map[string]int64
-	views           map[uint64]string // epoch -> the view adopted for it, as seen anywhere
+	views           map[uint64]string        // epoch -> the view adopted for it, as seen anywhere
+	members         map[uint64][]wire.NodeID // epoch -> members of its view, as adopted
 	hist            history
 	res             Result
 	trace           []string
 	traceAt         int
 	fail            *Failure
 	nonce           uint64
+
+	// jobs are the operator's runbooks under way or done (Operators).
+	jobs []*job
+	// commits are changes reported committed in a view no node adopted
+	// (a newer one continued it): the next view adopted must carry them.
+	commits []election.ChangeResult
 }
 
 // Run simulates one cluster with the given options and returns what it saw,
@@ -217,7 +312,7 @@ func run(o Options) (*Sim, error) {
 		o.ClientsPerNode = 1 + rng.IntN(4)
 	}
 	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
-		idleWait: map[string]int64{}, views: map[uint64]string{}, trace: make([]string, o.TraceLines)}
+		idleWait: map[string]int64{}, views: map[uint64]string{}, members: map[uint64][]wire.NodeID{}, trace: make([]string, o.TraceLines)}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
 		if i < 3 {
@@ -228,8 +323,12 @@ func run(o Options) (*Sim, error) {
 	if o.Elect {
 		s.view = core.View{}
 	}
+	var initial []wire.NodeID
 	for i := range o.Nodes {
-		s.nodes = append(s.nodes, &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}})
+		initial = append(initial, wire.NodeID(i+1))
+	}
+	for i := range o.Nodes {
+		s.nodes = append(s.nodes, &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}, bootstrap: initial})
 	}
 	for i := range o.Names {
 		s.names = append(s.names, fmt.Sprintf("https://site%d.example/", i))
@@ -252,6 +351,9 @@ func run(o Options) (*Sim, error) {
 		}
 		if !settling && !o.NoFaults {
 			s.faults()
+		}
+		if o.Operators && o.Elect {
+			s.operate()
 		}
 		for i, n := range s.nodes {
 			if n.elect != nil && n.core != nil {
@@ -302,6 +404,12 @@ func (s *Sim) failf(format string, args ...any) {
 	if s.o.Elect {
 		s.fail.Test = "TestSimElected"
 	}
+	if s.o.Elect && s.o.Operators {
+		s.fail.Test = "TestSimMembers"
+		if s.o.LeaderDiskFaults {
+			s.fail.Flags = "-members-leader-faults"
+		}
+	}
 	for i := range len(s.trace) {
 		if l := s.trace[(s.traceAt+i)%len(s.trace)]; l != "" {
 			s.fail.Trace = append(s.fail.Trace, l)
@@ -332,7 +440,7 @@ func (s *Sim) start(i int) {
 	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
 	if s.o.Elect {
 		s.nonce++
-		e, err := election.New(election.Config{Node: n.id, Bootstrap: peers, Peers: peers, Mutant: s.o.ElectionMutant,
+		e, err := election.New(election.Config{Node: n.id, Bootstrap: n.bootstrap, Peers: peers, Mutant: s.o.ElectionMutant,
 			Incarnation: n.disk.incarnation, Nonce: s.nonce, ID: election.ID{Priority: uint8(1 + s.rng.IntN(14)), Random: s.rng.Uint32(), Address: fmt.Sprintf("sim:%d", n.id),
 				PID: n.disk.incarnation, Name: fmt.Sprintf("n%d", n.id)}}, n.disk.elected)
 		if err != nil {
@@ -360,21 +468,45 @@ func (s *Sim) handleElection(i int) {
 		n.elect.Advance()
 		if rd.View != nil {
 			v := core.ViewOf(*rd.View)
-			key := fmt.Sprintf("%v after %d%v", v.Leaders, v.PrevEpoch, v.PrevLeaders)
+			key := fmt.Sprintf("%v after %d%v members %v", v.Leaders, v.PrevEpoch, v.PrevLeaders, rd.View.Members)
 			if old, ok := s.views[v.Epoch]; ok && old != key {
 				s.failf("two views for epoch %d: %s and %s", v.Epoch, old, key)
 				return
 			}
-			s.views[v.Epoch] = key
+			s.views[v.Epoch], s.members[v.Epoch] = key, rd.View.Members
+			s.commits = slices.DeleteFunc(s.commits, func(r election.ChangeResult) bool {
+				if r.Epoch < v.Epoch {
+					s.checkCommit(r, v.Epoch)
+				}
+				return r.Epoch < v.Epoch
+			})
 			s.tracef("node %d adopts view %d: %s", n.id, v.Epoch, key)
 			n.core.SetView(v)
 			s.handle(i)
+		}
+		for _, c := range rd.Changes {
+			s.changed(i, c)
+		}
+	}
+	if n.core != nil && n.elect.CheckedIn() {
+		n.served = max(n.served, n.disk.incarnation)
+		if n.diskFault != "" {
+			if n.harmful {
+				s.tracef("node %d checked in with a %s disk that lost what an earlier life that checked in wrote", n.id, n.diskFault)
+				s.res.Unnoticed++
+			} else {
+				s.tracef("node %d checked in with a %s disk that lost nothing a life that checked in wrote", n.id, n.diskFault)
+			}
+			n.diskFault, n.harmful = "", false
 		}
 	}
 }
 
 func (s *Sim) crash(i int) {
 	n := s.nodes[i]
+	if n.gone {
+		return
+	}
 	n.core = nil
 	s.res.Crashes++
 	s.tracef("node %d crashes", n.id)
@@ -465,10 +597,12 @@ func (s *Sim) post(m wire.Message) {
 	s.net = append(s.net, envelope{at: s.tick + d, seq: s.seq, m: m})
 }
 
+// downCount counts the nodes down, stale and dead ones included until
+// the runbook replaced them.
 func (s *Sim) downCount() int {
 	k := 0
 	for _, n := range s.nodes {
-		if n.core == nil {
+		if n.core == nil && !n.retired {
 			k++
 		}
 	}
@@ -479,13 +613,16 @@ func (s *Sim) faults() {
 	if s.o.Elect && s.electionFaults() {
 		return
 	}
+	if s.o.Elect && s.o.Operators && s.machineFaults() {
+		return
+	}
 	switch {
 	case s.chance(0.006) && s.downCount() < 2:
 		s.crash(s.rng.IntN(len(s.nodes)))
 	case s.chance(0.03):
 		for i, n := range s.nodes {
-			if n.core == nil {
-				s.start(i)
+			if n.core == nil && !n.gone {
+				s.restart(i)
 				break
 			}
 		}
@@ -513,12 +650,7 @@ func (s *Sim) electionFaults() bool {
 	if s.downCount() > 0 {
 		return false
 	}
-	var view core.View
-	for _, n := range s.nodes {
-		if v := n.core.View(); v.Epoch > view.Epoch {
-			view = v
-		}
-	}
+	view := s.newestView()
 	switch {
 	case len(view.Leaders) == 3 && s.chance(0.002):
 		for _, k := range s.rng.Perm(3)[:2] {
@@ -529,7 +661,7 @@ func (s *Sim) electionFaults() bool {
 		return true
 	case s.chance(0.01):
 		for i, n := range s.nodes {
-			if len(n.core.Handoff().Pending) > 0 {
+			if n.core != nil && len(n.core.Handoff().Pending) > 0 {
 				s.tracef("node %d crashes while taking a table over", n.id)
 				s.crash(i)
 				s.res.HandoffCrashes++
@@ -543,7 +675,7 @@ func (s *Sim) electionFaults() bool {
 func (s *Sim) stopFaults() {
 	s.split, s.slowUntil = false, 0
 	for i, n := range s.nodes {
-		if n.core == nil {
+		if n.core == nil && !n.gone {
 			s.start(i)
 		}
 	}
@@ -598,8 +730,12 @@ func (s *Sim) stepTick(settling bool) {
 			s.tracef("deliver %v", e.m)
 		}
 		if e.m.Kind.Election() {
-			if s.nodes[to].elect != nil {
-				_ = s.nodes[to].elect.Step(e.m)
+			if el := s.nodes[to].elect; el != nil {
+				_ = el.Step(e.m)
+				if st := el.Stale(); st != nil {
+					s.stale(to, st)
+					continue
+				}
 				s.handleElection(to)
 			}
 			continue
@@ -927,12 +1063,12 @@ func (s *Sim) settle() {
 // pickProbe finds an idle client, or frees a holding one.
 func (s *Sim) pickProbe() *client {
 	for _, c := range s.clients {
-		if c.state == idle {
+		if c.state == idle && s.nodes[c.node].core != nil {
 			return c
 		}
 	}
 	for _, c := range s.clients {
-		if c.state == holding {
+		if c.state == holding && s.nodes[c.node].core != nil {
 			s.endHold(c, "release before probe")
 			_ = s.nodes[c.node].core.Release(c.handle)
 			s.handle(c.node)
@@ -943,10 +1079,300 @@ func (s *Sim) pickProbe() *client {
 }
 
 func (s *Sim) final() {
+	for _, r := range s.commits {
+		s.failf("%s reported committed in epoch %d, and no node adopted that view or a later one", r.Change, r.Epoch)
+		return
+	}
 	for _, c := range s.clients {
 		if c.probe && c.state == waiting {
 			s.failf("liveness: probe of client %d on %s not granted within %d ticks of faults stopping", c.id, c.name, s.o.SettleTicks)
 			return
 		}
+	}
+}
+
+// newestView is the view of the highest epoch a live lock core holds.
+func (s *Sim) newestView() core.View {
+	var view core.View
+	for _, n := range s.nodes {
+		if n.core == nil {
+			continue
+		}
+		if v := n.core.View(); v.Epoch > view.Epoch {
+			view = v
+		}
+	}
+	return view
+}
+
+// restart starts a crashed node; with Operators, its disk may be wiped
+// or rolled back to its backup first.
+func (s *Sim) restart(i int) {
+	if s.o.Operators && s.o.Elect && s.diskFaultsAllowed() {
+		switch r := s.rng.Float64(); {
+		case r < 0.12:
+			s.wipe(i)
+		case r < 0.24 && s.canRollBack(i):
+			s.rollBack(i)
+		}
+	}
+	s.start(i)
+}
+
+// diskFaultsAllowed: one disk or machine fault at a time, the last one
+// dealt with (the node checked in, or the runbook replaced it), and time
+// left for the operator.
+func (s *Sim) diskFaultsAllowed() bool {
+	if s.tick > s.o.FaultTicks-OperatorTicks {
+		return false
+	}
+	for _, n := range s.nodes {
+		if n.diskFault != "" {
+			return false
+		}
+	}
+	for _, j := range s.jobs {
+		if !j.done {
+			return false
+		}
+	}
+	return true
+}
+
+// wipe loses node i's disk: lock table, election state, incarnation. Its
+// configuration (id, initial members) stays.
+func (s *Sim) wipe(i int) {
+	n := s.nodes[i]
+	n.disk = disk{durable: core.NewDurable()}
+	n.diskFault, n.lost, n.harmful = "wiped", true, n.harmful || n.served > 0
+	n.backup, n.served = nil, 0 // copies of the old disk go with it
+	s.res.Wipes++
+	s.tracef("node %d's disk is wiped", n.id)
+}
+
+// canRollBack: node i has a backup to roll back to, one the world may
+// hold (see Options.LeaveOut).
+func (s *Sim) canRollBack(i int) bool {
+	n := s.nodes[i]
+	return n.backup != nil && (s.o.LeaveOut&GapNewestLifeRollbacks == 0 || n.backup.incarnation < n.served)
+}
+
+// rollBack restores node i's disk from its backup.
+func (s *Sim) rollBack(i int) {
+	n := s.nodes[i]
+	b := *n.backup
+	b.durable = b.durable.Clone()
+	if b.incarnation == n.disk.incarnation {
+		s.res.SameLife++
+	}
+	s.tracef("node %d's disk is rolled back to its copy of tick %d (incarnation %d, now %d)", n.id, n.backupAt, b.incarnation, n.disk.incarnation)
+	n.disk = b
+	n.diskFault, n.lost, n.harmful = "rolled back", true, n.harmful || n.served >= b.incarnation
+	s.res.Rollbacks++
+}
+
+// stale stops node i for good, as the runtime does when a member refused
+// its life, and calls the operator.
+func (s *Sim) stale(i int, err error) {
+	n := s.nodes[i]
+	s.tracef("node %d is stale and stops for good: %v", n.id, err)
+	if !n.lost {
+		s.failf("node %d turned stale, but its disk never lost anything: %v", n.id, err)
+		return
+	}
+	n.core, n.gone, n.diskFault, n.harmful = nil, true, "", false
+	s.res.Stale++
+	for _, c := range s.clients {
+		if c.node == i && c.state != idle {
+			s.clientGone(c, "its node stopped")
+		}
+	}
+	s.newJob(i, 20+s.rng.Int64N(60))
+}
+
+func (s *Sim) newJob(i int, delay int64) {
+	var members []wire.NodeID
+	var epoch uint64
+	for e, m := range s.members {
+		if e > epoch {
+			epoch, members = e, m
+		}
+	}
+	if epoch == 0 {
+		members = s.nodes[0].bootstrap
+	}
+	s.jobs = append(s.jobs, &job{old: i, member: slices.Contains(members, s.nodes[i].id), at: s.tick + delay, repl: -1})
+}
+
+// machineFaults are the faults of machines: disks copied (what a rollback
+// restores), machines that die for good, nodes added past the bootstrap
+// members, and (LeaderDiskFaults) leaders restarted at once with a disk
+// wiped or rolled back.
+func (s *Sim) machineFaults() bool {
+	if s.chance(0.05) {
+		if n := s.nodes[s.rng.IntN(len(s.nodes))]; n.core != nil {
+			b := n.disk
+			b.durable = b.durable.Clone()
+			n.backup, n.backupAt = &b, s.tick
+		}
+	}
+	allowed := s.diskFaultsAllowed()
+	switch {
+	case allowed && s.downCount() < 2 && s.chance(0.0015):
+		i := s.rng.IntN(len(s.nodes))
+		if s.nodes[i].core == nil {
+			return false
+		}
+		s.tracef("node %d's machine dies for good", s.nodes[i].id)
+		s.crash(i)
+		s.nodes[i].gone = true
+		s.res.DeadMachines++
+		s.newJob(i, 50+s.rng.Int64N(100))
+		return true
+	case allowed && s.o.LeaderDiskFaults && s.downCount() == 0 && s.chance(0.01):
+		v := s.newestView()
+		if len(v.Leaders) == 0 {
+			return false
+		}
+		i := int(v.Leaders[s.rng.IntN(len(v.Leaders))]) - 1
+		s.tracef("leader %d of view %d crashes, its disk fails", i+1, v.Epoch)
+		s.crash(i)
+		if s.canRollBack(i) && s.chance(0.5) {
+			s.rollBack(i)
+		} else {
+			s.wipe(i)
+		}
+		s.start(i)
+		return true
+	case s.res.ExtraNodes < 2 && s.tick <= s.o.FaultTicks-OperatorTicks && s.chance(0.001):
+		i := s.addNode()
+		s.res.ExtraNodes++
+		for range s.o.ClientsPerNode {
+			s.clients = append(s.clients, &client{id: len(s.clients), node: i, renewAt: -1, op: -1})
+		}
+		s.tracef("node %d joins as a non-member, with %d clients", i+1, s.o.ClientsPerNode)
+		return true
+	}
+	return false
+}
+
+// addNode starts a node that joins the cluster as a non-member under a
+// new id: every live node learns of it, as the mesh tells the runtime.
+func (s *Sim) addNode() int {
+	i := len(s.nodes)
+	n := &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}}
+	s.nodes = append(s.nodes, n)
+	s.cut = append(s.cut, s.chance(0.5))
+	for _, o := range s.nodes {
+		if o.core != nil && o.elect != nil {
+			o.elect.AddPeer(n.id)
+		}
+	}
+	s.start(i)
+	return i
+}
+
+// operate runs the operator's runbook for every stale or dead node, once
+// the operator noticed it: start a replacement under a new id (the old
+// node's clients move to it), then, at some live checked-in node, remove
+// the old member and add the new one, looking at that node's members
+// before each step and trying again later when a change is refused or
+// lost.
+func (s *Sim) operate() {
+	for _, j := range s.jobs {
+		if j.done || s.tick < j.at || s.fail != nil {
+			continue
+		}
+		if j.repl < 0 {
+			j.repl = s.addNode()
+			for _, c := range s.clients {
+				if c.node == j.old {
+					c.node = j.repl
+				}
+			}
+			s.res.Replacements++
+			s.tracef("operator replaces node %d by node %d", j.old+1, j.repl+1)
+			j.at = s.tick + 10 + s.rng.Int64N(20)
+			continue
+		}
+		if is := j.issued; is != nil {
+			if s.nodes[is.node].core != nil && s.tick-is.at < 200 {
+				continue
+			}
+			j.issued = nil // its node went down, or no answer came: look again
+		}
+		x := s.operatorNode()
+		if x < 0 {
+			j.at = s.tick + 10
+			continue
+		}
+		old, repl := s.nodes[j.old].id, s.nodes[j.repl].id
+		members := s.nodes[x].elect.Members()
+		var c election.Change
+		switch {
+		case slices.Contains(members, old):
+			j.member, c.Remove = true, old
+		case j.member && !slices.Contains(members, repl):
+			c.Add = repl
+		default:
+			j.done, s.nodes[j.old].retired = true, true
+			s.tracef("operator: node %d replaced by node %d, members %v at node %d", old, repl, members, x+1)
+			continue
+		}
+		if err := s.nodes[x].elect.ChangeMembers(c); err != nil {
+			s.res.ChangesFailed++
+			s.tracef("operator: %s at node %d refused: %v", c, x+1, err)
+			j.at = s.tick + 10 + s.rng.Int64N(30)
+			continue
+		}
+		s.tracef("operator: %s at node %d", c, x+1)
+		j.issued = &issued{node: x, change: c, at: s.tick}
+		s.handleElection(x)
+	}
+}
+
+// operatorNode picks a live node that checked in and knows a valid view,
+// where the operator runs its commands; -1 when there is none.
+func (s *Sim) operatorNode() int {
+	var ok []int
+	for i, n := range s.nodes {
+		if n.core != nil && n.elect != nil && n.elect.CheckedIn() && n.elect.Stale() == nil && n.elect.View().Epoch > 0 {
+			ok = append(ok, i)
+		}
+	}
+	if len(ok) == 0 {
+		return -1
+	}
+	return ok[s.rng.IntN(len(ok))]
+}
+
+// changed takes the end of a membership change started at node i: a
+// committed one must be carried by the view of its epoch.
+func (s *Sim) changed(i int, r election.ChangeResult) {
+	for _, j := range s.jobs {
+		if is := j.issued; is != nil && is.node == i && is.change == r.Change {
+			j.issued, j.at = nil, s.tick+5+s.rng.Int64N(20)
+		}
+	}
+	if r.Err != nil {
+		s.res.ChangesFailed++
+		s.tracef("operator: %s at node %d failed: %v", r.Change, i+1, r.Err)
+		return
+	}
+	s.res.ChangesCommitted++
+	s.tracef("operator: %s at node %d committed in epoch %d", r.Change, i+1, r.Epoch)
+	if _, ok := s.members[r.Epoch]; ok {
+		s.checkCommit(r, r.Epoch)
+	} else {
+		s.commits = append(s.commits, r)
+	}
+}
+
+// checkCommit: the view adopted for epoch carries the committed change r
+// (the operator makes one change at a time, so no later one undid it).
+func (s *Sim) checkCommit(r election.ChangeResult, epoch uint64) {
+	members := s.members[epoch]
+	if r.Change.Add != 0 && !slices.Contains(members, r.Change.Add) || r.Change.Remove != 0 && slices.Contains(members, r.Change.Remove) {
+		s.failf("%s reported committed in epoch %d, but the view of epoch %d has members %v", r.Change, r.Epoch, epoch, members)
 	}
 }

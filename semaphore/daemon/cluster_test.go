@@ -446,11 +446,20 @@ func TestBigHandoff(t *testing.T) {
 		}
 	}
 	lost := c.agents[0].Host().Self()
+	start := time.Now()
+	t.Cleanup(func() { // what the mesh did, for a failure's reader
+		for i, a := range c.agents {
+			if a != nil && t.Failed() {
+				t.Logf("node %d's mesh: %+v", i+1, a.Host().Stats())
+			}
+		}
+	})
 	c.stop(0)
 	c.waitFor("a new view without node 1, served by node 4", func() bool {
 		s := c.status(3)
 		return s.Ready && s.Serving && !slices.Contains(s.View.Leaders, uint64(lost))
 	})
+	t.Logf("handoff took %v", time.Since(start))
 	tab, err := c.node(3).Locks(context.Background(), "/n/")
 	if err != nil {
 		t.Fatal(err)

@@ -135,10 +135,10 @@ type Node struct {
 	pending []pendingReady
 	metrics *metrics
 	// senders counts the goroutines streaming snapshots; sending holds
-	// the (new leader, epoch) pairs they serve, so that a new leader's
-	// repeated requests do not start a second stream to it.
+	// them by (new leader, epoch), so that a new leader's repeated request
+	// does not start a second stream, and its newer request replaces one.
 	senders sync.WaitGroup
-	sending map[[2]uint64]bool
+	sending map[[2]uint64]*snapshotSend
 	// loopback holds released messages addressed to this node itself (a
 	// leader is its own replica; the election counts its own vote).
 	loopback []wire.Message
@@ -186,7 +186,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
 		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, changed: make(chan election.ChangeResult, 1),
 		foreignLogged: map[wire.NodeID]time.Time{},
-		sending:       map[[2]uint64]bool{}, metrics: newMetrics()}, nil
+		sending:       map[[2]uint64]*snapshotSend{}, metrics: newMetrics()}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -410,23 +410,42 @@ func (n *Node) flush(ctx context.Context) {
 	}
 }
 
+// snapshotSend is a snapshot on its way to a new leader: the request it
+// answers, and how to stop it when a newer request replaces it.
+type snapshotSend struct {
+	nonce  uint64
+	cancel context.CancelFunc
+}
+
 // sendSnapshot streams the durable table to a new leader, off the loop:
 // reading it is disk work. The fence it rests on is durable already (its
 // Ready was released), and one read transaction gives a consistent table.
 func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 	key := [2]uint64{uint64(due.To), due.Epoch}
-	if n.sending[key] {
-		return
+	if s, ok := n.sending[key]; ok {
+		if s.nonce == due.Nonce {
+			return // the same request again: its answer is on its way
+		}
+		s.cancel() // the asker gave up on that answer and ignores it
 	}
-	n.sending[key] = true
+	loop := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	s := &snapshotSend{nonce: due.Nonce, cancel: cancel}
+	n.sending[key] = s
 	n.senders.Go(func() {
+		defer cancel()
 		defer func() {
 			select {
-			case n.ops <- func() { delete(n.sending, key) }:
-			case <-ctx.Done():
+			case n.ops <- func() {
+				if n.sending[key] == s {
+					delete(n.sending, key)
+				}
+			}:
+			case <-loop.Done():
 			}
 		}()
-		msg := wire.Message{Kind: wire.KindSnapshot, From: n.cfg.Self, To: due.To, View: wire.View{Epoch: due.Epoch}}
+		msg := wire.Message{Kind: wire.KindSnapshot, From: n.cfg.Self, To: due.To, Nonce: due.Nonce,
+			Seq: due.Answer, View: wire.View{Epoch: due.Epoch}}
 		var count uint64
 		// To itself (a leader of both views): the messages go back into
 		// the loop, in one op, once the table is read.
@@ -461,8 +480,8 @@ func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 			n.log.Warn("snapshot not sent", "to", uint64(due.To), "epoch", due.Epoch, "err", err)
 			return
 		}
-		done := wire.Message{Kind: wire.KindSnapshotDone, From: n.cfg.Self, To: due.To, Seq: count,
-			Inc: due.Complete, View: wire.View{Epoch: due.Epoch}}
+		done := wire.Message{Kind: wire.KindSnapshotDone, From: n.cfg.Self, To: due.To, Size: count,
+			Inc: due.Complete, Nonce: due.Nonce, Seq: due.Answer, View: wire.View{Epoch: due.Epoch}}
 		if due.To != n.cfg.Self {
 			if err := n.cfg.Transport.SendWait(ctx, done); err != nil {
 				return
