@@ -65,6 +65,10 @@ const (
 	// MutantNoOldQuorum: a view that changes the members is valid with a
 	// majority of its own members, without one of the previous members.
 	MutantNoOldQuorum
+	// MutantClimbingLives: a member accepts any life newer than the one it
+	// knows, whether or not the store remembers that one: a store wiped or
+	// rolled back passes once its incarnation climbed past it.
+	MutantClimbingLives
 )
 
 // Persisted is what a node must find again after a restart. It is handed
@@ -79,6 +83,13 @@ type Persisted struct {
 	Valid     wire.View // last view known to be valid
 	// Lives is the newest life of every node that checked in here.
 	Lives map[wire.NodeID]Life
+	// Confirmed is this node's newest life that a majority of the other
+	// members confirmed (zero: none yet on this store); Since are the
+	// lives started after it, this one last. A check-in carries both, so
+	// a member tells a store that remembers the life it knows from one
+	// that lost it, however high the lost store's incarnation climbed.
+	Confirmed Life
+	Since     []Life
 }
 
 func (p *Persisted) clone() *Persisted {
@@ -87,6 +98,7 @@ func (p *Persisted) clone() *Persisted {
 	c.Accepted = cloneView(p.Accepted)
 	c.Valid = cloneView(p.Valid)
 	c.Lives = maps.Clone(p.Lives)
+	c.Since = slices.Clone(p.Since)
 	return &c
 }
 
@@ -220,6 +232,12 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	}
 	for _, id := range e.Members() {
 		e.AddPeer(id)
+	}
+	// This life joins the ones the store remembers; past the cap the
+	// oldest go (a member that knows only one of those refuses).
+	e.p.Since, e.persist = append(e.p.Since, Life{Incarnation: cfg.Incarnation, Nonce: cfg.Nonce}), true
+	if over := len(e.p.Since) - (wire.MaxLives - 1); over > 0 {
+		e.p.Since = slices.Delete(e.p.Since, 0, over)
 	}
 	if e.cfg.Mutant&MutantNoCheckIn != 0 {
 		e.checkedIn = true

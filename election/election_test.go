@@ -293,4 +293,40 @@ func TestMembershipRules(t *testing.T) {
 	if !errors.Is(e.Stale(), election.ErrStale) || e.Status().Ready {
 		t.Fatalf("refused node: stale %v", e.Stale())
 	}
+
+	// A store must remember the life a member knows (4, nonce 1), however
+	// high its incarnation: the mutant lets a wiped store pass once it
+	// climbed past it.
+	wiped := make([]election.Life, 8)
+	for i := range wiped {
+		wiped[i] = election.Life{Incarnation: uint32(i + 1), Nonce: 100 + uint64(i)}
+	}
+	for _, c := range []struct {
+		name   string
+		lives  []election.Life
+		none   bool // no confirmed life on the store
+		mutant election.Mutant
+		ok     bool
+	}{
+		{"wiped store, climbed to 9", wiped, true, 0, false},
+		{"wiped store, climbed to 9, mutant", wiped, true, election.MutantClimbingLives, true},
+		{"older copy, climbed to 9", []election.Life{{Incarnation: 3, Nonce: 7}, {Incarnation: 4, Nonce: 8}, {Incarnation: 8}}, false, 0, false},
+		{"plain restart", []election.Life{{Incarnation: 3, Nonce: 7}, {Incarnation: 4, Nonce: 1}}, false, 0, true},
+		{"member behind the confirmed life", []election.Life{{Incarnation: 6, Nonce: 7}}, false, 0, true},
+		{"no confirmed life, member behind", []election.Life{{Incarnation: 6, Nonce: 7}}, true, 0, false},
+	} {
+		m, err := election.New(election.Config{Node: 2, Bootstrap: members(5), Incarnation: 1, Nonce: 1, Mutant: c.mutant,
+			ID: election.ID{Priority: 13, Address: "a", Name: "n2"}}, &election.Persisted{
+			Lives: map[wire.NodeID]election.Life{1: {Incarnation: 4, Nonce: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 9, Nonce: 5, Lives: c.lives, Reject: c.none}))
+		rd := m.Ready()
+		m.Advance()
+		refused := len(rd.Messages) == 1 && rd.Messages[0].Reject
+		if refused == c.ok || c.ok != (err == nil) {
+			t.Errorf("%s: refused %v (%v), want accepted %v", c.name, refused, err, c.ok)
+		}
+	}
 }

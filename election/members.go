@@ -27,13 +27,8 @@ func ClusterID(bootstrap []wire.NodeID) uint64 {
 	return max(h.Sum64(), 1)
 }
 
-// Life is one run of a node: the incarnation its store counted and the
-// random nonce it drew at start. Two runs never share a Life, even when a
-// store was restored from a copy.
-type Life struct {
-	Incarnation uint32
-	Nonce       uint64
-}
+// Life is one run of a node (see wire.Life).
+type Life = wire.Life
 
 // Change is one membership change: add a node or remove a member.
 type Change struct {
@@ -118,11 +113,17 @@ func (e *Election) quorumOf(votes map[wire.NodeID]bool, set []wire.NodeID) bool 
 	return n >= Quorum(len(set))
 }
 
-// checkIn asks the other members to record this life.
+// checkIn asks the other members to record this life, showing the lives
+// the store remembers (see KindCheckIn).
 func (e *Election) checkIn() {
+	lives, none := e.p.Since[:len(e.p.Since)-1], e.p.Confirmed == (Life{})
+	if !none {
+		lives = append([]Life{e.p.Confirmed}, lives...)
+	}
 	for _, id := range e.Members() {
 		if id != e.cfg.Node {
-			e.send(wire.Message{Kind: wire.KindCheckIn, To: id, Inc: uint64(e.cfg.Incarnation), Nonce: e.cfg.Nonce})
+			e.send(wire.Message{Kind: wire.KindCheckIn, To: id, Inc: uint64(e.cfg.Incarnation), Nonce: e.cfg.Nonce,
+				Lives: slices.Clone(lives), Reject: none})
 		}
 	}
 }
@@ -143,6 +144,9 @@ func (e *Election) updateCheckedIn() {
 		return
 	}
 	e.checkedIn = true
+	if e.cfg.Mutant&MutantNoCheckIn == 0 {
+		e.p.Confirmed, e.p.Since, e.persist = e.p.Since[len(e.p.Since)-1], e.p.Since[len(e.p.Since)-1:], true
+	}
 	if e.p.Valid.Epoch > 0 {
 		v := cloneView(e.p.Valid)
 		e.view = &v
@@ -157,8 +161,16 @@ func (e *Election) onCheckIn(m wire.Message) error {
 	life := Life{Incarnation: uint32(m.Inc), Nonce: m.Nonce}
 	known, ok := e.p.Lives[m.From]
 	ack := wire.Message{Kind: wire.KindCheckInAck, To: m.From, Inc: m.Inc, Nonce: m.Nonce}
+	// The store remembers the life known here: it is one of the lives it
+	// shows, or older than the newest it had confirmed (this member missed
+	// the check-ins since).
+	remembers := slices.Contains(m.Lives, known) ||
+		!m.Reject && len(m.Lives) > 0 && known.Incarnation < m.Lives[0].Incarnation
+	if e.cfg.Mutant&MutantClimbingLives != 0 {
+		remembers = true
+	}
 	switch {
-	case !ok || life.Incarnation > known.Incarnation:
+	case !ok || life.Incarnation > known.Incarnation && remembers:
 		if e.p.Lives == nil {
 			e.p.Lives = map[wire.NodeID]Life{}
 		}

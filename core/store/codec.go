@@ -22,6 +22,8 @@ const version byte = 1
 const (
 	electionV1 byte = 1
 	electionV2 byte = 2
+	// electionV3 adds this node's own lives: Confirmed, then Since.
+	electionV3 byte = 3
 )
 
 const (
@@ -206,7 +208,7 @@ func decodeLed(k, v []byte) (core.View, error) {
 }
 
 func encodeElection(p *election.Persisted) []byte {
-	b := binary.AppendUvarint([]byte{electionV2}, p.Cluster)
+	b := binary.AppendUvarint([]byte{electionV3}, p.Cluster)
 	b = appendNodes(b, p.Bootstrap)
 	b = binary.AppendUvarint(b, p.Promised)
 	for _, v := range []*wire.View{&p.Accepted, &p.Valid} {
@@ -222,27 +224,45 @@ func encodeElection(p *election.Persisted) []byte {
 		b = binary.AppendUvarint(b, uint64(l.Incarnation))
 		b = binary.AppendUvarint(b, l.Nonce)
 	}
+	b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(p.Confirmed.Incarnation)), p.Confirmed.Nonce)
+	b = binary.AppendUvarint(b, uint64(len(p.Since)))
+	for _, l := range p.Since {
+		b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(l.Incarnation)), l.Nonce)
+	}
 	return b
 }
 
 func decodeElection(k, v []byte) (*election.Persisted, error) {
 	r := reader{k: k, b: v}
-	ver := r.versionOf(electionV1, electionV2)
+	ver := r.versionOf(electionV1, electionV2, electionV3)
 	p := &election.Persisted{}
-	if ver == electionV2 {
+	if ver >= electionV2 {
 		p.Cluster = r.uvarint()
 		p.Bootstrap = r.nodes()
 	}
 	p.Promised = r.uvarint()
 	for _, view := range []*wire.View{&p.Accepted, &p.Valid} {
 		view.Epoch, view.Leaders, view.PrevEpoch, view.PrevLeaders = r.view()
-		if ver == electionV2 {
+		if ver >= electionV2 {
 			view.Members = r.nodes()
 			view.PrevMembers = r.nodes()
 		}
 	}
-	if ver == electionV2 {
+	if ver >= electionV2 {
 		p.Lives = r.lives()
+	}
+	if ver >= electionV3 {
+		p.Confirmed = r.life()
+		n := r.uvarint()
+		if n > wire.MaxLives || n > uint64(len(r.b))/2 {
+			r.fail("own lives over their cap")
+		}
+		for range n {
+			if r.err != nil {
+				break
+			}
+			p.Since = append(p.Since, r.life())
+		}
 	}
 	if err := r.done(); err != nil {
 		return nil, err
@@ -340,6 +360,14 @@ func (r *reader) nodes() []wire.NodeID {
 
 // lives reads the lives of an election record: node ids strictly
 // increasing, so that a record has one encoding and no node twice.
+func (r *reader) life() election.Life {
+	inc, nonce := r.uvarint(), r.uvarint()
+	if inc > math.MaxUint32 {
+		r.fail("incarnation over 32 bits")
+	}
+	return election.Life{Incarnation: uint32(inc), Nonce: nonce}
+}
+
 func (r *reader) lives() map[wire.NodeID]election.Life {
 	n := r.uvarint()
 	// Each life takes at least three bytes: see nodes.

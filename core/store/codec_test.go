@@ -62,8 +62,8 @@ func encodeElectionV1(p *election.Persisted) []byte {
 	return appendView(b, v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders)
 }
 
-// TestElectionVersions pins both encodings byte by byte: version 1 as
-// stores of the previous release hold it, and version 2.
+// TestElectionVersions pins the encodings byte by byte: versions 1 and 2
+// as stores of earlier releases hold them, and version 3.
 func TestElectionVersions(t *testing.T) {
 	v1 := []byte{1, 4, 3, 2, 1, 2, 1, 1, 5, 2, 1, 7, 0, 0}
 	got, err := decodeElection(keyElection, v1)
@@ -81,12 +81,18 @@ func TestElectionVersions(t *testing.T) {
 		3, 2, 1, 2, 1, 1, 5, 3, 1, 2, 5, 3, 1, 2, 5,
 		2, 1, 7, 0, 0, 1, 7, 3, 1, 2, 5,
 		2, 1, 1, 0x80, 0x01, 5, 2, 9}
-	if enc := encodeElection(want); !bytes.Equal(enc, v2) {
-		t.Fatalf("version 2 encodes as %v, want %v", enc, v2)
-	}
 	if got, err := decodeElection(keyElection, v2); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("version 2: got %+v, %v", got, err)
 	}
+	want.Confirmed, want.Since = election.Life{Incarnation: 2, Nonce: 9}, []election.Life{{Incarnation: 3, Nonce: 1}, {Incarnation: 4, Nonce: 200}}
+	v3 := append(append([]byte{3}, v2[1:]...), 2, 9, 2, 3, 1, 4, 0xc8, 0x01)
+	if enc := encodeElection(want); !bytes.Equal(enc, v3) {
+		t.Fatalf("version 3 encodes as %v, want %v", enc, v3)
+	}
+	if got, err := decodeElection(keyElection, v3); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 3: got %+v, %v", got, err)
+	}
+	own := v3[:len(v3)-6]   // up to the count of own lives
 	lives := v2[:len(v2)-8] // up to the count of lives
 	withLives := func(b ...byte) []byte { return append(slices.Clone(lives), b...) }
 	bad := []struct {
@@ -95,7 +101,10 @@ func TestElectionVersions(t *testing.T) {
 		why  string
 	}{
 		{"version 0", append([]byte{0}, v1[1:]...), "unknown value version 0"},
-		{"version 3", append([]byte{3}, v2[1:]...), "unknown value version 3"},
+		{"version 4", append([]byte{4}, v3[1:]...), "unknown value version 4"},
+		{"version 3 as 2", append([]byte{2}, v3[1:]...), "trailing bytes"},
+		{"own lives over cap", append(slices.Clone(own), 65, 1, 1), "own lives over their cap"},
+		{"own life truncated", append(slices.Clone(own), 1, 1, 0x80, 0x80), "truncated"},
 		{"version 1 trailing", append(slices.Clone(v1), 0), "trailing bytes"},
 		{"version 2 as 1", append([]byte{1}, v2[1:]...), "trailing bytes"},
 		{"version 1 as 2", append([]byte{2}, v1[1:]...), "truncated"},

@@ -43,6 +43,9 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	if len(m.View.Members) > MaxMembers || len(m.View.PrevMembers) > MaxMembers {
 		return dst, fmt.Errorf("%w: view of %d members", ErrTooLarge, max(len(m.View.Members), len(m.View.PrevMembers)))
 	}
+	if len(m.Lives) > MaxLives {
+		return dst, fmt.Errorf("%w: %d lives", ErrTooLarge, len(m.Lives))
+	}
 	start := len(dst)
 	dst = append(dst, Version, byte(m.Kind))
 	for _, v := range [...]uint64{uint64(m.From), uint64(m.To), m.Epoch, m.Clock} {
@@ -76,6 +79,14 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 	dst = appendNodes(dst, m.View.PrevMembers)
 	for _, v := range [...]uint64{m.Cluster, m.Size, m.Nonce} {
 		dst = binary.AppendUvarint(dst, v)
+	}
+	// Last, and only when there are some: a frame of a node that does not
+	// know the field yet decodes as none.
+	if len(m.Lives) > 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Lives)))
+		for _, l := range m.Lives {
+			dst = binary.AppendUvarint(binary.AppendUvarint(dst, uint64(l.Incarnation)), l.Nonce)
+		}
 	}
 	if len(dst)-start > MaxFrameSize {
 		return dst[:start], fmt.Errorf("%w: %d bytes", ErrTooLarge, len(dst)-start)
@@ -146,6 +157,27 @@ func (d *decoder) nodes(what string, limit uint64) []NodeID {
 		ids[i] = NodeID(d.uvarint(what))
 	}
 	return ids
+}
+
+func (d *decoder) lives() []Life {
+	n := d.uvarint("lives")
+	if d.err != nil {
+		return nil
+	}
+	// Each life takes at least two bytes.
+	if n == 0 || n > MaxLives || n > uint64(len(d.b))/2 {
+		d.fail("lives")
+		return nil
+	}
+	lives := make([]Life, n)
+	for i := range lives {
+		inc := d.uvarint("life incarnation")
+		if inc > 1<<32-1 {
+			d.fail("life incarnation")
+		}
+		lives[i] = Life{Incarnation: uint32(inc), Nonce: d.uvarint("life nonce")}
+	}
+	return lives
 }
 
 func (d *decoder) req(what string) RequestID {
@@ -236,6 +268,9 @@ func Decode(b []byte) (Message, error) {
 	m.Cluster = d.uvarint("cluster")
 	m.Size = d.uvarint("cluster size")
 	m.Nonce = d.uvarint("nonce")
+	if d.err == nil && len(d.b) > 0 {
+		m.Lives = d.lives()
+	}
 	if d.err != nil {
 		return Message{}, d.err
 	}

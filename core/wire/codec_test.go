@@ -18,6 +18,7 @@ func sample() Message {
 		View: View{Epoch: 4, Leaders: []NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []NodeID{1, 2, 9},
 			Members: []NodeID{1, 2, 3, 4}, PrevMembers: []NodeID{1, 2, 3, 9}},
 		Cluster: 0xfeedface, Size: 5, Nonce: 77,
+		Lives: []Life{{Incarnation: 4, Nonce: 1 << 63}, {Incarnation: 5, Nonce: 3}},
 	}
 }
 
@@ -43,16 +44,19 @@ func TestDecodeRejects(t *testing.T) {
 		frame []byte
 		want  error
 	}{
-		"empty":         {nil, ErrMalformed},
-		"version":       {append([]byte{9}, good[1:]...), ErrVersion},
-		"unknown kind":  {append([]byte{Version, 200}, good[2:]...), ErrKind},
-		"zero kind":     {append([]byte{Version, 0}, good[2:]...), ErrKind},
-		"truncated":     {good[:len(good)-1], ErrMalformed},
-		"trailing":      {append(bytes.Clone(good), 0), ErrMalformed},
-		"oversized":     {make([]byte, MaxFrameSize+1), ErrTooLarge},
-		"long name":     {longName(), ErrTooLarge},
-		"entry count":   {hugeCount(), ErrMalformed},
-		"bad mode byte": {withByte(smallReq(), modeOffset, 77), ErrMalformed},
+		"empty":            {nil, ErrMalformed},
+		"version":          {append([]byte{9}, good[1:]...), ErrVersion},
+		"unknown kind":     {append([]byte{Version, 200}, good[2:]...), ErrKind},
+		"zero kind":        {append([]byte{Version, 0}, good[2:]...), ErrKind},
+		"truncated":        {good[:len(good)-1], ErrMalformed},
+		"trailing":         {append(bytes.Clone(good), 0), ErrMalformed},
+		"oversized":        {make([]byte, MaxFrameSize+1), ErrTooLarge},
+		"long name":        {longName(), ErrTooLarge},
+		"entry count":      {hugeCount(), ErrMalformed},
+		"bad mode byte":    {withByte(smallReq(), modeOffset, 77), ErrMalformed},
+		"no lives":         {append(smallReq(), 0), ErrMalformed},
+		"lives count":      {appendUvarint(smallReq(), MaxLives+1), ErrMalformed},
+		"life incarnation": {appendUvarint(appendUvarint(appendUvarint(smallReq(), 1), 1<<32), 7), ErrMalformed},
 	}
 	for name, c := range cases {
 		_, err := Decode(c.frame)
@@ -68,6 +72,10 @@ func TestEncodeRejectsOverCap(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	m = Message{Kind: KindReport, Entries: make([]Entry, MaxEntries+1)}
+	if _, err := Encode(nil, &m); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v", err)
+	}
+	m = Message{Kind: KindCheckIn, Lives: make([]Life, MaxLives+1)}
 	if _, err := Encode(nil, &m); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("got %v", err)
 	}

@@ -196,9 +196,12 @@ const (
 	// Membership (package election).
 
 	// KindCheckIn (node → members): From runs as life Inc with boot nonce
-	// Nonce. A member records the newest life of every node durably and
-	// answers; a node votes and serves only once a majority of the other
-	// members confirmed that this life is newer than any they know.
+	// Nonce; Lives are the earlier lives its store remembers: the newest
+	// one a majority confirmed (when Reject is unset; a store that never
+	// had one confirmed sets Reject), then every later one. A member
+	// records the newest life of every node durably and answers; a node
+	// votes and serves only once a majority of the other members
+	// confirmed that its store remembers the life they know.
 	KindCheckIn
 	// KindCheckInAck: the life Inc/Nonce is recorded; Reject when the
 	// member knows a newer life of From (Inc is then the one it knows):
@@ -212,6 +215,17 @@ const MaxLeaders = 16
 
 // MaxMembers caps the member lists of a view on the wire.
 const MaxMembers = 128
+
+// MaxLives caps the lives of a check-in.
+const MaxLives = 64
+
+// Life is one run of a node: the incarnation its store counted and the
+// random nonce it drew at start. Two runs never share a Life, even when a
+// store was restored from a copy.
+type Life struct {
+	Incarnation uint32
+	Nonce       uint64
+}
 
 // View is a set of leaders for one epoch with the voting members of the
 // cluster, and the view before it, whose leaders hand the lock table over
@@ -355,6 +369,8 @@ type Message struct {
 	// the store, never pass for one. In the handoff it numbers a snapshot
 	// request, and every message of the answer echoes it.
 	Nonce uint64
+	// Lives are a check-in's earlier lives of the sender (KindCheckIn).
+	Lives []Life
 }
 
 func (m Message) String() string {
@@ -376,6 +392,9 @@ func (m Message) String() string {
 	}
 	if m.View.Epoch != 0 {
 		s += fmt.Sprintf(" view=%d", m.View.Epoch)
+	}
+	if len(m.Lives) > 0 {
+		s += fmt.Sprintf(" lives=%v", m.Lives)
 	}
 	if len(m.Entries) > 0 {
 		s += fmt.Sprintf(" entries=%d", len(m.Entries))

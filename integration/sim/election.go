@@ -41,12 +41,13 @@ type ElectionOptions struct {
 type Gap uint8
 
 const (
-	// GapLostStoreRestarts: a node found stale, or whose store lost what
-	// it acknowledged (a promise or an accepted view), starts again once
-	// it is down, like any machine that reboots, with the store it has.
-	// Its incarnation counter soon passes the one the members know, its
-	// check-in is accepted, and it votes with less than it acknowledged.
-	// Left out, such a node never starts again, as if its agent refused.
+	// GapLostStoreRestarts (closed, always modelled unless left out): a
+	// node found stale, or whose store lost what it acknowledged (a
+	// promise or an accepted view), starts again once it is down, like
+	// any machine that reboots, with the store it has. Its incarnation
+	// counter soon passes the one the members know; its check-in is
+	// refused all the same, as it shows lives that do not include the
+	// one they know. Left out, such a node never starts again.
 	GapLostStoreRestarts Gap = 1 << iota
 	// GapNewestLifeRollbacks: a store is rolled back to a copy of the
 	// newest life of the node that checked in. That life k restarts as
@@ -67,7 +68,7 @@ const (
 	GapCheckInBlocked
 
 	// KnownGaps are all the gaps.
-	KnownGaps = GapLostStoreRestarts | GapNewestLifeRollbacks | GapUnknownLives | GapCheckInBlocked
+	KnownGaps = GapNewestLifeRollbacks | GapUnknownLives | GapCheckInBlocked
 )
 
 type gapName struct {
@@ -75,7 +76,7 @@ type gapName struct {
 	name string
 }
 
-var gapNames = []gapName{{GapLostStoreRestarts, "restarts"}, {GapNewestLifeRollbacks, "rollbacks"}, {GapUnknownLives, "lives"}, {GapCheckInBlocked, "checkin"}}
+var gapNames = []gapName{{GapNewestLifeRollbacks, "rollbacks"}, {GapUnknownLives, "lives"}, {GapCheckInBlocked, "checkin"}}
 
 // String names the gaps as -election-gaps does.
 func (g Gap) String() string {

@@ -15,7 +15,7 @@ var (
 	electionSeeds = flag.Int("election-seeds", 300, "how many seeds TestElection runs")
 	electionTrace = flag.Bool("election-trace", false, "log every trace line of the election simulator (with -seed)")
 	electionGaps  = flag.String("election-gaps", "", "the known gaps of the election to model (they fail): "+
-		"all, or some of restarts,rollbacks,lives,checkin (see Gap)")
+		"all, or some of rollbacks,lives,checkin (see Gap)")
 )
 
 // leftOut are the known gaps that the election tests leave out of the
@@ -85,6 +85,7 @@ func TestElectionMutantsAreCaught(t *testing.T) {
 		{"votes of non-members counted", election.MutantNonMemberVotes},
 		{"no check-in after a start", election.MutantNoCheckIn},
 		{"membership change without the old quorum", election.MutantNoOldQuorum},
+		{"a store that forgot a life passes once its incarnation climbed", election.MutantClimbingLives},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			for seed := int64(1); seed <= bound; seed++ {
