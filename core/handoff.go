@@ -30,24 +30,27 @@ type snapKey struct {
 }
 
 // pull is one previous leader's answer being gathered. Every request has
-// its own number, echoed in Nonce by each message of the answer, so that
-// the rest of an answer to an earlier request, still on its way, is not
-// mixed into the answer to a later one.
+// its own number (Nonce), echoed by each message of the answer, and every
+// answer a number of its own (Seq). A pull accepts the answer to any of
+// its requests since since, the first one that arrives; asking again while
+// nothing has come loses nothing, and an answer on its way is not
+// interrupted. Only an answer found broken (it went quiet short) resets
+// the pull: the rest of it, still on its way, is then ignored.
 type pull struct {
-	nonce uint64
-	// answer is the number of the answer being gathered, set by its first
-	// message: a request delivered twice is answered twice.
-	answer  uint64
-	entries map[snapKey]wire.Message
+	since uint64 // the first request this pull accepts an answer to
+	// nonce and answer identify the answer being gathered, once its first
+	// message arrived.
+	nonce, answer uint64
+	entries       map[snapKey]wire.Message
 	// want is the size the answer announced (SnapshotDone may overtake
 	// entries); done once that many entries are here.
 	want, complete  uint64 // complete: the responder's last completed handoff
 	announced, done bool
-	// heardAt is the last tick a message of this answer arrived, wait how
-	// long to go without one before asking again: it doubles at every
-	// request without an answer, so a table bigger than one period, or a
-	// slow responder, is not asked for again and again.
-	heardAt, wait int64
+	// askedAt is when the last request went, heardAt when the last message
+	// of the answer came; quiet is how long an answer under way may go
+	// without one before it counts as broken: it doubles at every break,
+	// so a table bigger than one period is not asked for again and again.
+	askedAt, heardAt, quiet int64
 }
 
 // syncState is one handoff in progress: taking view's table over from the
@@ -58,12 +61,14 @@ type syncState struct {
 	nonce uint64 // of the last request sent
 }
 
-// syncRetryTicks is how long a handoff first waits, without a message of
-// an answer, before it asks a previous leader again; syncRetryMaxTicks caps
-// the doubling of that wait.
+// syncRetryTicks is how often a handoff asks a previous leader again
+// while no answer is under way; syncQuietTicks how long an answer under
+// way may first go without a message before it counts as broken,
+// doubling at every break up to syncQuietMaxTicks.
 const (
 	syncRetryTicks    = 10
-	syncRetryMaxTicks = 8 * syncRetryTicks
+	syncQuietTicks    = 4 * syncRetryTicks
+	syncQuietMaxTicks = 64 * syncRetryTicks
 )
 
 // Serving reports whether this node, as a leader, serves the lock table:
@@ -121,26 +126,43 @@ func (n *Node) setComplete(epoch uint64) {
 	}
 }
 
-// requestSnapshots asks every previous leader whose answer is not whole
-// and has gone quiet for its wait (all of them when the handoff starts).
-// A whole answer from a leader not complete for the previous view is asked
-// for again too: that leader may complete meanwhile.
+// requestSnapshots asks every previous leader whose answer is not whole:
+// all of them when the handoff starts, then every syncRetryTicks while no
+// answer is under way, and at once when one went quiet short for its
+// quiet period (a broken answer). A whole answer from a leader not
+// complete for the previous view is asked for again too: that leader may
+// complete meanwhile.
 func (n *Node) requestSnapshots(s *syncState) {
 	v := s.view
 	for _, l := range v.PrevLeaders {
 		p := s.from[l]
-		if p != nil && (p.done && p.complete >= v.PrevEpoch || n.now-p.heardAt < p.wait) {
+		switch {
+		case p == nil:
+			p = &pull{quiet: syncQuietTicks}
+		case p.done && p.complete >= v.PrevEpoch:
+			continue
+		case p.done:
+			if n.now-p.heardAt < syncRetryTicks {
+				continue
+			}
+			p = &pull{quiet: p.quiet}
+		case p.answer != 0:
+			if n.now-p.heardAt < p.quiet {
+				continue // under way
+			}
+			p = &pull{quiet: min(2*p.quiet, syncQuietMaxTicks)} // broken
+		case n.now-p.askedAt < syncRetryTicks:
 			continue
 		}
-		// A short answer doubles the wait; a whole one, from a leader
-		// not complete yet, is asked for again at the first pace.
-		wait := int64(syncRetryTicks)
-		if p != nil && !p.done {
-			wait = min(p.wait*2, syncRetryMaxTicks)
-		}
 		s.nonce++
-		s.from[l] = &pull{nonce: s.nonce, entries: map[snapKey]wire.Message{}, heardAt: n.now, wait: wait}
-		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l, Nonce: s.nonce,
+		if p.since == 0 {
+			p.since, p.entries = s.nonce, map[snapKey]wire.Message{}
+		}
+		p.askedAt = n.now
+		s.from[l] = p
+		// Seq tells the leader which answers still count here: one it is
+		// sending to an earlier request since Seq need not start again.
+		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l, Nonce: s.nonce, Seq: p.since,
 			View: wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}})
 	}
 }
@@ -164,7 +186,8 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 	}
 	n.answers++
 	if n.cfg.SnapshotsFromStore {
-		n.snapshots = append(n.snapshots, SnapshotDue{To: m.From, Epoch: e, Nonce: m.Nonce, Answer: n.answers, Complete: n.complete})
+		n.snapshots = append(n.snapshots, SnapshotDue{To: m.From, Epoch: e, Nonce: m.Nonce, Since: m.Seq,
+			Answer: n.answers, Complete: n.complete})
 		return
 	}
 	reply := wire.Message{Kind: wire.KindSnapshot, To: m.From, Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e}}
@@ -197,10 +220,14 @@ func (n *Node) onSnapshot(m wire.Message) {
 		return
 	}
 	p := sync.from[m.From]
-	if p == nil || p.done || m.Nonce != p.nonce || p.answer != 0 && m.Seq != p.answer {
-		return // an answer to an earlier request, another answer to this one, or a whole one again
+	switch {
+	case p == nil || p.done || m.Nonce < p.since || m.Nonce > sync.nonce:
+		return // a whole one again, or an answer this pull does not accept
+	case p.answer == 0:
+		p.nonce, p.answer = m.Nonce, m.Seq
+	case m.Nonce != p.nonce || m.Seq != p.answer:
+		return // another answer than the one being gathered
 	}
-	p.answer = m.Seq
 	p.heardAt = n.now
 	switch m.Kind {
 	case wire.KindSnapshot:
@@ -211,7 +238,7 @@ func (n *Node) onSnapshot(m wire.Message) {
 	// Entries lost on the way leave the answer short for good: it goes
 	// quiet, and requestSnapshots asks again.
 	if p.announced && uint64(len(p.entries)) == p.want {
-		p.done, p.wait = true, syncRetryTicks // a leader not complete is asked again soon
+		p.done = true
 		n.finishSync(sync)
 	}
 }

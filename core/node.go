@@ -45,9 +45,12 @@ type Ready struct {
 // consistent read: the fence is in it, so no ticket stored later can count
 // in the old view.
 type SnapshotDue struct {
-	To       wire.NodeID
-	Epoch    uint64
-	Nonce    uint64 // the request's number, echoed in every message
+	To    wire.NodeID
+	Epoch uint64
+	Nonce uint64 // the request's number, echoed in every message
+	// Since is the first request whose answer the new leader still
+	// accepts: an answer being sent to a request since then may go on.
+	Since    uint64
 	Answer   uint64 // this answer's number, unique to this node's lives
 	Complete uint64
 }

@@ -374,30 +374,42 @@ func TestHandoffAnswersMatchTheirRequest(t *testing.T) {
 	answer, another := answerOf(1), answerOf(2)
 	// Leader 2: Done first, then entries of an earlier request and of a
 	// second answer to this one (both ignored), then its high-water mark:
-	// short. Leader 3: its mark, then Done: short. Leader 1: whole.
+	// short. Leader 3: its mark, then Done: short. Leader 1: silent.
 	answer(2, asked[2], wire.KindSnapshotDone)
 	answer(2, asked[2]-1, wire.KindSnapshot, wire.KindAddTicket)
 	another(2, asked[2], wire.KindAddTicket)
 	answer(2, asked[2], wire.KindSnapshot)
 	answer(3, asked[3], wire.KindSnapshot, wire.KindSnapshotDone)
+	tick := func(ticks int) map[wire.NodeID]uint64 {
+		t.Helper()
+		for i := range ticks {
+			n.Tick()
+			if again := requests(); len(again) != 0 || i == ticks-1 {
+				if i != ticks-1 {
+					t.Fatalf("asked %v again after %d ticks", again, i+1)
+				}
+				return again
+			}
+		}
+		return nil
+	}
+	// The silent leader is asked again after a retry period, and its
+	// answer to the first request still counts.
+	if again := tick(10); len(again) != 1 || again[1] <= asked[1] {
+		t.Fatalf("after a retry period asked %v, want leader 1 again", again)
+	}
 	answer(1, asked[1], wire.KindSnapshot, wire.KindAddTicket, wire.KindSnapshotDone)
 	if n.Serving() {
 		t.Fatal("serving on one whole answer and two short ones")
 	}
-	for range 9 {
-		n.Tick()
-		if again := requests(); len(again) != 0 {
-			t.Fatalf("asked %v again before the answers went quiet", again)
-		}
-	}
-	n.Tick()
-	again := requests()
+	// The short answers count as broken once quiet for 4 retry periods.
+	again := tick(30)
 	if _, ok := again[1]; ok || again[2] <= asked[2] || again[3] <= asked[3] {
 		t.Fatalf("after a quiet period asked %v (first %v): want 2 and 3 again with new numbers, not 1", again, asked)
 	}
-	answer(3, asked[3], wire.KindSnapshot, wire.KindAddTicket, wire.KindSnapshotDone) // the old request's: ignored
+	answer(3, asked[3], wire.KindSnapshot, wire.KindAddTicket, wire.KindSnapshotDone) // the broken request's: ignored
 	if n.Serving() {
-		t.Fatal("serving on an answer to an earlier request")
+		t.Fatal("serving on an answer to a request given up")
 	}
 	answer(3, again[3], wire.KindAddTicket, wire.KindSnapshot, wire.KindSnapshotDone)
 	drain(n)

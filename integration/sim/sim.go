@@ -410,6 +410,14 @@ func (s *Sim) failf(format string, args ...any) {
 			s.fail.Flags = "-members-leader-faults"
 		}
 	}
+	// Where each node's handoffs stand: what a liveness failure's reader
+	// asks first.
+	for _, n := range s.nodes {
+		if n.core != nil {
+			h := n.core.Handoff()
+			s.tracef("node %d: view %d, complete %d, fence %d, handoffs pending %v", n.id, n.core.View().Epoch, h.Complete, h.Fence, h.Pending)
+		}
+	}
 	for i := range len(s.trace) {
 		if l := s.trace[(s.traceAt+i)%len(s.trace)]; l != "" {
 			s.fail.Trace = append(s.fail.Trace, l)
@@ -1120,8 +1128,9 @@ func (s *Sim) restart(i int) {
 }
 
 // diskFaultsAllowed: one disk or machine fault at a time, the last one
-// dealt with (the node checked in, or the runbook replaced it), and time
-// left for the operator.
+// dealt with (the node checked in, or the runbook replaced it, and the
+// newest view's leaders hold the table again), and time left for the
+// operator.
 func (s *Sim) diskFaultsAllowed() bool {
 	if s.tick > s.o.FaultTicks-OperatorTicks {
 		return false
@@ -1133,6 +1142,17 @@ func (s *Sim) diskFaultsAllowed() bool {
 	}
 	for _, j := range s.jobs {
 		if !j.done {
+			return false
+		}
+	}
+	// The table is whole again: every leader of the newest view runs and
+	// took it over. A fault before that can leave a quorum of some view's
+	// leaders without what they acknowledged: two faults at once, after
+	// which no node may safely serve that table again.
+	v := s.newestView()
+	for _, l := range v.Leaders {
+		n := s.nodes[int(l)-1]
+		if n.core == nil || n.core.Handoff().Complete < v.Epoch {
 			return false
 		}
 	}

@@ -136,7 +136,8 @@ type Node struct {
 	metrics *metrics
 	// senders counts the goroutines streaming snapshots; sending holds
 	// them by (new leader, epoch), so that a new leader's repeated request
-	// does not start a second stream, and its newer request replaces one.
+	// does not start a second stream, and one that no longer takes the
+	// answer on its way replaces it.
 	senders sync.WaitGroup
 	sending map[[2]uint64]*snapshotSend
 	// loopback holds released messages addressed to this node itself (a
@@ -423,8 +424,8 @@ type snapshotSend struct {
 func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 	key := [2]uint64{uint64(due.To), due.Epoch}
 	if s, ok := n.sending[key]; ok {
-		if s.nonce == due.Nonce {
-			return // the same request again: its answer is on its way
+		if s.nonce >= due.Since {
+			return // the asker still takes the answer on its way
 		}
 		s.cancel() // the asker gave up on that answer and ignores it
 	}
