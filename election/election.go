@@ -65,6 +65,10 @@ const (
 	// MutantNoOldQuorum: a view that changes the members is valid with a
 	// majority of its own members, without one of the previous members.
 	MutantNoOldQuorum
+	// MutantNoWriteMarks: a member ignores the age of a node's store that
+	// its hellos told: a store restored from an older copy of its newest
+	// life passes.
+	MutantNoWriteMarks
 	// MutantClimbingLives: a member accepts any life newer than the one it
 	// knows, whether or not the store remembers that one: a store wiped or
 	// rolled back passes once its incarnation climbed past it.
@@ -90,6 +94,10 @@ type Persisted struct {
 	// that lost it, however high the lost store's incarnation climbed.
 	Confirmed Life
 	Since     []Life
+	// Writes counts the times this record was handed out to be stored:
+	// its age. Hellos tell it to the other nodes, so a store restored
+	// from an older copy of the life they saw is refused at its check-in.
+	Writes uint64
 }
 
 func (p *Persisted) clone() *Persisted {
@@ -184,7 +192,11 @@ type Election struct {
 	retry, rtt int64
 	checkedIn  bool
 	checkAcks  map[wire.NodeID]bool
-	stale      *StaleError
+	// startWrites is the age of the store this life found (see
+	// Persisted.Writes); marks the newest age heard of each node's life.
+	startWrites uint64
+	marks       map[wire.NodeID]mark
+	stale       *StaleError
 
 	persist bool
 	msgs    []wire.Message
@@ -219,10 +231,11 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	cfg.Peers = slices.Clone(cfg.Peers)
 	boot := slices.Compact(slices.Sorted(slices.Values(cfg.Bootstrap)))
 	e := &Election{cfg: cfg, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID}}, lastHello: -cfg.HelloTicks,
-		retry: cfg.RetryTicks, checkAcks: map[wire.NodeID]bool{}}
+		retry: cfg.RetryTicks, checkAcks: map[wire.NodeID]bool{}, marks: map[wire.NodeID]mark{}}
 	if persisted != nil {
 		e.p = *persisted.clone()
 	}
+	e.startWrites = e.p.Writes
 	switch {
 	case e.p.Cluster != 0 && len(boot) > 0 && !slices.Equal(boot, e.p.Bootstrap):
 		return nil, fmt.Errorf("%w: bootstrap members %v differ from the %v this node's cluster was born with",
@@ -398,7 +411,10 @@ func (e *Election) Tick() {
 	}
 	if e.now-e.lastHello >= e.cfg.HelloTicks {
 		e.lastHello = e.now
-		e.sendAll(wire.Message{Kind: wire.KindHello, Name: e.cfg.ID.String(), View: cloneView(e.p.Valid)}, false)
+		// The age told is durable: the Ready that handed it out was
+		// stored before its messages left.
+		e.sendAll(wire.Message{Kind: wire.KindHello, Name: e.cfg.ID.String(), View: cloneView(e.p.Valid),
+			Inc: uint64(e.cfg.Incarnation), Seq: e.p.Writes}, false)
 		if !e.checkedIn {
 			e.checkIn()
 		}
@@ -683,6 +699,11 @@ func (e *Election) hello(m wire.Message) error {
 		e.members[m.From] = mb
 	}
 	mb.id, mb.heard = id, e.now
+	if inc := m.Inc; inc > 0 && inc < 1<<32 {
+		if mk := e.marks[m.From]; uint32(inc) > mk.inc || uint32(inc) == mk.inc && m.Seq > mk.writes {
+			e.marks[m.From] = mark{inc: uint32(inc), writes: m.Seq}
+		}
+	}
 	if m.View.Epoch > e.p.Valid.Epoch {
 		e.adopt(m.View) // how a late joiner learns the leaders
 	}
@@ -804,6 +825,7 @@ func (e *Election) Ready() Ready {
 		rd.View = e.view
 	}
 	if e.persist {
+		e.p.Writes++
 		rd.Persist = e.p.clone()
 	}
 	e.handed, e.handedPersist, e.handedView, e.handedChanges = len(e.msgs), e.persist, rd.View, len(e.changes)

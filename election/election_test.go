@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"testing/quick"
 
@@ -327,6 +328,49 @@ func TestMembershipRules(t *testing.T) {
 		refused := len(rd.Messages) == 1 && rd.Messages[0].Reject
 		if refused == c.ok || c.ok != (err == nil) {
 			t.Errorf("%s: refused %v (%v), want accepted %v", c.name, refused, err, c.ok)
+		}
+	}
+
+	// A store older than the age its last life told in its hellos (a copy
+	// of that life, restored) is refused; the mutant lets it pass.
+	for _, c := range []struct {
+		name   string
+		age    uint64 // of the store the check-in shows
+		mutant election.Mutant
+		ok     bool
+	}{
+		{"store as old as told", 10, 0, true},
+		{"store older than told", 7, 0, false},
+		{"store older than told, mutant", 7, election.MutantNoWriteMarks, true},
+	} {
+		m, err := election.New(election.Config{Node: 2, Bootstrap: members(5), Incarnation: 1, Nonce: 1, Mutant: c.mutant,
+			ID: election.ID{Priority: 13, Address: "a", Name: "n2"}}, &election.Persisted{
+			Lives: map[wire.NodeID]election.Life{1: {Incarnation: 4, Nonce: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hello := wire.Message{Kind: wire.KindHello, From: 1, To: 2, Name: election.ID{Priority: 14, Address: "a", Name: "n1"}.String(),
+			Inc: 4, Seq: 10}
+		if err := m.Step(in(5, hello)); err != nil {
+			t.Fatal(err)
+		}
+		m.Ready()
+		m.Advance()
+		err = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 5, Nonce: 5, Seq: c.age,
+			Lives: []election.Life{{Incarnation: 3, Nonce: 7}, {Incarnation: 4, Nonce: 1}}}))
+		rd := m.Ready()
+		m.Advance()
+		refused := len(rd.Messages) == 1 && rd.Messages[0].Reject
+		if refused == c.ok || c.ok != (err == nil) {
+			t.Errorf("%s: refused %v (%v), want accepted %v", c.name, refused, err, c.ok)
+		}
+		if refused {
+			e, _ := election.New(election.Config{Node: 1, Bootstrap: members(5), Incarnation: 5, Nonce: 5,
+				ID: election.ID{Priority: 14, Address: "a", Name: "n1"}}, &election.Persisted{Writes: c.age})
+			_ = e.Step(rd.Messages[0])
+			if want := "reach write 10, its store holds 7"; e.Stale() == nil || !strings.Contains(e.Stale().Error(), want) {
+				t.Errorf("%s: the refused node says %v, want %q", c.name, e.Stale(), want)
+			}
 		}
 	}
 }

@@ -56,11 +56,24 @@ type StaleError struct {
 	By    wire.NodeID // the member that knows better
 	Knows uint32      // the incarnation it knows
 	Mine  uint32      // this node's incarnation
+	// Seen is the age of the store that Knows reached by its hellos, when
+	// that is what the member knows better: the store holds less (Store).
+	Seen, Store uint64
 }
 
 func (s *StaleError) Error() string {
+	if s.Seen > 0 {
+		return fmt.Sprintf("%v: member %d saw incarnation %d of this node reach write %d, its store holds %d: the store was restored from an older copy",
+			ErrStale, s.By, s.Knows, s.Seen, s.Store)
+	}
 	return fmt.Sprintf("%v: member %d knows incarnation %d of this node, its store says %d: the store was lost or restored from an older copy",
 		ErrStale, s.By, s.Knows, s.Mine)
+}
+
+// mark is the newest age of a node's store heard in its hellos.
+type mark struct {
+	inc    uint32
+	writes uint64
 }
 
 func (s *StaleError) Unwrap() error { return ErrStale }
@@ -123,7 +136,7 @@ func (e *Election) checkIn() {
 	for _, id := range e.Members() {
 		if id != e.cfg.Node {
 			e.send(wire.Message{Kind: wire.KindCheckIn, To: id, Inc: uint64(e.cfg.Incarnation), Nonce: e.cfg.Nonce,
-				Lives: slices.Clone(lives), Reject: none})
+				Lives: slices.Clone(lives), Reject: none, Seq: e.startWrites})
 		}
 	}
 }
@@ -169,7 +182,19 @@ func (e *Election) onCheckIn(m wire.Message) error {
 	if e.cfg.Mutant&MutantClimbingLives != 0 {
 		remembers = true
 	}
+	// The store is older than the age its last life told in its hellos.
+	var older mark
+	if mk, ok := e.marks[m.From]; ok && len(m.Lives) > 0 && mk.inc == m.Lives[len(m.Lives)-1].Incarnation &&
+		mk.writes > m.Seq && e.cfg.Mutant&MutantNoWriteMarks == 0 {
+		older = mk
+	}
 	switch {
+	case older.writes > 0:
+		e.stats.StaleLives++
+		ack.Reject, ack.Seq, ack.Ticket = true, uint64(older.inc), older.writes
+		e.send(ack)
+		return fmt.Errorf("%w: node %d checked in as incarnation %d with a store of age %d, its incarnation %d told age %d",
+			ErrStale, m.From, life.Incarnation, m.Seq, older.inc, older.writes)
 	case !ok || life.Incarnation > known.Incarnation && remembers:
 		if e.p.Lives == nil {
 			e.p.Lives = map[wire.NodeID]Life{}
@@ -195,7 +220,10 @@ func (e *Election) onCheckInAck(m wire.Message) error {
 		if e.cfg.Mutant&MutantNoCheckIn != 0 {
 			return nil
 		}
-		e.stale = &StaleError{By: m.From, Knows: uint32(m.Seq), Mine: e.cfg.Incarnation}
+		e.stale = &StaleError{By: m.From, Knows: uint32(m.Seq), Mine: e.cfg.Incarnation, Seen: m.Ticket}
+		if m.Ticket > 0 {
+			e.stale.Store = e.startWrites
+		}
 		e.round, e.view = nil, nil
 		e.endChange(e.stale)
 		return e.stale

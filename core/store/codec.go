@@ -22,7 +22,8 @@ const version byte = 1
 const (
 	electionV1 byte = 1
 	electionV2 byte = 2
-	// electionV3 adds this node's own lives: Confirmed, then Since.
+	// electionV3 adds this node's own lives (Confirmed, then Since) and
+	// the record's age (Writes).
 	electionV3 byte = 3
 )
 
@@ -229,7 +230,7 @@ func encodeElection(p *election.Persisted) []byte {
 	for _, l := range p.Since {
 		b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(l.Incarnation)), l.Nonce)
 	}
-	return b
+	return binary.AppendUvarint(b, p.Writes)
 }
 
 func decodeElection(k, v []byte) (*election.Persisted, error) {
@@ -263,6 +264,7 @@ func decodeElection(k, v []byte) (*election.Persisted, error) {
 			}
 			p.Since = append(p.Since, r.life())
 		}
+		p.Writes = r.uvarint()
 	}
 	if err := r.done(); err != nil {
 		return nil, err

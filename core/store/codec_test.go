@@ -85,14 +85,15 @@ func TestElectionVersions(t *testing.T) {
 		t.Fatalf("version 2: got %+v, %v", got, err)
 	}
 	want.Confirmed, want.Since = election.Life{Incarnation: 2, Nonce: 9}, []election.Life{{Incarnation: 3, Nonce: 1}, {Incarnation: 4, Nonce: 200}}
-	v3 := append(append([]byte{3}, v2[1:]...), 2, 9, 2, 3, 1, 4, 0xc8, 0x01)
+	want.Writes = 300
+	v3 := append(append([]byte{3}, v2[1:]...), 2, 9, 2, 3, 1, 4, 0xc8, 0x01, 0xac, 0x02)
 	if enc := encodeElection(want); !bytes.Equal(enc, v3) {
 		t.Fatalf("version 3 encodes as %v, want %v", enc, v3)
 	}
 	if got, err := decodeElection(keyElection, v3); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("version 3: got %+v, %v", got, err)
 	}
-	own := v3[:len(v3)-6]   // up to the count of own lives
+	own := v3[:len(v3)-8]   // up to the count of own lives
 	lives := v2[:len(v2)-8] // up to the count of lives
 	withLives := func(b ...byte) []byte { return append(slices.Clone(lives), b...) }
 	bad := []struct {

@@ -148,6 +148,11 @@ func randElection(r *rand.Rand) *election.Persisted {
 			p.Lives[math.MaxUint64] = election.Life{Incarnation: math.MaxUint32, Nonce: math.MaxUint64}
 		}
 	}
+	p.Confirmed = election.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)}
+	for range r.IntN(4) {
+		p.Since = append(p.Since, election.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)})
+	}
+	p.Writes = r.Uint64() >> r.IntN(64)
 	return p
 }
 

@@ -204,8 +204,11 @@ const (
 	// confirmed that its store remembers the life they know.
 	KindCheckIn
 	// KindCheckInAck: the life Inc/Nonce is recorded; Reject when the
-	// member knows a newer life of From (Inc is then the one it knows):
-	// From's store was rolled back or lost.
+	// member knows a newer life of From (Seq is then the one it knows), or
+	// heard From's last life tell an age of its store (Ticket) above the
+	// one the check-in shows (Seq of KindCheckIn): From's store was rolled
+	// back or lost. Hellos tell the sender's life in Inc and the age of its
+	// store in Seq.
 	KindCheckInAck
 	kindEnd
 )

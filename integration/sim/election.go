@@ -51,8 +51,10 @@ const (
 	GapLostStoreRestarts Gap = 1 << iota
 	// GapNewestLifeRollbacks: a store is rolled back to a copy of the
 	// newest life of the node that checked in. That life k restarts as
-	// k+1, which no check-in can tell from a plain restart. Left out, a
-	// store is rolled back only to a copy of an older life.
+	// k+1; the members refuse it when its hellos told an age of the store
+	// above the copy's, but a copy made after the last age they heard
+	// passes for a plain restart. Left out, a store is rolled back only to
+	// a copy of an older life.
 	GapNewestLifeRollbacks
 	// GapUnknownLives: a store is wiped or rolled back after members were
 	// added since the node's life started. They never learned its life,

@@ -126,3 +126,25 @@ func TestElectionKnownGaps(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteMarksMutantIsCaught: with stores rolled back to copies of their
+// newest life in the world (a known gap, narrowed by the ages hellos
+// tell), a member that ignores those ages lets through a restored store
+// that the election refuses: at the seed where the mutant is caught, the
+// real election passes.
+func TestWriteMarksMutantIsCaught(t *testing.T) {
+	world := KnownGaps &^ GapNewestLifeRollbacks
+	for seed := int64(1); seed <= 500; seed++ {
+		_, err := RunElection(ElectionOptions{Seed: seed, Mutant: election.MutantNoWriteMarks, LeaveOut: world})
+		var f *Failure
+		if !errors.As(err, &f) {
+			continue
+		}
+		if _, err := RunElection(ElectionOptions{Seed: seed, LeaveOut: world}); err != nil {
+			continue // the gap the ages leave: no evidence either way
+		}
+		t.Logf("caught at seed %d, where the election passes: %s", seed, f.What)
+		return
+	}
+	t.Fatal("ignoring the ages of stores was not caught in 500 seeds")
+}

@@ -35,8 +35,9 @@ func TestSimMembers(t *testing.T) {
 }
 
 // TestCheckInMutantIsCaught: nodes that vote and serve at once after a
-// start, whatever their disk lost, must break a lock invariant.
+// start, whatever their disk lost, must break a lock invariant (with the
+// frequent disk faults of leaders, where the harm is quickest to show).
 func TestCheckInMutantIsCaught(t *testing.T) {
-	requireCaught(t, "nodes serving without a check-in", Options{Elect: true, Operators: true,
+	requireCaught(t, "nodes serving without a check-in", Options{Elect: true, Operators: true, LeaderDiskFaults: true,
 		ElectionMutant: election.MutantNoCheckIn})
 }
