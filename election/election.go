@@ -23,6 +23,13 @@ type Config struct {
 	// Incarnation is required.
 	Incarnation uint32
 	Nonce       uint64
+	// StoreAge is the age of the node's whole store as found at start:
+	// how many changes it holds. Hellos tell the age (SetStoreAge keeps it
+	// current), so a store restored from an older copy of the life the
+	// members heard is refused. Zero: the store has no age of its own, and
+	// the age of the election's record counts (Persisted.Writes), which
+	// sees only the election's own writes.
+	StoreAge uint64
 	// Bootstrap are the members the cluster was born with, on a node's
 	// first start; nil on a first start means joining an existing cluster
 	// as a non-member (the cluster is learned from the first hello that
@@ -204,6 +211,7 @@ type Election struct {
 	// Persisted.Writes); marks the newest age heard of each node's life.
 	startWrites uint64
 	marks       map[wire.NodeID]mark
+	storeAge    uint64 // durable age of the whole store (0: none; see Config.StoreAge)
 	stale       *StaleError
 
 	persist bool
@@ -244,6 +252,9 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 		e.p = *persisted.clone()
 	}
 	e.startWrites = e.p.Writes
+	if cfg.StoreAge > 0 {
+		e.startWrites, e.storeAge = cfg.StoreAge, cfg.StoreAge
+	}
 	switch {
 	case e.p.Cluster != 0 && len(boot) > 0 && !slices.Equal(boot, e.p.Bootstrap):
 		return nil, fmt.Errorf("%w: bootstrap members %v differ from the %v this node's cluster was born with",
@@ -278,6 +289,18 @@ func (e *Election) AddPeer(id wire.NodeID) {
 	if id != 0 && id != e.cfg.Node && !slices.Contains(e.cfg.Peers, id) {
 		e.cfg.Peers = append(e.cfg.Peers, id)
 	}
+}
+
+// SetStoreAge tells the election the durable age of the node's whole
+// store (see Config.StoreAge); it never goes down.
+func (e *Election) SetStoreAge(age uint64) { e.storeAge = max(e.storeAge, age) }
+
+// age is the durable age of the node's store that hellos tell.
+func (e *Election) age() uint64 {
+	if e.storeAge > 0 {
+		return e.storeAge
+	}
+	return e.p.Writes
 }
 
 // View is the valid view this node knows (epoch 0: none).
@@ -424,7 +447,7 @@ func (e *Election) Tick() {
 		// A life checked in says so with its nonce: members added since
 		// learn it, and can tell a lost store when it comes back.
 		hello := wire.Message{Kind: wire.KindHello, Name: e.cfg.ID.String(), View: cloneView(e.p.Valid),
-			Inc: uint64(e.cfg.Incarnation), Seq: e.p.Writes}
+			Inc: uint64(e.cfg.Incarnation), Seq: e.age()}
 		if e.checkedIn && e.cfg.Mutant&MutantNoCheckIn == 0 {
 			hello.Nonce = e.cfg.Nonce
 		}

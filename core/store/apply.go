@@ -14,6 +14,7 @@ import (
 type writeTxn struct {
 	*badger.Txn
 	changes int
+	setErr  error // of the age written when the transaction opened
 }
 
 func (t *writeTxn) Set(k, v []byte) error {

@@ -39,6 +39,7 @@ var (
 	keyFence    = []byte("m:fence")
 	keyComplete = []byte("m:complete")
 	keyInc      = []byte("m:inc")
+	keyAge      = []byte("m:age")
 	keyIdentity = []byte("m:identity")
 	keyElection = []byte("m:election")
 	ledPrefix   = []byte{prefixLed}

@@ -45,6 +45,7 @@
 //	"l" epoch(8)                           led view of that epoch (core.Durable.Led)
 //	"m:fence"  "m:complete"                core.Durable.Fence and Complete
 //	"m:inc"                                the incarnation of the last Open
+//	"m:age"                                transactions that changed the store
 //	"m:identity"                           the node id the store belongs to
 //	"m:election"                           election.Persisted
 //

@@ -79,6 +79,10 @@ type State struct {
 	Incarnation uint32
 	// Identity is the node id the store belongs to (0: none recorded).
 	Identity uint64
+	// Age counts the transactions that changed the store: how far it got.
+	// A copy restored from a backup is younger than what the node told
+	// its peers (see election.Config.StoreAge).
+	Age uint64
 }
 
 // Batch is one unit of Submit: writes applied in order, and the election's
@@ -120,6 +124,7 @@ type Store struct {
 	closing bool
 	failed  error // sticky write failure
 	stats   Stats
+	age     uint64        // durable: of the last committed transaction
 	wake    chan struct{} // cap 1: the queue or closing changed
 	done    chan struct{} // closed when the writer exits
 
@@ -212,6 +217,7 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 		freeSpace: freeSpace,
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		age:       st.Age,
 	}
 	go s.run()
 	log.Info("store opened", "path", path, "identity", st.Identity, "incarnation", st.Incarnation,
@@ -274,6 +280,10 @@ func bump(db *badger.DB, id uint64, fresh bool) (State, error) {
 			return errors.New("incarnation counter exhausted")
 		}
 		st.Incarnation++
+		st.Age++
+		if err := txn.Set(keyAge, encodeUint(st.Age)); err != nil {
+			return err
+		}
 		return txn.Set(keyInc, encodeUint(uint64(st.Incarnation)))
 	})
 	return st, err
@@ -321,6 +331,8 @@ func load(txn *badger.Txn) (State, error) {
 				return err
 			case string(k) == string(keyIdentity):
 				return decodeInto(&st.Identity, k, v)
+			case string(k) == string(keyAge):
+				return decodeInto(&st.Age, k, v)
 			case string(k) == string(keyElection):
 				p, err := decodeElection(k, v)
 				st.Election = p
@@ -519,7 +531,7 @@ func (s *Store) fit(n int, apply func(*writeTxn, int) error) (*writeTxn, int, er
 	if s.db.IsClosed() {
 		return nil, 0, badger.ErrDBClosed
 	}
-	t := &writeTxn{Txn: s.db.NewTransaction(true)}
+	t := s.newTxn()
 	for i := range n {
 		err := apply(t, i)
 		if err == nil {
@@ -531,7 +543,7 @@ func (s *Store) fit(n int, apply func(*writeTxn, int) error) (*writeTxn, int, er
 		}
 		// Unit i left part of its writes in t: redo the units before it
 		// in a fresh transaction. They fit again: same start, same writes.
-		t = &writeTxn{Txn: s.db.NewTransaction(true)}
+		t = s.newTxn()
 		for j := range i {
 			if err := apply(t, j); err != nil {
 				t.Discard()
@@ -543,16 +555,41 @@ func (s *Store) fit(n int, apply func(*writeTxn, int) error) (*writeTxn, int, er
 	return t, n, nil
 }
 
+// newTxn opens a write transaction that also counts the store's age: the
+// age is written first, so every transaction that fits holds it too.
+func (s *Store) newTxn() *writeTxn {
+	t := &writeTxn{Txn: s.db.NewTransaction(true)}
+	s.mu.Lock()
+	age := s.age + 1
+	s.mu.Unlock()
+	t.setErr = t.Txn.Set(keyAge, encodeUint(age)) // not a change of its own
+	return t
+}
+
 func (s *Store) commit(t *writeTxn) error {
+	if t.changes == 0 {
+		t.Discard() // nothing to make durable, no age to count
+		return nil
+	}
+	if t.setErr != nil {
+		t.Discard()
+		return t.setErr
+	}
 	if err := t.Commit(); err != nil {
 		return err
 	}
-	if t.changes > 0 {
-		s.mu.Lock()
-		s.stats.Syncs++
-		s.mu.Unlock()
-	}
+	s.mu.Lock()
+	s.stats.Syncs++
+	s.age++
+	s.mu.Unlock()
 	return nil
+}
+
+// Age is the store's durable age (see State.Age).
+func (s *Store) Age() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.age
 }
 
 // Load reads the whole store in one read transaction. Incarnation is the

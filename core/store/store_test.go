@@ -919,3 +919,35 @@ func TestIdentityAdopted(t *testing.T) {
 	checkState(t, "reopened", st, core.NewDurable(), p, 3)
 	must(t, s.Close())
 }
+
+// TestAge: every transaction that changes the store, the incarnation's
+// bump included, adds one to its age, which survives a restart; a batch
+// that changes nothing adds none.
+func TestAge(t *testing.T) {
+	dir := t.TempDir()
+	s, st := open(t, Config{Dir: dir})
+	if st.Age != 1 || s.Age() != 1 {
+		t.Fatalf("first open: age %d, store says %d, want 1 (the incarnation)", st.Age, s.Age())
+	}
+	w := []core.Write{{Kind: core.WriteTicket, Name: "x", Entry: wire.Entry{Ticket: 3}}}
+	for range 3 {
+		if err := wait(t, s.Submit(Batch{Writes: w})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noop := []core.Write{{Kind: core.WriteLifetime, Name: "y"}}
+	if err := wait(t, s.Submit(Batch{Writes: noop})); err != nil {
+		t.Fatal(err)
+	}
+	if s.Age() != 4 {
+		t.Fatalf("after three batches and a no-op: age %d, want 4", s.Age())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, st = open(t, Config{Dir: dir})
+	defer s.Close()
+	if got, err := s.Load(); err != nil || st.Age != 5 || got.Age != 5 {
+		t.Fatalf("reopened: age %d, loaded %d (%v), want 5", st.Age, got.Age, err)
+	}
+}

@@ -177,6 +177,9 @@ type disk struct {
 	incarnation uint32
 	durable     *core.Durable
 	elected     *election.Persisted
+	// age counts the Readys whose writes the disk holds, as the store's
+	// age does: hellos tell it, and it is what a copy is older by.
+	age uint64
 }
 
 type simNode struct {
@@ -430,6 +433,7 @@ func (s *Sim) chance(p float64) bool { return s.rng.Float64() < p }
 func (s *Sim) start(i int) {
 	n := s.nodes[i]
 	n.disk.incarnation++
+	n.disk.age++
 	peers := make([]wire.NodeID, len(s.nodes))
 	for j := range s.nodes {
 		peers[j] = wire.NodeID(j + 1)
@@ -449,7 +453,7 @@ func (s *Sim) start(i int) {
 	if s.o.Elect {
 		s.nonce++
 		e, err := election.New(election.Config{Node: n.id, Bootstrap: n.bootstrap, Peers: peers, Mutant: s.o.ElectionMutant,
-			Incarnation: n.disk.incarnation, Nonce: s.nonce, ID: election.ID{Priority: uint8(1 + s.rng.IntN(14)), Random: s.rng.Uint32(), Address: fmt.Sprintf("sim:%d", n.id),
+			Incarnation: n.disk.incarnation, Nonce: s.nonce, StoreAge: n.disk.age, ID: election.ID{Priority: uint8(1 + s.rng.IntN(14)), Random: s.rng.Uint32(), Address: fmt.Sprintf("sim:%d", n.id),
 				PID: n.disk.incarnation, Name: fmt.Sprintf("n%d", n.id)}}, n.disk.elected)
 		if err != nil {
 			s.failf("start election %d: %v", n.id, err)
@@ -469,7 +473,9 @@ func (s *Sim) handleElection(i int) {
 		rd := n.elect.Ready()
 		if rd.Persist != nil {
 			n.disk.elected = rd.Persist
+			n.disk.age++
 		}
+		n.elect.SetStoreAge(n.disk.age)
 		for _, m := range rd.Messages {
 			s.post(m)
 		}
@@ -531,6 +537,12 @@ func (s *Sim) handle(i int) {
 	for n := s.nodes[i]; n.core != nil && n.core.HasReady(); {
 		rd := n.core.Ready()
 		n.disk.durable.Apply(rd.Persist)
+		if len(rd.Persist) > 0 {
+			n.disk.age++
+			if n.elect != nil {
+				n.elect.SetStoreAge(n.disk.age)
+			}
+		}
 		msgs := rd.Messages
 		crashing := !s.o.NoFaults && s.tick <= s.o.FaultTicks && len(msgs) > 0 && s.chance(0.002) && s.downCount() < 2
 		if crashing {

@@ -38,6 +38,8 @@ type Store interface {
 	// Snapshot streams the durable lock table from one consistent read,
 	// in name order; it is called off the loop.
 	Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) error
+	// Age is the store's durable age: how many changes it holds.
+	Age() uint64
 }
 
 // Sentinel errors of the runtime.
@@ -176,7 +178,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.ElectionTicks = electionRetry
 	}
 	e, err := election.New(election.Config{Node: cfg.Self, ID: cfg.ID, Bootstrap: cfg.Bootstrap, Peers: peers,
-		Incarnation: cfg.State.Incarnation, Nonce: cfg.Nonce,
+		Incarnation: cfg.State.Incarnation, Nonce: cfg.Nonce, StoreAge: cfg.State.Age,
 		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: cfg.ElectionTicks}, cfg.State.Election)
 	if err != nil {
 		if errors.Is(err, election.ErrBadConfig) {
@@ -385,6 +387,9 @@ func (n *Node) flush(ctx context.Context) {
 				return
 			}
 		}
+		// Hellos tell how far the store got, so a copy restored from an
+		// older backup is refused at its next check-in.
+		n.elect.SetStoreAge(n.cfg.Store.Age())
 		for _, m := range p.msgs {
 			n.stats.MessagesOut++
 			n.metrics.messages.WithLabelValues("out").Inc()

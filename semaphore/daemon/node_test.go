@@ -43,6 +43,7 @@ type diskTwin struct {
 	mu      sync.Mutex
 	durable *core.Durable
 	broken  bool
+	age     uint64
 }
 
 func (d *diskTwin) Submit(b store.Batch) <-chan error {
@@ -54,8 +55,15 @@ func (d *diskTwin) Submit(b store.Batch) <-chan error {
 		return ch
 	}
 	d.durable.Apply(b.Writes)
+	d.age++
 	ch <- nil
 	return ch
+}
+
+func (d *diskTwin) Age() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.age
 }
 
 func idFor(n int) election.ID {
@@ -178,6 +186,8 @@ func (g *gatedDisk) Submit(store.Batch) <-chan error {
 	go func() { <-g.release; ch <- nil }()
 	return ch
 }
+
+func (g *gatedDisk) Age() uint64 { return 0 }
 
 // Releasing a request that still waits ends its Acquire at once, with
 // ErrLost; a request that fails keeps its own reason.
