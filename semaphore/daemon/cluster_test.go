@@ -474,3 +474,20 @@ func TestBigHandoff(t *testing.T) {
 		t.Fatalf("node 4 took %d of %d held names over", held, names)
 	}
 }
+
+// With a quorum of the leaders lost, a request cannot be decided: a try
+// answers not_ready at once, and a waiting request at its deadline, not
+// timedout as if someone held the name (issue 11, break 5).
+func TestQuorumLostIsNotReady(t *testing.T) {
+	c := startCluster(t, clusterOpts{size: 3})
+	c.waitReady()
+	c.stop(1)
+	c.stop(2)
+	c.waitFor("node 1 NO_LOCK", func() bool { return !c.status(0).Ready })
+	if _, err := acquire(t, c.node(0), "/site", "read-only", 0, time.Minute); !errors.Is(err, core.ErrNotReady) {
+		t.Fatalf("try without a quorum: %v, want not ready", err)
+	}
+	if _, err := acquire(t, c.node(0), "/site", "exclusive", 200*time.Millisecond, time.Minute); !errors.Is(err, core.ErrNotReady) {
+		t.Fatalf("wait without a quorum: %v, want not ready", err)
+	}
+}

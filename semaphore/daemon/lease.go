@@ -106,6 +106,11 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		if n.failed != nil {
 			return n.failed
 		}
+		// A try cannot be decided without a quorum: say so at once, not
+		// "held by others" after the try's wait.
+		if ready, why := n.readiness(); !ready && a.Timeout == 0 {
+			return fmt.Errorf("%w: %s", core.ErrNotReady, why)
+		}
 		h, err := n.core.Acquire(a)
 		if err != nil {
 			return err
@@ -308,9 +313,15 @@ func (n *Node) onEvent(e core.Event) {
 		n.emitTo(l, ev)
 		putLatest(l.acquired, nil)
 	case wire.EventFailed:
-		n.metrics.failures.WithLabelValues(e.Code.String()).Inc()
+		err := errorOf(e.Code)
+		// Out of time while the node cannot decide anything: the service
+		// is down, not the name held.
+		if ready, why := n.readiness(); !ready && e.Code == wire.CodeTimedOut {
+			ev.Code, err = wire.CodeNotReady.String(), fmt.Errorf("%w: %s", core.ErrNotReady, why)
+		}
+		n.metrics.failures.WithLabelValues(ev.Code).Inc()
 		n.emitTo(l, ev)
-		putLatest(l.acquired, errorOf(e.Code))
+		putLatest(l.acquired, err)
 		n.drop(l, false)
 	case wire.EventRenewed:
 		l.expiry = l.renewAt + e.Elapsed + e.Duration

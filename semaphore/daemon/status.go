@@ -49,18 +49,27 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		for _, m := range es.Members {
 			s.Members = append(s.Members, Member{Node: uint64(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off, Voter: m.Voter})
 		}
-		switch {
-		case n.failed != nil:
-			s.Ready, s.Reason = false, n.failed.Error()
-		case s.Ready && s.Leader && !s.Serving:
-			s.Ready, s.Reason = false, fmt.Sprintf("taking the lock table of epoch %d over", v.PrevEpoch)
-		}
+		s.Ready, s.Reason = n.readiness()
 		s.State = "NO_LOCK"
 		if s.Ready {
 			s.State = "LOCK_READY"
 		}
 	})
 	return s, err
+}
+
+// readiness says whether the node can decide lock requests now (LOCK_READY)
+// and, when not, why. Called on the loop.
+func (n *Node) readiness() (bool, string) {
+	es := n.elect.Status()
+	v := n.core.View()
+	switch {
+	case n.failed != nil:
+		return false, n.failed.Error()
+	case es.Ready && v.IsLeader(n.cfg.Self) && !n.core.Serving():
+		return false, fmt.Sprintf("taking the lock table of epoch %d over", v.PrevEpoch)
+	}
+	return es.Ready, es.Reason
 }
 
 type Table = api.Table

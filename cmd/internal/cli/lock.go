@@ -151,9 +151,13 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		if ctx.Err() != nil {
 			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("lock %s: interrupted while waiting", name)}
 		}
+		if errors.Is(err, semaphore.ErrNotReady) {
+			return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("lock %s: the agent is not ready: %v", name, err)}
+		}
 		if errors.Is(err, semaphore.ErrTimedOut) {
-			// Timed out because the cluster had no lock service at all, not
-			// because someone held the name: that is "not ready" (69).
+			// An agent that lost readiness only after the request ended
+			// answers timedout: the cluster had no lock service, nobody
+			// held the name, and that is "not ready" (69) too.
 			stCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			st, serr := c.Status(stCtx)
 			cancel()
