@@ -2,6 +2,7 @@ package core
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -341,7 +342,7 @@ func (n *Node) onReport(m wire.Message) {
 func (n *Node) evaluate(r *request) {
 	mn := n.mnames[r.a.Name]
 	merged := map[wire.RequestID]wire.Entry{}
-	fresh := 0
+	fresh, own := 0, 0
 	sinceReaders := int64(maxSpan)
 	for _, l := range n.cfg.View.Leaders {
 		rep := mn.reports[l]
@@ -349,6 +350,9 @@ func (n *Node) evaluate(r *request) {
 			continue
 		}
 		fresh++
+		if slices.ContainsFunc(rep.entries, func(e wire.Entry) bool { return e.Req == r.id }) {
+			own++
+		}
 		sinceReaders = min(sinceReaders, int64(min(rep.sinceReaders, maxSpan)))
 		first := !r.firstSeen[l] && len(r.firstSeen) < n.quorum()
 		if first {
@@ -368,6 +372,16 @@ func (n *Node) evaluate(r *request) {
 			}
 			merged[e.Req] = e
 		}
+	}
+	// Grant only what is still there: a quorum of fresh reports without
+	// our ticket means it was dropped (an operator's force-unlock), and a
+	// grant would stand beside the next waiter's.
+	if fresh-own >= n.quorum() {
+		n.fail(r, wire.CodeLost)
+		return
+	}
+	if own < n.quorum() {
+		return
 	}
 	if fresh < n.quorum() || len(r.firstSeen) < n.quorum() {
 		return
