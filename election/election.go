@@ -76,12 +76,6 @@ const (
 	// its hellos told: a store restored from an older copy of its newest
 	// life passes.
 	MutantNoWriteMarks
-	// MutantVouchUnknown: a member that knows no life of a node that ran
-	// before confirms its check-in all the same. The simulator's world
-	// reaches the harm too rarely to show (members learn lives from
-	// hellos; not once in 6,000 seeds): TestMembershipRules pins the rule,
-	// testdata/unknown_lives.txt shows it.
-	MutantVouchUnknown
 	// MutantClimbingLives: a member accepts any life newer than the one it
 	// knows, whether or not the store remembers that one: a store wiped or
 	// rolled back passes once its incarnation climbed past it.
@@ -170,10 +164,8 @@ type Stats struct {
 	Rounds, Continuations uint64
 	// Foreign: messages of another cluster, refused. StaleLives: check-ins
 	// of a life older than one known here, refused. NotCheckedIn: votes
-	// asked of this node before it checked in, ignored. UnknownLives:
-	// check-ins of a node that ran before, of which this member knows no
-	// life, left unanswered.
-	Foreign, StaleLives, NotCheckedIn, UnknownLives uint64
+	// asked of this node before it checked in, ignored.
+	Foreign, StaleLives, NotCheckedIn uint64
 }
 
 type member struct {
@@ -840,10 +832,7 @@ func (e *Election) Status() Status {
 		}
 		s.Reason = fmt.Sprintf("checking in: %d of the other members confirmed this node's life, a majority of %d is needed",
 			confirmed, max(len(e.Members())-1, 0))
-		if e.p.Confirmed != (Life{}) {
-			s.Reason += " (members added since this node last ran know no life of it and do not answer: " +
-				"if most are, replace it by the runbook)"
-		}
+
 	case e.p.Valid.Epoch == 0:
 		why := e.blocked()
 		if why == "" {

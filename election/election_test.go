@@ -331,34 +331,6 @@ func TestMembershipRules(t *testing.T) {
 		}
 	}
 
-	// A member that knows no life of a node that ran before does not
-	// answer its check-in (it was added since, and cannot tell a lost
-	// store); the mutant confirms it. A fresh store is confirmed.
-	for _, c := range []struct {
-		name   string
-		fresh  bool
-		mutant election.Mutant
-		answer bool
-	}{
-		{"ran before, unknown here", false, 0, false},
-		{"ran before, unknown here, mutant", false, election.MutantVouchUnknown, true},
-		{"fresh store", true, 0, true},
-	} {
-		m := node(t, 2, 5, c.mutant)
-		m.Ready()
-		m.Advance()
-		var lives []election.Life // the store's: its confirmed life, unless fresh
-		if !c.fresh {
-			lives = []election.Life{{Incarnation: 2, Nonce: 4}}
-		}
-		err := m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 3, Nonce: 5, Reject: c.fresh, Lives: lives}))
-		rd := m.Ready()
-		m.Advance()
-		if answered := len(rd.Messages) == 1 && !rd.Messages[0].Reject; answered != c.answer || err != nil {
-			t.Errorf("%s: answered %v (%v), want %v", c.name, answered, err, c.answer)
-		}
-	}
-
 	// A store older than the age its last life told in its hellos (a copy
 	// of that life, restored) is refused; the mutant lets it pass.
 	for _, c := range []struct {

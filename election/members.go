@@ -189,12 +189,6 @@ func (e *Election) onCheckIn(m wire.Message) error {
 		older = mk
 	}
 	switch {
-	case !ok && !m.Reject && e.cfg.Mutant&MutantVouchUnknown == 0:
-		// The node ran before, and this member never learned its life
-		// (added since): it cannot tell a lost store. No answer; the
-		// members that know it answer.
-		e.stats.UnknownLives++
-		return nil
 	case older.writes > 0:
 		e.stats.StaleLives++
 		ack.Reject, ack.Seq, ack.Ticket = true, uint64(older.inc), older.writes

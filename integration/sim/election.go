@@ -56,12 +56,13 @@ const (
 	// passes for a plain restart. Left out, a store is rolled back only to
 	// a copy of an older life.
 	GapNewestLifeRollbacks
-	// GapUnknownLives (closed, always modelled unless left out): a store
-	// is wiped or rolled back after members were added since the node's
-	// life started. Members learn the lives of checked-in nodes from their
-	// hellos, and one that knows no life of a node that ran before does
-	// not confirm its check-in: such a node waits, NO_LOCK, for the
-	// operator (counted in Unvouched). Left out, no such disk fault.
+	// GapUnknownLives (narrowed, modelled unless left out): a store is
+	// wiped or rolled back after members were added since the node's
+	// life started. Members learn the lives of checked-in nodes from
+	// their hellos, so only a node whose life the members added since
+	// never heard (it was down all along) can pass with an old store; the
+	// simulator has not reached that since hellos teach lives (it found
+	// the gap at seed 1848 before). Left out, no such disk fault.
 	GapUnknownLives
 	// GapCheckInBlocked: the liveness check holds when a node cannot
 	// check in because fewer than a majority of its other members are
@@ -127,9 +128,6 @@ type ElectionResult struct {
 	// because too few healthy members were left to elect; CheckInBlocked:
 	// skipped for a node that cannot check in (see GapCheckInBlocked).
 	NoQuorum, CheckInBlocked int
-	// Unvouched: nodes left NO_LOCK at the end because too few of their
-	// members know a life of them (see election's check-in).
-	Unvouched int
 }
 
 // Add adds o's counts to r's.
@@ -156,7 +154,6 @@ func (r *ElectionResult) Add(o ElectionResult) {
 	r.SlowSettle += o.SlowSettle
 	r.NoQuorum += o.NoQuorum
 	r.CheckInBlocked += o.CheckInBlocked
-	r.Unvouched += o.Unvouched
 }
 
 type nodeKind uint8
@@ -1213,16 +1210,12 @@ func (s *electionSim) settled(settle int64) {
 			continue
 		}
 		st := n.e.Status()
-		if !st.Ready && s.unvouched(n) {
-			// By design: it ran before, and too few of the members know a
-			// life of it to tell whether its store is whole (most were
-			// added while it was down). It waits for the operator to
-			// replace it, NO_LOCK with the reason.
-			s.res.Unvouched++
-			s.tracef("node %d cannot check in: too few of its members know a life of it (%s)", n.id, st.Reason)
-			continue
-		}
 		if !st.Ready {
+			for j, o := range s.nodes { // what every node says, for the reader
+				if o.e != nil {
+					s.tracef("node %d: %s", j+1, o.e.Status().Reason)
+				}
+			}
 			s.failf("liveness: node %d (%s) not ready %d ticks after faults stopped: %s", i+1, n.kind, settle, st.Reason)
 			return
 		}
@@ -1289,30 +1282,6 @@ func (s *electionSim) candidates() bool {
 // checkInBlocked reports whether a live node of the main cluster that is
 // not stale cannot check in: fewer than a majority of the other members it
 // knows are healthy.
-// unvouched reports whether node n, not checked in, has a store that ran
-// before and fewer than a majority of its other members know a life of it.
-func (s *electionSim) unvouched(n *electionNode) bool {
-	if n.e.CheckedIn() || n.persisted == nil || n.persisted.Confirmed == (election.Life{}) {
-		return false
-	}
-	var others []wire.NodeID
-	knowing := 0
-	for _, id := range n.e.Members() {
-		if id == n.id {
-			continue
-		}
-		others = append(others, id)
-		for _, o := range s.nodes {
-			if o.id == id && o.persisted != nil {
-				if _, ok := o.persisted.Lives[n.id]; ok {
-					knowing++
-				}
-			}
-		}
-	}
-	return knowing < election.Quorum(len(others))
-}
-
 func (s *electionSim) checkInBlocked() bool {
 	for _, n := range s.nodes {
 		if n.e == nil || n.stale || n.e.Cluster() != s.main || n.e.CheckedIn() {
