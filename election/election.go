@@ -435,9 +435,8 @@ func (e *Election) Tick() {
 	if e.now-e.lastHello >= e.cfg.HelloTicks {
 		e.lastHello = e.now
 		// The age told is durable: the Ready that handed it out was
-		// stored before its messages left.
-		// A life checked in says so with its nonce: members added since
-		// learn it, and can tell a lost store when it comes back.
+		// stored before its messages left. A life checked in says so with
+		// its nonce: members added since learn it.
 		hello := wire.Message{Kind: wire.KindHello, Name: e.cfg.ID.String(), View: cloneView(e.p.Valid),
 			Inc: uint64(e.cfg.Incarnation), Seq: e.age()}
 		if e.checkedIn && e.cfg.Mutant&MutantNoCheckIn == 0 {
@@ -728,11 +727,14 @@ func (e *Election) hello(m wire.Message) error {
 		e.members[m.From] = mb
 	}
 	mb.id, mb.heard = id, e.now
-	if inc := m.Inc; inc > 0 && inc < 1<<32 {
+	// Only a life that checked in (its hellos carry its nonce) counts: a
+	// new life's first hello, ahead of its check-in, must not hide the
+	// age its previous life told.
+	if inc := m.Inc; inc > 0 && inc < 1<<32 && m.Nonce != 0 {
 		if mk := e.marks[m.From]; uint32(inc) > mk.inc || uint32(inc) == mk.inc && m.Seq > mk.writes {
 			e.marks[m.From] = mark{inc: uint32(inc), writes: m.Seq}
 		}
-		if known, ok := e.p.Lives[m.From]; m.Nonce != 0 && (!ok || uint32(inc) > known.Incarnation) {
+		if known, ok := e.p.Lives[m.From]; !ok || uint32(inc) > known.Incarnation {
 			if e.p.Lives == nil {
 				e.p.Lives = map[wire.NodeID]Life{}
 			}
@@ -832,7 +834,6 @@ func (e *Election) Status() Status {
 		}
 		s.Reason = fmt.Sprintf("checking in: %d of the other members confirmed this node's life, a majority of %d is needed",
 			confirmed, max(len(e.Members())-1, 0))
-
 	case e.p.Valid.Epoch == 0:
 		why := e.blocked()
 		if why == "" {

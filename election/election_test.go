@@ -349,10 +349,14 @@ func TestMembershipRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hello := wire.Message{Kind: wire.KindHello, From: 1, To: 2, Name: election.ID{Priority: 14, Address: "a", Name: "n1"}.String(),
-			Inc: 4, Seq: 10}
-		if err := m.Step(in(5, hello)); err != nil {
-			t.Fatal(err)
+		// Life 4, checked in (its nonce), told age 10; then life 5's first
+		// hello, ahead of its check-in, tells the age its store starts at.
+		name := election.ID{Priority: 14, Address: "a", Name: "n1"}.String()
+		for _, hello := range []wire.Message{{Kind: wire.KindHello, From: 1, To: 2, Name: name, Inc: 4, Seq: 10, Nonce: 1},
+			{Kind: wire.KindHello, From: 1, To: 2, Name: name, Inc: 5, Seq: c.age}} {
+			if err := m.Step(in(5, hello)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		m.Ready()
 		m.Advance()

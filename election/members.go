@@ -70,13 +70,13 @@ func (s *StaleError) Error() string {
 		ErrStale, s.By, s.Knows, s.Mine)
 }
 
+func (s *StaleError) Unwrap() error { return ErrStale }
+
 // mark is the newest age of a node's store heard in its hellos.
 type mark struct {
 	inc    uint32
 	writes uint64
 }
-
-func (s *StaleError) Unwrap() error { return ErrStale }
 
 // Members are the voters: those of the valid view, or the bootstrap
 // members before the first view.
