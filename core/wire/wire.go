@@ -172,7 +172,8 @@ const (
 	// Leader handoff (package core).
 
 	// KindSnapshotRequest (new leader → leader of the previous view): View
-	// is the new view, Nonce numbers the request. The receiver first
+	// is the new view, Nonce numbers the request, and Seq is the first
+	// request whose answer the asker still takes. The receiver first
 	// fences: it refuses lock work of any epoch below View.Epoch, durably;
 	// then it sends its lock table, every message with the request's Nonce
 	// and, in Seq, a number of its own for this answer: a request delivered
