@@ -226,3 +226,20 @@ func TestCLINotReady(t *testing.T) {
 		t.Fatalf("status --wait-ready: exit %d %q %q", code, out, errs)
 	}
 }
+
+// TestCLIWaitReadyWaitsForTheSocket: status --wait-ready started before
+// the agent waits for its socket to appear, then for LOCK_READY (issue 11:
+// a script that starts the agent and waits for it in one go).
+func TestCLIWaitReadyWaitsForTheSocket(t *testing.T) {
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "api.sock")
+	self := peerID(t, filepath.Join(dir, "0"))
+	waiting := start(t, "status", "--api", sock, "--wait-ready", "60s")
+	agent := start(t, "agent", "--data", filepath.Join(dir, "0"), "--initial-members", self,
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock)
+	agent.waitLine(t, "API on")
+	waiting.waitLine(t, "LOCK_READY")
+	if code := waiting.wait(t); code != 0 {
+		t.Fatalf("status --wait-ready before the agent: exit %d %q", code, waiting.output.String())
+	}
+}

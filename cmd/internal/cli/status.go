@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/semaphore/api"
+	"github.com/sluicehq/sluice/semaphore/client"
 )
 
 func printJSON(w io.Writer, v any) error {
@@ -47,7 +49,8 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the agent's view: epoch, leaders, members, LOCK_READY or NO_LOCK",
 		Long: "Show the view (epoch, leaders), the members with their priority and\n" +
 			"whether they answer, and LOCK_READY or NO_LOCK with the reason. With\n" +
-			"--wait-ready D, wait up to D for LOCK_READY; exit 69 if it does not come.",
+			"--wait-ready D, wait up to D for LOCK_READY (and for the agent's socket,\n" +
+			"while it starts); exit 69 if it does not come.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if waitFor < 0 {
@@ -63,10 +66,12 @@ func newStatusCmd() *cobra.Command {
 			var st api.StatusJSON
 			for {
 				st, err = c.Status(ctx)
-				if err != nil {
+				// An agent still starting has no socket yet: wait for it too.
+				unreachable := errors.Is(err, client.ErrUnavailable) && time.Now().Before(deadline)
+				if err != nil && !unreachable {
 					return apiError("status", err)
 				}
-				if st.Ready || !time.Now().Before(deadline) {
+				if err == nil && (st.Ready || !time.Now().Before(deadline)) {
 					break
 				}
 				select { // polling the agent's state until the deadline
