@@ -236,6 +236,8 @@ func (n *Node) masterStep(m wire.Message) {
 		}
 	case m.Kind == wire.KindActivateAck:
 		// An ack of a mark that is over, or of a clearing: nothing to do.
+	case m.Kind == wire.KindRevoked:
+		n.revoke(r)
 	case m.Kind == wire.KindReleaseAck && r.phase == phaseReleasing:
 		r.acks[m.From] = 0
 		if len(r.acks) == len(n.cfg.View.Leaders) {
@@ -258,6 +260,20 @@ func (n *Node) masterStep(m wire.Message) {
 		}
 	default:
 		n.stats.StaleReplies++
+	}
+}
+
+// revoke ends r, force-released by an operator: a held lease tells its
+// holder (unlocked, lost), a request not granted yet fails. Ending early
+// is always safe, and the leaders dropped it already.
+func (n *Node) revoke(r *request) {
+	switch r.phase {
+	case phaseReleasing:
+	case phaseHeld:
+		n.event(r, wire.EventUnlocked, wire.CodeLost)
+		n.startRelease(r)
+	default:
+		n.fail(r, wire.CodeLost)
 	}
 }
 

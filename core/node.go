@@ -231,6 +231,11 @@ func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 		return fmt.Errorf("%w: no leaders to ask", ErrNotReady)
 	}
 	n.toLeaders(wire.Message{Kind: wire.KindRelease, Epoch: n.cfg.View.Epoch, Name: name, Req: req}, nil)
+	// A request of this node's own clients: the leaders tell only other
+	// nodes' masters (KindRevoked), so end it here.
+	if r := n.reqs[req]; r != nil && r.a.Name == name {
+		n.revoke(r)
+	}
 	return nil
 }
 
@@ -260,7 +265,7 @@ func (n *Node) Step(m wire.Message) error {
 	case wire.KindSnapshot, wire.KindSnapshotDone:
 		n.onSnapshot(m)
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
-		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck:
+		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked:
 		n.masterStep(m)
 	default:
 		n.replicaStep(m)
@@ -317,7 +322,7 @@ func (n *Node) check(m wire.Message) error {
 			return bad("lifetime %d", m.Lifetime)
 		}
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
-		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck:
+		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked:
 	default:
 		return bad("kind %s is not for the lock core", m.Kind)
 	}

@@ -168,8 +168,14 @@ func (n *Node) replicaStep(m wire.Message) {
 	case wire.KindRelease:
 		reply.Kind = wire.KindReleaseAck
 		t := n.replicaName(m.Name)
+		_, had := t.recs[m.Req]
 		n.dropRecord(m.Name, t, m.Req, n.now+int64(m.Lifetime))
 		n.send(reply)
+		// Released by an operator on another node: tell the request's
+		// master now, not at its next renewal.
+		if had && m.From != m.Req.Node {
+			n.send(wire.Message{Kind: wire.KindRevoked, To: m.Req.Node, Name: m.Name, Req: m.Req})
+		}
 
 	case wire.KindActivate:
 		reply.Kind, reply.Seq = wire.KindActivateAck, m.Seq

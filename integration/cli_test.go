@@ -186,8 +186,10 @@ func TestCLIOperator(t *testing.T) {
 	if code, out, _ := sluice(t, sock, "locks", "/nothing"); code != 0 || strings.Contains(out, "/shop") {
 		t.Fatalf("locks with another prefix: %d %q", code, out)
 	}
-	// The operator's unlock: the holder's renewals are refused, it stops
-	// its command (SIGTERM), and the name is free.
+	// The operator's unlock: the leaders tell the holder's agent at once,
+	// the holder stops its command (SIGTERM), and the name is free. The
+	// delay is printed, not asserted (issue 11: under 1 s on loopback).
+	forced := time.Now()
 	code, out, errs = sluice(t, sock, "unlock", "--force", "/shop/cart", "--json")
 	if code != 0 || !strings.Contains(out, tab.Locks[0].Entries[0].Request) {
 		t.Fatalf("unlock --force: %d %q %q", code, out, errs)
@@ -196,6 +198,7 @@ func TestCLIOperator(t *testing.T) {
 	if code := holder.wait(t); code != 128+int(syscall.SIGTERM) {
 		t.Fatalf("the holder exited %d after losing its lock", code)
 	}
+	t.Logf("unlock --force to the holder's command ended by SIGTERM: %v", time.Since(forced).Round(time.Millisecond))
 	if code, _, errs := sluice(t, sock, "lock", "/shop/cart", "--try", "--", "true"); code != 0 {
 		t.Fatalf("after unlock --force: %d %q", code, errs)
 	}

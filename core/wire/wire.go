@@ -211,6 +211,11 @@ const (
 	// back or lost. Hellos tell the sender's life in Inc and the age of its
 	// store in Seq.
 	KindCheckInAck
+
+	// KindRevoked (replica → master; package core): an operator's forced
+	// release dropped Req on Name. The master ends it at once: a held
+	// lease tells its holder (unlocked, lost), a waiting request fails.
+	KindRevoked
 	kindEnd
 )
 
@@ -253,7 +258,7 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
 	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
-	"check-in", "check-in-ack"}
+	"check-in", "check-in-ack", "revoked"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
