@@ -209,7 +209,7 @@ func TestStatusLocks(t *testing.T) {
 	}
 }
 
-// Force-unlocked: the next renewal is refused, and that ends the lease.
+// Force-unlocked: the agent ends the lease at once; a renewal says lost.
 func TestForceUnlockThenRenew(t *testing.T) {
 	_, c := startAgent(t)
 	ctx := ctxT(t)

@@ -253,7 +253,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 	case errors.Is(err, semaphore.ErrLost):
 		l.end(err)
 	case errors.Is(err, ErrUnknownLease):
-		l.end(fmt.Errorf("%w: %w", semaphore.ErrLost, err))
+		// The agent ended it (an operator's unlock reaches it at once)
+		// before this renewal: lost, as for the watcher.
+		err = fmt.Errorf("%w: %w", semaphore.ErrLost, err)
+		l.end(err)
 	}
 	return err
 }
