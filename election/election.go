@@ -820,11 +820,20 @@ func (e *Election) Status() Status {
 		}
 		s.Members = append(s.Members, m)
 	}
+	s.Ready, s.Reason = e.LockReady()
+	return s
+}
+
+// LockReady reports whether this node can serve locks (LOCK_READY): it
+// checked in, knows a valid view, and a majority of its leaders answer;
+// when not, why. Cheap on the ready path: the per-request check of the
+// runtime calls it.
+func (e *Election) LockReady() (bool, string) {
 	switch {
 	case e.stale != nil:
-		s.Reason = e.stale.Error()
+		return false, e.stale.Error()
 	case e.p.Cluster == 0:
-		s.Reason = "joining: no member of a cluster has said hello yet"
+		return false, "joining: no member of a cluster has said hello yet"
 	case !e.checkedIn:
 		confirmed := 0
 		for _, id := range e.Members() {
@@ -832,28 +841,25 @@ func (e *Election) Status() Status {
 				confirmed++
 			}
 		}
-		s.Reason = fmt.Sprintf("checking in: %d of the other members confirmed this node's life, a majority of %d is needed",
+		return false, fmt.Sprintf("checking in: %d of the other members confirmed this node's life, a majority of %d is needed",
 			confirmed, max(len(e.Members())-1, 0))
 	case e.p.Valid.Epoch == 0:
 		why := e.blocked()
 		if why == "" {
 			why = "election in progress"
 		}
-		s.Reason = "no valid view: " + why
-	default:
-		up := 0
-		for _, l := range e.p.Valid.Leaders {
-			if e.alive(l) {
-				up++
-			}
-		}
-		if need := len(e.p.Valid.Leaders)/2 + 1; up < need {
-			s.Reason = fmt.Sprintf("%d of %d leaders answer, %d needed", up, len(e.p.Valid.Leaders), need)
-		} else {
-			s.Ready = true
+		return false, "no valid view: " + why
+	}
+	up := 0
+	for _, l := range e.p.Valid.Leaders {
+		if e.alive(l) {
+			up++
 		}
 	}
-	return s
+	if need := len(e.p.Valid.Leaders)/2 + 1; up < need {
+		return false, fmt.Sprintf("%d of %d leaders answer, %d needed", up, len(e.p.Valid.Leaders), need)
+	}
+	return true, ""
 }
 
 // HasReady reports whether Ready has anything to handle.

@@ -108,8 +108,10 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		}
 		// A try cannot be decided without a quorum: say so at once, not
 		// "held by others" after the try's wait.
-		if ready, why := n.readiness(); !ready && a.Timeout == 0 {
-			return fmt.Errorf("%w: %s", core.ErrNotReady, why)
+		if a.Timeout == 0 {
+			if ready, why := n.readiness(); !ready {
+				return fmt.Errorf("%w: %s", core.ErrNotReady, why)
+			}
 		}
 		h, err := n.core.Acquire(a)
 		if err != nil {
@@ -316,8 +318,10 @@ func (n *Node) onEvent(e core.Event) {
 		err := errorOf(e.Code)
 		// Out of time while the node cannot decide anything: the service
 		// is down, not the name held.
-		if ready, why := n.readiness(); !ready && e.Code == wire.CodeTimedOut {
-			ev.Code, err = wire.CodeNotReady.String(), fmt.Errorf("%w: %s", core.ErrNotReady, why)
+		if e.Code == wire.CodeTimedOut {
+			if ready, why := n.readiness(); !ready {
+				ev.Code, err = wire.CodeNotReady.String(), fmt.Errorf("%w: %s", core.ErrNotReady, why)
+			}
 		}
 		n.metrics.failures.WithLabelValues(ev.Code).Inc()
 		n.emitTo(l, ev)

@@ -61,15 +61,14 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 // readiness says whether the node can decide lock requests now (LOCK_READY)
 // and, when not, why. Called on the loop.
 func (n *Node) readiness() (bool, string) {
-	es := n.elect.Status()
-	v := n.core.View()
-	switch {
-	case n.failed != nil:
+	if n.failed != nil {
 		return false, n.failed.Error()
-	case es.Ready && v.IsLeader(n.cfg.Self) && !n.core.Serving():
+	}
+	ready, why := n.elect.LockReady()
+	if v := n.core.View(); ready && v.IsLeader(n.cfg.Self) && !n.core.Serving() {
 		return false, fmt.Sprintf("taking the lock table of epoch %d over", v.PrevEpoch)
 	}
-	return es.Ready, es.Reason
+	return ready, why
 }
 
 type Table = api.Table
