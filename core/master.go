@@ -2,7 +2,6 @@ package core
 
 import (
 	"maps"
-	"slices"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -366,9 +365,6 @@ func (n *Node) evaluate(r *request) {
 			continue
 		}
 		fresh++
-		if slices.ContainsFunc(rep.entries, func(e wire.Entry) bool { return e.Req == r.id }) {
-			own++
-		}
 		sinceReaders = min(sinceReaders, int64(min(rep.sinceReaders, maxSpan)))
 		first := !r.firstSeen[l] && len(r.firstSeen) < n.quorum()
 		if first {
@@ -376,6 +372,7 @@ func (n *Node) evaluate(r *request) {
 		}
 		for _, e := range rep.entries {
 			if e.Req == r.id {
+				own++
 				continue
 			}
 			if first {

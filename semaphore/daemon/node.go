@@ -386,10 +386,10 @@ func (n *Node) flush(ctx context.Context) {
 			default:
 				return
 			}
+			// Hellos tell how far the store got, so a copy restored from
+			// an older backup is refused at its next check-in.
+			n.elect.SetStoreAge(n.cfg.Store.Age())
 		}
-		// Hellos tell how far the store got, so a copy restored from an
-		// older backup is refused at its next check-in.
-		n.elect.SetStoreAge(n.cfg.Store.Age())
 		for _, m := range p.msgs {
 			n.stats.MessagesOut++
 			n.metrics.messages.WithLabelValues("out").Inc()
