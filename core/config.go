@@ -158,6 +158,20 @@ const (
 	// MutantNoConfirm: a request whose policy asks for activation is
 	// granted without it.
 	MutantNoConfirm
+	// MutantRenewFromDecision: a renewal's TTL is counted from the
+	// leaders' confirmation instead of the Renew call (the agent's old
+	// arithmetic), so the client's lease outlives the master's.
+	MutantRenewFromDecision
+	// MutantDropFormerTickets: a replica drops every request of a node's
+	// earlier life when the node restarts, granted leases included.
+	MutantDropFormerTickets
+	// MutantNoOwnTicket: a waiting master grants without checking that its
+	// own ticket is still in a quorum of the fresh reports.
+	MutantNoOwnTicket
+	// MutantNoDriftMargin: replicas keep a request exactly the lifetime
+	// its master asked for, on their own clock, with no room for clocks
+	// that run at different rates.
+	MutantNoDriftMargin
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -10,40 +10,58 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// TestFenceScenarioCatchesMutant replays handoff_fences_old_leaders.txt on
-// a core whose old leaders do not fence: the master still in the old view
-// is then granted too, and two nodes hold the lock. The checked-in
-// expectation must therefore not hold for the mutant.
-func TestFenceScenarioCatchesMutant(t *testing.T) {
-	script, err := os.ReadFile("testdata/handoff_fences_old_leaders.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestScenariosCatchMutants replays scenarios on cores broken on purpose:
+// each scenario's checked-in expectation holds for the real core and is
+// broken by its mutant, which grants once more (two holders).
+//   - handoff_fences_old_leaders.txt without fencing: the master still in
+//     the old view is granted too.
+//   - holder_restart_keeps_lease.txt dropping a restarted node's former
+//     tickets: node 5's try is granted while node 4's client holds.
+//   - force_release_waiter_lost_revoke.txt without the own-ticket check:
+//     the force-released waiter is granted beside the next one.
+//   - renew_delayed.txt with the old renewal arithmetic: the TTL outlives
+//     the master's end (checked on the printed ttl instead of grants).
+func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
+		file   string
 		mutant core.Mutant
-		grants int
-	}{{0, 1}, {core.MutantNoFence, 2}} {
-		h := &harness{mutant: c.mutant}
-		var out strings.Builder
-		for _, block := range strings.Split(string(script), "\n\n") {
-			line := ""
-			for _, l := range strings.Split(block, "\n") {
-				if l != "" && !strings.HasPrefix(l, "#") && l != "----" {
-					line = l
-					break
-				}
-			}
-			if line == "" {
-				continue
-			}
-			cmd, args, err := datadriven.ParseLine(line)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out.WriteString(h.run(t, &datadriven.TestData{Cmd: cmd, CmdArgs: args}))
+		grants int    // how often the real core prints count
+		count  string // what the mutant prints once more, or once less
+
+	}{
+		{"handoff_fences_old_leaders.txt", core.MutantNoFence, 1, ": granted "},
+		{"holder_restart_keeps_lease.txt", core.MutantDropFormerTickets, 0, "granted 5.1.1 a "},
+		{"force_release_waiter_lost_revoke.txt", core.MutantNoOwnTicket, 2, ": granted "},
+		{"renew_delayed.txt", core.MutantRenewFromDecision, 2, "ttl=10\n"},
+	} {
+		script, err := os.ReadFile("testdata/" + c.file)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got := strings.Count(out.String(), ": granted "); got != c.grants {
-			t.Errorf("mutant %d: %d grants of name a, want %d:\n%s", c.mutant, got, c.grants, out.String())
+		for _, mutant := range []core.Mutant{0, c.mutant} {
+			h := &harness{mutant: mutant}
+			var out strings.Builder
+			for _, block := range strings.Split(string(script), "\n\n") {
+				line := ""
+				for _, l := range strings.Split(block, "\n") {
+					if l != "" && !strings.HasPrefix(l, "#") && l != "----" {
+						line = l
+						break
+					}
+				}
+				if line == "" {
+					continue
+				}
+				cmd, args, err := datadriven.ParseLine(line)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out.WriteString(h.run(t, &datadriven.TestData{Cmd: cmd, CmdArgs: args}))
+			}
+			got := strings.Count(out.String(), c.count)
+			if (got == c.grants) != (mutant == 0) {
+				t.Errorf("%s, mutant %d: %d of %q, the real core has %d:\n%s", c.file, mutant, got, c.count, c.grants, out.String())
+			}
 		}
 	}
 }

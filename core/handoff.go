@@ -300,7 +300,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 		// The same ticket from another old leader: keep its longest life. A
 		// renewal reached only a quorum of the old leaders, and this answer
 		// may be the one that saw it.
-		if dl := n.now + int64(m.Lifetime); dl > r.deadline {
+		if dl := n.now + n.keep(m.Lifetime); dl > r.deadline {
 			r.deadline = dl
 			n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: dl - n.now})
 		}
@@ -312,7 +312,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
 	r.entry.Active = r.entry.Active || mayBeActive(m.Mode)
-	r.deadline = max(r.deadline, n.now+int64(m.Lifetime))
+	r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 	t.highWater = max(t.highWater, m.Ticket)
 	t.dirty = true
 	n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})

@@ -217,7 +217,7 @@ func (h *harness) ready(id int) {
 				h.printf(" error=%s", e.Code)
 			}
 			if e.Kind == wire.EventGranted || e.Kind == wire.EventRenewed {
-				h.printf(" token=%d elapsed=%d", e.Token, e.Elapsed)
+				h.printf(" token=%d elapsed=%d ttl=%d", e.Token, e.Elapsed, e.TTL)
 			}
 			h.printf("\n")
 		}

@@ -254,7 +254,11 @@ func (n *Node) masterStep(m wire.Message) {
 		r.renew.acks[m.From] = true
 		if len(r.renew.acks) >= n.quorum() {
 			r.leaseStart, r.unlocking = r.renew.start, false
-			n.emit(r, Event{Kind: wire.EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration})
+			ttl := r.a.Duration
+			if n.cfg.Mutant&MutantRenewFromDecision != 0 {
+				ttl += n.now - r.renew.start // the old formula: counted from the confirmation
+			}
+			n.emit(r, Event{Kind: wire.EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration, TTL: ttl})
 			r.renew = nil
 		}
 	default:
@@ -389,12 +393,14 @@ func (n *Node) evaluate(r *request) {
 	// Grant only what is still there: a quorum of fresh reports without
 	// our ticket means it was dropped (an operator's force-unlock), and a
 	// grant would stand beside the next waiter's.
-	if fresh-own >= n.quorum() {
-		n.fail(r, wire.CodeLost)
-		return
-	}
-	if own < n.quorum() {
-		return
+	if n.cfg.Mutant&MutantNoOwnTicket == 0 {
+		if fresh-own >= n.quorum() {
+			n.fail(r, wire.CodeLost)
+			return
+		}
+		if own < n.quorum() {
+			return
+		}
 	}
 	if fresh < n.quorum() || len(r.firstSeen) < n.quorum() {
 		return
@@ -471,7 +477,7 @@ func (n *Node) grant(r *request) {
 	n.leaveWait(r)
 	r.phase, r.leaseStart = phaseHeld, n.now
 	n.stats.Granted++
-	n.emit(r, Event{Kind: wire.EventGranted, Elapsed: n.now - r.start, Duration: r.a.Duration})
+	n.emit(r, Event{Kind: wire.EventGranted, Elapsed: n.now - r.start, Duration: r.a.Duration, TTL: n.now - r.start + r.a.Duration})
 }
 
 func (n *Node) event(r *request, k wire.EventKind, c wire.Code) {
@@ -520,6 +526,11 @@ func (n *Node) forget(r *request) {
 
 // masterTick runs the timers of this node's requests.
 func (n *Node) masterTick() {
+	for id, f := range n.former {
+		if f.until < n.now {
+			delete(n.former, id)
+		}
+	}
 	for _, id := range sortedReqs(n.reqs) {
 		r := n.reqs[id]
 		if r == nil {
@@ -596,6 +607,39 @@ func (n *Node) sendRenew(r *request, skip map[wire.NodeID]bool) {
 	r.renew.sentAt = n.now
 	n.toLeaders(wire.Message{Kind: wire.KindRenew, Name: r.a.Name, Req: r.id,
 		Lifetime: uint64(r.a.Duration + r.a.Grace)}, func(l wire.NodeID) bool { return skip[l] })
+}
+
+// formerTicket is a ticket of an earlier life of this node that a replica
+// keeps until tick until.
+type formerTicket struct {
+	name  string
+	until int64
+}
+
+// maxFormer bounds what peers can make this node remember.
+const maxFormer = 1 << 16
+
+func (n *Node) onFormer(m wire.Message) {
+	if m.Req.Node != n.cfg.ID || uint32(m.Req.Incarnation()) >= n.cfg.Incarnation || n.reqs[m.Req] != nil {
+		return
+	}
+	f, ok := n.former[m.Req]
+	if !ok && len(n.former) >= maxFormer {
+		return
+	}
+	f.name, f.until = m.Name, max(f.until, n.now+int64(m.Lifetime))
+	n.former[m.Req] = f
+}
+
+// releaseFormer tells the leaders to drop a former ticket, as a release of
+// one of this life's requests: until every leader confirmed, or the
+// replicas would have forgotten it by themselves.
+func (n *Node) releaseFormer(id wire.RequestID, f formerTicket) {
+	delete(n.former, id)
+	r := &request{id: id, a: Acquire{Name: f.name, Duration: max(f.until-n.now, 1)}, phase: phaseEnter}
+	n.reqs[id] = r
+	n.masterName(f.name).count++
+	n.startRelease(r)
 }
 
 // masterRestarted re-sends pending work to a leader that restarted: what it

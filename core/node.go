@@ -17,11 +17,17 @@ type Event struct {
 	// grant of the name and is never reused.
 	Token uint64
 	// Elapsed is the ticks from the Acquire (for EventGranted) or Renew (for
-	// EventRenewed) call to the decision. A client ends its lease at
-	// send time + Elapsed + Duration: never later than the master does, even
-	// when the call travelled before reaching the master.
+	// EventRenewed) call to the decision.
 	Elapsed  int64
 	Duration int64
+	// TTL is the lease's time to live counted from that call: the master
+	// ends the lease (and its grace starts) TTL ticks after the call. A
+	// client counts it from when it sent the call, on its own monotonic
+	// clock, so its lease ends no later than the master's, however long
+	// the call and the answer travelled: Elapsed + Duration for a grant,
+	// Duration for a renewal (the master counts the renewed lease from
+	// the Renew call, not from the confirmation).
+	TTL int64
 }
 
 // Ready is the output of the node since the last Advance. Handle it in field
@@ -87,6 +93,9 @@ type Node struct {
 	readerHorizon int64
 	adopted       map[uint64]View // views this node leads and is not complete for
 
+	// former are tickets of this node's earlier lives that replicas keep
+	// (KindFormer), by request, so this life can release them.
+	former  map[wire.RequestID]formerTicket
 	reqs    map[wire.RequestID]*request // by wire id
 	handles map[wire.RequestID]*request // by the handle Acquire returned
 	mnames  map[string]*masterName
@@ -108,7 +117,8 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	}
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
 		syncs: map[uint64]*syncState{}, adopted: map[uint64]View{},
-		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{}}
+		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
+		former: map[wire.RequestID]formerTicket{}}
 	n.restore(persisted)
 	if persisted != nil {
 		n.fence, n.complete = persisted.Fence, persisted.Complete
@@ -186,8 +196,16 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	return r.id, nil
 }
 
-// Release ends a held lease, or abandons a request still waiting.
+// Release ends a held lease, or abandons a request still waiting. It also
+// releases a ticket of an earlier life of this node that the replicas
+// keep (a lease granted before a restart, which its client may still
+// hold): the client can give it back after the restart.
 func (n *Node) Release(id wire.RequestID) error {
+	if f, ok := n.former[id]; ok && n.handles[id] == nil {
+		n.releaseFormer(id, f)
+		n.flushReports()
+		return nil
+	}
 	r := n.handles[id]
 	if r == nil || r.phase == phaseReleasing {
 		return fmt.Errorf("%w: %s", ErrUnknownReq, id)
@@ -260,6 +278,8 @@ func (n *Node) Step(m wire.Message) error {
 	case wire.KindRestarted:
 		n.replicaStep(m)
 		n.masterRestarted(m.From, m.Inc)
+	case wire.KindFormer:
+		n.onFormer(m)
 	case wire.KindSnapshotRequest:
 		n.onSnapshotRequest(m)
 	case wire.KindSnapshot, wire.KindSnapshotDone:
@@ -292,6 +312,11 @@ func (n *Node) check(m wire.Message) error {
 			return bad("incarnation %d", m.Inc)
 		}
 		return nil // about lives, not views: valid in any epoch
+	case wire.KindFormer:
+		if m.Name == "" || len(m.Name) > n.cfg.MaxNameLen || m.Lifetime > maxSpan*4 {
+			return bad("former ticket with a name of %d bytes, lifetime %d", len(m.Name), m.Lifetime)
+		}
+		return nil // about lives too: the restarted node may have no view yet
 	case wire.KindSnapshotRequest, wire.KindSnapshot, wire.KindSnapshotDone:
 		// About the handoff between epochs: View.Epoch says which.
 		if m.View.Epoch == 0 || m.Kind == wire.KindSnapshot && (m.Name == "" || len(m.Name) > n.cfg.MaxNameLen) {

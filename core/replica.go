@@ -77,7 +77,9 @@ func mayBeActive(m wire.Mode) bool {
 // replicaStep handles the messages a leader answers.
 func (n *Node) replicaStep(m wire.Message) {
 	reply := wire.Message{To: m.From, Name: m.Name, Req: m.Req, Inc: uint64(n.cfg.Incarnation)}
-	if m.Kind != wire.KindRestarted && m.Kind != wire.KindUnwatch && m.Kind != wire.KindWatch &&
+	// A release may name a request of an earlier life: a former ticket
+	// kept after a restart, released by the new life or an operator.
+	if m.Kind != wire.KindRestarted && m.Kind != wire.KindUnwatch && m.Kind != wire.KindWatch && m.Kind != wire.KindRelease &&
 		uint32(m.Req.Incarnation()) < n.minInc[m.Req.Node] {
 		n.stats.StaleIncarnation++
 		return // the request's node restarted since; its requests are gone
@@ -98,7 +100,7 @@ func (n *Node) replicaStep(m wire.Message) {
 			t.recs[m.Req] = &record{
 				since:    n.now,
 				entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
-				deadline: n.now + int64(m.Lifetime),
+				deadline: n.now + n.keep(m.Lifetime),
 			}
 			t.dirty = true
 		}
@@ -128,7 +130,7 @@ func (n *Node) replicaStep(m wire.Message) {
 			reply.Reject, reply.Seq = true, t.highWater
 		default:
 			r.entry.Ticket = m.Ticket
-			r.deadline = max(r.deadline, n.now+int64(m.Lifetime))
+			r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 			t.highWater = max(t.highWater, m.Ticket)
 			t.dirty = true
 			if n.cfg.Mutant&MutantNotDurable == 0 {
@@ -169,7 +171,7 @@ func (n *Node) replicaStep(m wire.Message) {
 		reply.Kind = wire.KindReleaseAck
 		t := n.replicaName(m.Name)
 		_, had := t.recs[m.Req]
-		n.dropRecord(m.Name, t, m.Req, n.now+int64(m.Lifetime))
+		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
 		n.send(reply)
 		// Released by an operator on another node: tell the request's
 		// master now, not at its next renewal.
@@ -202,7 +204,7 @@ func (n *Node) replicaStep(m wire.Message) {
 		if r == nil || r.entry.Ticket == 0 {
 			reply.Reject = true
 		} else {
-			r.deadline = max(r.deadline, n.now+int64(m.Lifetime))
+			r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 			n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 		}
 		n.send(reply)
@@ -216,13 +218,56 @@ func (n *Node) replicaStep(m wire.Message) {
 		for _, name := range sortedKeys(n.names) {
 			t := n.names[name]
 			for _, req := range sortedReqs(t.recs) {
-				if req.Node == m.From && req.Incarnation() < inc {
-					n.dropRecord(name, t, req, t.recs[req].deadline)
+				if req.Node != m.From || req.Incarnation() >= inc {
+					continue
 				}
+				r := t.recs[req]
+				if r.entry.Ticket == 0 || n.cfg.Mutant&MutantDropFormerTickets != 0 {
+					// Still choosing its number here: this replica never
+					// counted for its grant. No tombstone: another replica
+					// may keep its ticket, and hand it over to this one.
+					// (The old life's late messages are refused by minInc.)
+					n.dropRecord(name, t, req, 0)
+					continue
+				}
+				// A ticket may be a granted lease, and its client outlives
+				// the agent: keep it until released, force-released or
+				// expired. Its choosing flag died with its master: the
+				// number stays, as after a restart of this replica.
+				if r.entry.State == wire.StateChoosing {
+					r.entry.State = wire.StateTicket
+					t.dirty = true
+				}
+				n.tellFormer(m.From, name, r)
 			}
 			delete(t.watchers, m.From)
 		}
 	}
+}
+
+// tellFormer tells a restarted node that this replica keeps r, a ticket
+// of one of its earlier lives, so the new life can release it.
+func (n *Node) tellFormer(to wire.NodeID, name string, r *record) {
+	m := wire.Message{Kind: wire.KindFormer, To: to, Name: name, Req: r.entry.Req, Ticket: r.entry.Ticket,
+		Lifetime: uint64(max(r.deadline-n.now, 0))}
+	if to == n.cfg.ID {
+		m.From = to
+		n.onFormer(m)
+		return
+	}
+	n.send(m)
+}
+
+// keep is how many ticks a replica keeps a request whose master asked for
+// lifetime ticks (counted on the master's clock): an eighth longer, so a
+// replica whose clock runs up to 6 % faster than its master's still keeps
+// every lease as long as its holder counts it (DESIGN.md §4).
+func (n *Node) keep(lifetime uint64) int64 {
+	l := int64(min(lifetime, maxSpan*4))
+	if n.cfg.Mutant&MutantNoDriftMargin == 0 {
+		l += l / 8
+	}
+	return l
 }
 
 // dropRecord forgets a request (released, abandoned, expired or of a dead

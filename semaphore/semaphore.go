@@ -110,7 +110,7 @@ type Lease struct {
 	// name, and a reader's token is above every earlier writer's.
 	Token uint64
 	// Expiry is when the holder must stop acting under the lease, in the
-	// clock of whoever made the request (see core.Event.Elapsed).
+	// clock of whoever made the request (see core.Event.TTL).
 	Expiry int64
 }
 
@@ -191,9 +191,15 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 }
 
 // LeaseOf is the lease a grant event gives a request that was sent at tick
-// sent, in the requester's own clock. It expires Elapsed + Duration after
-// the send: never later than the master ends it, even when the request
+// sent, in the requester's own clock. It expires the event's TTL after the
+// send: never later than the master ends it, even when the request
 // travelled before the master saw it (DESIGN.md §4).
 func LeaseOf(e core.Event, mode Mode, sent int64) Lease {
-	return Lease{Name: e.Name, Mode: mode, Token: e.Token, Expiry: sent + e.Elapsed + e.Duration}
+	return Lease{Name: e.Name, Mode: mode, Token: e.Token, Expiry: ExpiryOf(e, sent)}
 }
+
+// ExpiryOf is the one definition of a lease's end, shared by the agent,
+// the client and the simulator: the TTL of a grant or renewal event
+// counted from the tick its call (Acquire or Renew) was sent, in the
+// sender's own clock.
+func ExpiryOf(e core.Event, sent int64) int64 { return sent + e.TTL }

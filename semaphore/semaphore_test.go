@@ -152,7 +152,7 @@ func TestCodes(t *testing.T) {
 }
 
 func TestLeaseOf(t *testing.T) {
-	e := core.Event{Name: "site", Kind: wire.EventGranted, Token: 7, Elapsed: 12, Duration: 100}
+	e := core.Event{Name: "site", Kind: wire.EventGranted, Token: 7, Elapsed: 12, Duration: 100, TTL: 112}
 	l := semaphore.LeaseOf(e, semaphore.ReadOnly, 1000)
 	if l != (semaphore.Lease{Name: "site", Mode: semaphore.ReadOnly, Token: 7, Expiry: 1112}) {
 		t.Fatalf("got %+v", l)

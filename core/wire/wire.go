@@ -216,6 +216,11 @@ const (
 	// release dropped Req on Name. The master ends it at once: a held
 	// lease tells its holder (unlocked, lost), a waiting request fails.
 	KindRevoked
+	// KindFormer (replica → a restarted node; package core): the replica
+	// keeps Req, a ticket of an earlier life of To, on Name until its own
+	// deadline (Lifetime ticks from now), for it may be a granted lease
+	// whose client still holds it. The new life can release it.
+	KindFormer
 	kindEnd
 )
 
@@ -258,7 +263,7 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
 	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
-	"check-in", "check-in-ack", "revoked"}
+	"check-in", "check-in-ack", "revoked", "former"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {

@@ -73,6 +73,13 @@ type Options struct {
 	// LeaderDiskFaults (with Operators) also crashes a leader now and then
 	// and restarts it at once with its disk wiped or rolled back.
 	LeaderDiskFaults bool
+	// WorstDrift sets the worst clocks the drift allows: the first three
+	// nodes (the first leaders) run 5 % fast, every other 5 % slow, so
+	// replicas forget soonest and holders count longest.
+	WorstDrift bool
+	// LoseRevocations drops every KindRevoked: a force-unlocked waiter's
+	// master then learns of it only from the replicas' reports.
+	LoseRevocations bool
 	// LeaveOut leaves known gaps out of the world (see Gap): with
 	// GapNewestLifeRollbacks, a disk is rolled back only to a copy of a
 	// life older than the newest that checked in.
@@ -123,11 +130,19 @@ type Result struct {
 	// at once or lost).
 	Wipes, Rollbacks, SameLife, Stale, DeadMachines, Unnoticed int
 	Replacements, ExtraNodes, ChangesCommitted, ChangesFailed  int
+	// Pauses of an agent (longer than a lease, often); Orphans: leases
+	// whose client kept holding while its agent crashed or restarted;
+	// Forced: force-unlocks by an operator (of holders: ForcedHolders).
+	Pauses, Orphans, Forced, ForcedHolders int
 }
 
 // add sums another run's figures into r (MaxIdleWait keeps the largest).
 func (r *Result) add(o Result) {
 	r.Grants += o.Grants
+	r.Pauses += o.Pauses
+	r.Orphans += o.Orphans
+	r.Forced += o.Forced
+	r.ForcedHolders += o.ForcedHolders
 	r.Failures += o.Failures
 	r.Crashes += o.Crashes
 	r.Messages += o.Messages
@@ -207,7 +222,22 @@ type simNode struct {
 	// gone: stopped for good (stale) or a dead machine, never restarted;
 	// retired: gone, and the runbook is done with it.
 	gone, retired bool
+	// The machine's monotonic clock: it runs at rate ticks per simulated
+	// tick (drift), on through crashes and pauses of the agent. The lock
+	// core and the election tick to catch up with it, as the runtime
+	// does; lifeStart is the clock at the start of this life (core tick 0).
+	rate      float64
+	acc       float64
+	clock     int64
+	lifeStart int64
+	ticks     int64 // core ticks run in this life
+	// pausedUntil: the agent is stopped (SIGSTOP, a long GC pause, a
+	// frozen VM) until this simulated tick: it handles nothing, and its
+	// clients' calls wait.
+	pausedUntil int64
 }
+
+func (n *simNode) paused(tick int64) bool { return tick < n.pausedUntil }
 
 // job is the operator's runbook for a stale or dead node: start a
 // replacement under a new id, remove the old member, add the new one.
@@ -250,13 +280,22 @@ type client struct {
 	mode     wire.Mode
 	quiet    int64 // of a READ_WRITE_GENTLE request
 	timeout  int64
-	deadline int64 // last tick a grant may arrive
-	expiry   int64 // holds while tick < expiry
+	deadline int64 // machine clock: the last a grant may come at
+	sent     int64 // machine clock of the Acquire call
+	expiry   int64 // machine clock: holds while the clock is below it
 	token    uint64
 	epoch    uint64 // of the view its master was in when it was granted
-	renewAt  int64  // tick of a pending Renew call, -1 if none
-	op       int    // index of the open history operation, -1 if none
-	probe    bool   // a settle-phase probe that must be granted
+	renewAt  int64  // machine clock of a pending Renew call, -1 if none
+	// orphan: its agent crashed or restarted while it held; the client
+	// holds on by its own timer and gives the lease back to the new life.
+	orphan bool
+	// forced: an operator force-unlocked its lease; it does not watch, so
+	// it holds on by its timer, and the invariant leaves it out (the
+	// operator declared it gone; its fencing token stays below later
+	// grants).
+	forced bool
+	op     int  // index of the open history operation, -1 if none
+	probe  bool // a settle-phase probe that must be granted
 }
 
 // Sim is one simulated cluster.
@@ -291,6 +330,8 @@ type Sim struct {
 	fail            *Failure
 	nonce           uint64
 
+	// forced are the tickets operators force-released, per name.
+	forced map[string]map[uint64]bool
 	// jobs are the operator's runbooks under way or done (Operators).
 	jobs []*job
 	// commits are changes reported committed in a view no node adopted
@@ -315,7 +356,8 @@ func run(o Options) (*Sim, error) {
 		o.ClientsPerNode = 1 + rng.IntN(4)
 	}
 	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
-		idleWait: map[string]int64{}, views: map[uint64]string{}, members: map[uint64][]wire.NodeID{}, trace: make([]string, o.TraceLines)}
+		idleWait: map[string]int64{}, views: map[uint64]string{}, members: map[uint64][]wire.NodeID{}, trace: make([]string, o.TraceLines),
+		forced: map[string]map[uint64]bool{}}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
 		if i < 3 {
@@ -331,7 +373,11 @@ func run(o Options) (*Sim, error) {
 		initial = append(initial, wire.NodeID(i+1))
 	}
 	for i := range o.Nodes {
-		s.nodes = append(s.nodes, &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}, bootstrap: initial})
+		s.nodes = append(s.nodes, &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}, bootstrap: initial,
+			rate: s.driftRate()})
+		if o.WorstDrift {
+			s.nodes[i].rate = 0.95 + 0.1*b2f(i < 3)
+		}
 	}
 	for i := range o.Names {
 		s.names = append(s.names, fmt.Sprintf("https://site%d.example/", i))
@@ -358,17 +404,9 @@ func run(o Options) (*Sim, error) {
 		if o.Operators && o.Elect {
 			s.operate()
 		}
-		for i, n := range s.nodes {
-			if n.elect != nil && n.core != nil {
-				n.elect.Tick()
-				s.handleElection(i)
-			}
-			if n.core != nil {
-				n.core.Tick()
-				s.handle(i)
-			}
+		for i := range s.nodes {
+			s.advanceClock(i)
 		}
-		s.expireLeases()
 		s.stepTick(settling)
 		s.measureIdleWait()
 		if settling {
@@ -393,6 +431,57 @@ func run(o Options) (*Sim, error) {
 	}
 	return s, nil
 }
+
+// driftRate draws a machine's clock rate: within ±5 % with faults on,
+// half of the machines at one of the two extremes (the worst pairs of
+// clocks are the ones that matter).
+func (s *Sim) driftRate() float64 {
+	if s.o.NoFaults {
+		return 1
+	}
+	switch r := s.rng.Float64(); {
+	case r < 0.25:
+		return 0.95
+	case r < 0.5:
+		return 1.05
+	default:
+		return 0.95 + 0.1*s.rng.Float64()
+	}
+}
+
+// advanceClock runs machine i's clock for one simulated tick, and lets an
+// agent that is up and not paused catch up with it: a tick of the core and
+// the election per tick of the clock. An agent that wakes from a pause
+// first handles what waited for it (this tick's deliveries), with its
+// clock still behind, and catches up on the next tick, as the runtime's
+// loop may.
+func (s *Sim) advanceClock(i int) {
+	n := s.nodes[i]
+	n.acc += n.rate
+	k := int64(n.acc)
+	n.acc -= float64(k)
+	n.clock += k
+	// A client stops at its timer before anything else happens at this
+	// instant: the history must show the end before any later grant.
+	s.expireLeases(i)
+	if n.core == nil || n.paused(s.tick) || s.tick == n.pausedUntil {
+		return
+	}
+	for n.core != nil && n.lifeStart+s.coreNow(i) < n.clock {
+		if n.elect != nil {
+			n.elect.Tick()
+			s.handleElection(i)
+		}
+		if n.core != nil {
+			n.core.Tick()
+			n.ticks++
+			s.handle(i)
+		}
+	}
+}
+
+// coreNow is how many ticks node i's core has run in this life.
+func (s *Sim) coreNow(i int) int64 { return s.nodes[i].ticks }
 
 func (s *Sim) tracef(format string, args ...any) {
 	s.trace[s.traceAt%len(s.trace)] = fmt.Sprintf("t%d ", s.tick) + fmt.Sprintf(format, args...)
@@ -449,6 +538,7 @@ func (s *Sim) start(i int) {
 		return
 	}
 	n.core = c
+	n.lifeStart, n.ticks, n.pausedUntil = n.clock, 0, 0
 	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
 	if s.o.Elect {
 		s.nonce++
@@ -524,9 +614,24 @@ func (s *Sim) crash(i int) {
 	n.core = nil
 	s.res.Crashes++
 	s.tracef("node %d crashes", n.id)
+	s.orphanClients(i, "its node crashed")
+}
+
+// orphanClients: the agent of node i is gone. Its waiting clients' calls
+// fail; its holding clients hold on by their own timers (the client is
+// another process), and give the lease back to the agent's next life.
+func (s *Sim) orphanClients(i int, why string) {
 	for _, c := range s.clients {
-		if c.node == i && c.state != idle {
-			s.clientGone(c, "its node crashed")
+		switch {
+		case c.node != i || c.state == idle:
+		case c.state == holding && c.token != 0:
+			if !c.orphan {
+				s.res.Orphans++
+			}
+			c.orphan, c.renewAt = true, -1
+			s.tracef("client %d holds %s token %d on by its timer: %s", c.id, c.name, c.token, why)
+		default:
+			s.clientGone(c, why)
 		}
 	}
 }
@@ -584,7 +689,7 @@ func (s *Sim) checkHandoff(i int) {
 		return
 	}
 	for _, c := range s.clients {
-		if !c.holds(s.tick) || c.epoch > v.PrevEpoch {
+		if !s.holds(c) || c.forced || c.epoch > v.PrevEpoch {
 			continue
 		}
 		entries, _ := n.core.Table(c.name)
@@ -636,6 +741,9 @@ func (s *Sim) faults() {
 	if s.o.Elect && s.o.Operators && s.machineFaults() {
 		return
 	}
+	if s.timeFaults() {
+		return
+	}
 	switch {
 	case s.chance(0.006) && s.downCount() < 2:
 		s.crash(s.rng.IntN(len(s.nodes)))
@@ -660,6 +768,95 @@ func (s *Sim) faults() {
 		s.slowTo = wire.NodeID(1 + s.rng.IntN(3)) // towards a leader
 		s.slowUntil = s.tick + 20 + s.rng.Int64N(60)
 		s.tracef("link %d->%d slow until %d", s.slowFrom, s.slowTo, s.slowUntil)
+	}
+}
+
+// timeFaults are what time and operators do to leases: an agent paused
+// for longer than a lease, the agent of a lease's holder restarting while
+// its client holds on, an operator's force-unlock of a holder or a waiter.
+func (s *Sim) timeFaults() bool {
+	switch {
+	case s.chance(0.003):
+		i := s.rng.IntN(len(s.nodes))
+		n := s.nodes[i]
+		if n.core == nil || n.paused(s.tick) {
+			return false
+		}
+		n.pausedUntil = s.tick + 10 + s.rng.Int64N(120)
+		s.res.Pauses++
+		s.tracef("node %d pauses until %d", n.id, n.pausedUntil)
+		return true
+	case s.chance(0.004) && s.downCount() == 0:
+		for _, k := range s.rng.Perm(len(s.clients)) {
+			c := s.clients[k]
+			if n := s.nodes[c.node]; c.state == holding && c.token != 0 && n.core != nil && !n.paused(s.tick) {
+				s.tracef("the agent of client %d's lease on %s restarts", c.id, c.name)
+				s.crash(c.node)
+				s.restart(c.node)
+				return true
+			}
+		}
+	case s.chance(0.004):
+		s.forceUnlock()
+		return true
+	}
+	return false
+}
+
+// forceUnlock is an operator's `sluice unlock --force`: read a name's
+// table at one leader, pick a request with a ticket, and force it out
+// through any agent that is up.
+func (s *Sim) forceUnlock() {
+	name := s.names[s.rng.IntN(len(s.names))]
+	var from, by *core.Node
+	for _, k := range s.rng.Perm(len(s.nodes)) {
+		n := s.nodes[k]
+		if n.core == nil || n.paused(s.tick) {
+			continue
+		}
+		if from == nil && n.core.View().IsLeader(n.id) {
+			from = n.core
+		} else if by == nil {
+			by = n.core
+		}
+	}
+	if from == nil || by == nil {
+		return
+	}
+	var tickets []wire.Entry
+	for _, d := range from.TableDetail(name) {
+		if d.Entry.Ticket != 0 {
+			tickets = append(tickets, d.Entry)
+		}
+	}
+	if len(tickets) == 0 {
+		return
+	}
+	e := tickets[s.rng.IntN(len(tickets))]
+	if err := by.ForceRelease(name, e.Req); errors.Is(err, core.ErrNotReady) {
+		return // the CLI says the agent is not ready; the operator tries later
+	} else if err != nil {
+		s.failf("force-unlock of %s on %s: %v", e.Req, name, err)
+		return
+	}
+	if s.forced[name] == nil {
+		s.forced[name] = map[uint64]bool{}
+	}
+	s.forced[name][e.Ticket] = true
+	s.res.Forced++
+	for _, c := range s.clients {
+		if c.name == name && c.state == holding && c.token == e.Ticket {
+			// Its hold ends here for the history: the operator took it.
+			c.forced = true
+			s.res.ForcedHolders++
+			s.closeHold(c)
+		}
+	}
+	s.tracef("operator force-unlocks %s ticket %d on %s through node %d", e.Req, e.Ticket, name, by.View().Epoch)
+	for i, n := range s.nodes {
+		if n.core == by {
+			s.handle(i)
+		}
 	}
 }
 
@@ -694,6 +891,9 @@ func (s *Sim) electionFaults() bool {
 
 func (s *Sim) stopFaults() {
 	s.split, s.slowUntil = false, 0
+	for _, n := range s.nodes {
+		n.pausedUntil = min(n.pausedUntil, s.tick)
+	}
 	for i, n := range s.nodes {
 		if n.core == nil && !n.gone {
 			s.start(i)
@@ -737,6 +937,14 @@ func (s *Sim) stepTick(settling bool) {
 		if to < 0 || to >= len(s.nodes) || s.nodes[to].core == nil {
 			continue
 		}
+		if s.nodes[to].paused(s.tick) {
+			e.at = s.nodes[to].pausedUntil // the kernel keeps it for the agent
+			s.net = append(s.net, e)
+			continue
+		}
+		if e.m.Kind == wire.KindRevoked && s.o.LoseRevocations {
+			continue
+		}
 		if faulty && e.m.From != e.m.To {
 			if s.split && s.cut[int(e.m.From)-1] != s.cut[to] || s.chance(0.03) {
 				continue
@@ -774,8 +982,8 @@ func (s *Sim) stepTick(settling bool) {
 
 func (s *Sim) clientAct(c *client, settling bool) {
 	n := s.nodes[c.node].core
-	if n == nil {
-		return
+	if n == nil || s.nodes[c.node].paused(s.tick) {
+		return // its calls wait for the agent
 	}
 	switch c.state {
 	case idle:
@@ -795,22 +1003,43 @@ func (s *Sim) clientAct(c *client, settling bool) {
 			s.handle(c.node)
 		}
 	case holding:
+		clock := s.nodes[c.node].clock
+		// Renewals race the expiry: most come in the lease's last ticks.
+		nearEnd := c.expiry-clock < 6
 		switch {
 		case s.chance(0.06) || c.token == 0 && s.chance(0.2):
 			s.tracef("client %d releases %s token %d", c.id, c.name, c.token)
 			s.endHold(c, "release")
-			if err := n.Release(c.handle); err != nil {
-				s.failf("release of a held lease: %v", err)
-				return
-			}
+			s.release(c, n)
 			s.handle(c.node)
-		case c.renewAt < 0 && c.token != 0 && s.chance(0.02):
+		case c.renewAt < 0 && c.token != 0 && !c.orphan && s.chance(cmp.Or(0.3*b2f(nearEnd), 0.02)):
 			if err := n.Renew(c.handle); err == nil {
-				c.renewAt = s.tick
+				c.renewAt = clock
+				s.tracef("client %d renews %s token %d at clock %d, expiry %d", c.id, c.name, c.token, clock, c.expiry)
 				s.handle(c.node)
 			}
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// release gives c's lease back to its agent. The agent may have ended it
+// already (expired, force-unlocked), and an orphan gives it to the
+// agent's new life, which knows it only once a replica told it. The
+// caller handles the node's Ready (onEvent runs inside handle).
+func (s *Sim) release(c *client, n *core.Node) {
+	err := n.Release(c.handle)
+	if err != nil && !errors.Is(err, core.ErrUnknownReq) {
+		s.failf("release of client %d's lease %s: %v", c.id, c.handle, err)
+		return
+	}
+	c.orphan = false
 }
 
 func (s *Sim) acquire(c *client, name string, probe bool) {
@@ -844,7 +1073,7 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 		wait = tryTicks
 	}
 	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, mode: a.Mode, quiet: a.Quiet, timeout: a.Timeout,
-		deadline: s.tick + wait, renewAt: -1, probe: probe}
+		deadline: s.nodes[c.node].clock + wait, renewAt: -1, probe: probe, sent: s.nodes[c.node].clock}
 	c.op = s.hist.call(c.id, name, opAcquire, 0, a.Mode != semaphore.ReadOnly)
 	s.tracef("client %d on node %d acquires %s %s as %s (timeout %d, duration %d)", c.id, c.node+1, name, a.Mode, id, a.Timeout, a.Duration)
 	s.handle(c.node)
@@ -867,9 +1096,26 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			s.failf("client %d granted while %v", c.id, c.state)
 			return
 		}
-		if s.tick > c.deadline {
-			s.failf("client %d granted at %d after its obtain deadline %d", c.id, s.tick, c.deadline)
+		if at := s.nodes[node].lifeStart + s.nodes[node].ticks; at > c.deadline {
+			s.failf("client %d granted at clock %d after its obtain deadline %d", c.id, at, c.deadline)
 			return
+		}
+		if expiry := semaphore.LeaseOf(e, c.mode, c.sent).Expiry; expiry <= s.nodes[node].clock {
+			// Decided by an agent whose clock was behind (it woke from a
+			// pause): the lease is over by the client's timer before the
+			// answer comes, and the agent answers timed out.
+			s.tracef("client %d granted %s token %d already over (expiry %d, clock %d)", c.id, c.name, e.Token, expiry, s.nodes[node].clock)
+			s.res.Failures++
+			s.finishOp(c, false, 0)
+			c.state = idle
+			s.release(c, s.nodes[node].core)
+			return
+		}
+		if s.forced[c.name][e.Token] {
+			// Granted while an operator's force-unlock was on its way:
+			// the unlock wins, as for a holder.
+			c.forced = true
+			s.res.ForcedHolders++
 		}
 		// Every token is above every earlier writer's. A hard writer's is
 		// above every earlier grant's; readers that passed a waiting soft
@@ -896,7 +1142,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			s.lastReaderEvent[c.name] = s.tick
 			s.checkReaderBehindWriters(c, e.Token)
 			for _, o := range s.clients {
-				if o != c && o.name == c.name && o.mode == semaphore.ReadOnly && o.holds(s.tick) {
+				if o != c && o.name == c.name && o.mode == semaphore.ReadOnly && s.holds(o) {
 					s.res.SharedGrants++
 					break
 				}
@@ -905,10 +1151,14 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		s.idleWait[c.name] = 0 // a grant is progress, even one released at once
 		c.state, c.token = holding, e.Token
 		c.epoch = s.nodes[node].core.View().Epoch
-		call := s.tick - e.Elapsed // same node: the call's tick
-		c.expiry = semaphore.LeaseOf(e, c.mode, call).Expiry
+		// The agent's own arithmetic, counted from the call on the
+		// client's machine clock.
+		c.expiry = semaphore.LeaseOf(e, c.mode, c.sent).Expiry
 		s.res.Grants++
 		s.finishOp(c, true, e.Token)
+		if c.forced {
+			s.closeHold(c)
+		}
 		s.checkInvariants()
 	case wire.EventFailed:
 		if c.state != waiting {
@@ -926,16 +1176,17 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		// A lease the client already let lapse stays lapsed: it stopped
 		// acting under it, and its history says so.
 		if c.state == holding && c.renewAt >= 0 && c.token != 0 {
-			c.expiry = c.renewAt + e.Duration
+			c.expiry = semaphore.ExpiryOf(e, c.renewAt)
 			c.renewAt = -1
 		}
 	case wire.EventRenewFailed:
 		c.renewAt = -1
 	case wire.EventUnlocked:
-		if c.state == holding {
-			s.endHold(c, "unlocked: "+e.Code.String())
+		// The client does not watch: it holds on until its own timer
+		// runs out (expireLeases), and gives back a lease the agent ended.
+		if c.state == holding && c.token == 0 {
+			c.state = idle
 		}
-		c.state = idle
 	}
 }
 
@@ -963,11 +1214,23 @@ func (s *Sim) measureIdleWait() {
 	}
 }
 
-// expireLeases ends holds whose client-side expiry passed.
-func (s *Sim) expireLeases() {
+// expireLeases ends holds whose client-side expiry passed, on the client's
+// machine clock; the client then gives the lease back (when its agent
+// can be called) and is free for another request.
+func (s *Sim) expireLeases(node int) {
 	for _, c := range s.clients {
-		if c.state == holding && s.tick >= c.expiry && c.op < 0 {
+		n := s.nodes[c.node]
+		if c.node != node || c.state != holding || n.clock < c.expiry || c.op >= 0 {
+			continue
+		}
+		if c.token != 0 {
+			s.tracef("client %d stops holding %s token %d: its timer ran out at clock %d", c.id, c.name, c.token, c.expiry)
 			s.closeHold(c)
+		}
+		if n.core != nil && !n.paused(s.tick) {
+			c.state = idle
+			s.release(c, n.core)
+			s.handle(c.node)
 		}
 	}
 }
@@ -1009,7 +1272,10 @@ func (s *Sim) finishOp(c *client, ok bool, token uint64) {
 	}
 }
 
-func (c *client) holds(tick int64) bool { return c.state == holding && c.token != 0 && tick < c.expiry }
+// holds: c holds its lease now by its own timer, on its machine's clock.
+func (s *Sim) holds(c *client) bool {
+	return c.state == holding && c.token != 0 && s.nodes[c.node].clock < c.expiry
+}
 
 // checkInvariants: per name, at most one writer holds, and no reader
 // holds beside a writer.
@@ -1017,7 +1283,7 @@ func (s *Sim) checkInvariants() {
 	for _, name := range s.names {
 		var writers, readers []string
 		for _, c := range s.clients {
-			if c.name == name && c.holds(s.tick) {
+			if c.name == name && s.holds(c) && !c.forced {
 				who := fmt.Sprintf("client %d (%s, token %d, expiry %d)", c.id, c.mode, c.token, c.expiry)
 				if c.mode == semaphore.ReadOnly {
 					readers = append(readers, who)
@@ -1040,8 +1306,8 @@ func (s *Sim) checkInvariants() {
 // ticket durable at a quorum. Soft writers let readers pass: by design.
 func (s *Sim) checkReaderBehindWriters(c *client, token uint64) {
 	for _, n := range s.nodes {
-		if n.core == nil {
-			continue
+		if n.core == nil || n.paused(s.tick) {
+			continue // a paused agent's requests may be long expired at the leaders
 		}
 		for _, r := range n.core.Requests() {
 			hard := r.Mode == semaphore.ReadWritePriority || r.Mode == semaphore.Exclusive
@@ -1059,13 +1325,11 @@ func (s *Sim) checkReaderBehindWriters(c *client, token uint64) {
 func (s *Sim) settle() {
 	since := s.tick - s.o.FaultTicks
 	for _, c := range s.clients {
-		if c.state == waiting && s.tick > c.deadline+20 {
-			s.failf("liveness: client %d still waits on %s %d ticks after its deadline", c.id, c.name, s.tick-c.deadline)
+		// (An agent that was paused past the deadline answers once awake.)
+		if n := s.nodes[c.node]; c.state == waiting && n.clock > c.deadline+20 && s.tick > n.pausedUntil+20 {
+			clock := n.clock
+			s.failf("liveness: client %d still waits on %s %d ticks after its deadline", c.id, c.name, clock-c.deadline)
 			return
-		}
-		if c.state == holding && s.tick >= c.expiry+1 {
-			// Its lease is over for the client; let the core's UNLOCKED come.
-			continue
 		}
 	}
 	if since == 200 {
@@ -1090,7 +1354,7 @@ func (s *Sim) pickProbe() *client {
 	for _, c := range s.clients {
 		if c.state == holding && s.nodes[c.node].core != nil {
 			s.endHold(c, "release before probe")
-			_ = s.nodes[c.node].core.Release(c.handle)
+			s.release(c, s.nodes[c.node].core)
 			s.handle(c.node)
 			return c
 		}
@@ -1214,11 +1478,7 @@ func (s *Sim) stale(i int, err error) {
 	}
 	n.core, n.gone, n.diskFault, n.harmful = nil, true, "", false
 	s.res.Stale++
-	for _, c := range s.clients {
-		if c.node == i && c.state != idle {
-			s.clientGone(c, "its node stopped")
-		}
-	}
+	s.orphanClients(i, "its node stopped")
 	s.newJob(i, 20+s.rng.Int64N(60))
 }
 
@@ -1292,7 +1552,7 @@ func (s *Sim) machineFaults() bool {
 // new id: every live node learns of it, as the mesh tells the runtime.
 func (s *Sim) addNode() int {
 	i := len(s.nodes)
-	n := &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}}
+	n := &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}, rate: s.driftRate()}
 	s.nodes = append(s.nodes, n)
 	s.cut = append(s.cut, s.chance(0.5))
 	for _, o := range s.nodes {

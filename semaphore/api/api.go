@@ -140,13 +140,37 @@ type ForceBody struct {
 	By string `json:"by,omitempty"`
 }
 
-// LeaseJSON is a lease in answers.
+// LeaseJSON is a lease in answers (acquire, renew).
 type LeaseJSON struct {
-	Lease   string    `json:"lease"`
-	Name    string    `json:"name"`
-	Mode    string    `json:"mode"`
-	Token   uint64    `json:"token"`
+	Lease string `json:"lease"`
+	Name  string `json:"name"`
+	Mode  string `json:"mode"`
+	Token uint64 `json:"token"`
+	// TTL is how long the lease lasts, counted from when the client sent
+	// the call this answers: count it on a monotonic clock from the send,
+	// never from the answer's arrival, and stop acting under the lease
+	// when it runs out. TTL is a Go duration string; TTLMillis the same
+	// in whole milliseconds (rounded down), for clients in other languages.
+	TTL       string `json:"ttl"`
+	TTLMillis int64  `json:"ttl_ms"`
+	// Expires is the agent's wall-clock estimate of the end, for display
+	// only: a clock step moves it.
 	Expires time.Time `json:"expires"`
+}
+
+// Span spells a duration as TTL does; ParseSpan reads it back.
+func Span(d time.Duration) string { return d.String() }
+
+// ParseSpan reads a TTL: a Go duration string, not negative.
+func ParseSpan(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("negative duration %s", s)
+	}
+	return d, nil
 }
 
 // StatusJSON is the answer of GET /v1/status: the node's status and,

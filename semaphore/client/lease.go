@@ -54,13 +54,25 @@ func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, 
 	body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
 		Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try}
 	var lj api.LeaseJSON
+	sent := time.Now()
 	if err := c.call(ctx, "acquire "+name, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
 		return nil, err
 	}
 	if m, err := semaphore.ParseMode(lj.Mode); err == nil {
 		mode = m
 	}
-	return c.newLease(lj, mode, o.AutoRenew), nil
+	return c.newLease(lj, expiresOf(lj, sent), mode, o.AutoRenew), nil
+}
+
+// expiresOf is when a lease answered by lj ends, for a call sent at sent:
+// the TTL counted from the send on the monotonic clock (DESIGN.md §4), so
+// neither the call's travel nor a step of the wall clock lengthens it.
+// An agent that gives no TTL is read by its wall-clock expiry.
+func expiresOf(lj api.LeaseJSON, sent time.Time) time.Time {
+	if ttl, err := api.ParseSpan(lj.TTL); err == nil && lj.TTL != "" {
+		return sent.Add(ttl)
+	}
+	return sent.Add(time.Until(lj.Expires))
 }
 
 // Lease is a granted lock. Its methods are safe for concurrent use.
@@ -88,14 +100,14 @@ type Lease struct {
 	renewFail error // the last renewal's error, for the expiry's report
 }
 
-func (c *Client) newLease(lj api.LeaseJSON, mode semaphore.Mode, autoRenew bool) *Lease {
+func (c *Client) newLease(lj api.LeaseJSON, expires time.Time, mode semaphore.Mode, autoRenew bool) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, done: make(chan struct{}),
-		ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), expires: lj.Expires}
+		ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), expires: expires}
 	l.mu.Lock()
 	// A local timer, so the lease ends at its expiry even when the agent
 	// says nothing (unreachable, stopped, slow).
-	l.timer = time.AfterFunc(time.Until(lj.Expires), l.expire)
+	l.timer = time.AfterFunc(time.Until(expires), l.expire)
 	if autoRenew {
 		l.wg.Add(1)
 		go l.renewLoop()
@@ -117,7 +129,10 @@ func (l *Lease) Mode() semaphore.Mode { return l.mode }
 // name, and a reader's is above every earlier writer's.
 func (l *Lease) Token() uint64 { return l.token }
 
-// Expires is when the lease ends unless renewed, as last reported.
+// Expires is when the lease ends unless renewed: the last grant's or
+// renewal's TTL counted from when its call was sent. It carries the
+// monotonic clock reading, so time.Until(Expires()) is immune to steps of
+// the wall clock.
 func (l *Lease) Expires() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -245,10 +260,11 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return fmt.Errorf("client: renew %s: released: %w", l.id, ErrUnknownLease)
 	}
 	var lj api.LeaseJSON
+	sent := time.Now()
 	err := l.c.call(ctx, "renew "+l.id, http.MethodPost, "/v1/renew", api.LeaseBody{Lease: l.id}, &lj)
 	switch {
 	case err == nil:
-		l.extend(lj.Expires)
+		l.extend(expiresOf(lj, sent))
 		return nil
 	case errors.Is(err, semaphore.ErrLost):
 		l.end(err)
@@ -334,9 +350,9 @@ func (l *Lease) watchOnce() (int, error) {
 			return n, err
 		}
 		n++
+		// Granted and renewed events do not move the expiry: their send
+		// time is unknown here, so only this client's own calls extend it.
 		switch e.Kind {
-		case "granted", "renewed":
-			l.extend(e.Expires)
 		case "renew-failed":
 			if e.Code == "lost" {
 				l.end(l.lost("was dropped by the leaders (renewal refused)"))

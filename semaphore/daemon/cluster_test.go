@@ -309,6 +309,23 @@ func TestRestartFromDisk(t *testing.T) {
 	if err := c.node(0).Release(context.Background(), other.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The release is through once no leader keeps the ticket. (A release
+	// that a restart cuts short comes back until its ticket expires:
+	// tombstones are issue 11's item 5, still open.)
+	c.waitFor("/other released at every leader", func() bool {
+		for i := range 3 {
+			t, err := c.node(i).Locks(context.Background(), "/other")
+			if err != nil {
+				return false
+			}
+			for _, l := range t.Locks {
+				if len(l.Entries) > 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	for i := range 3 {
 		c.stop(i)
 	}
@@ -322,7 +339,8 @@ func TestRestartFromDisk(t *testing.T) {
 	if _, err := c.node(3).Renew(context.Background(), held.ID); err != nil {
 		t.Fatalf("renew after the leaders restarted: %v", err)
 	}
-	// Whole cluster.
+	// Whole cluster, the holder's agent included: its client outlives the
+	// agent, so the lease stays until released (issue 11, break 2).
 	c.stopAll()
 	for i := range 4 {
 		c.start(i)
@@ -332,6 +350,16 @@ func TestRestartFromDisk(t *testing.T) {
 	if l.Token <= other.Token {
 		t.Fatalf("token %d after a restart, %d before: the high-water mark was lost", l.Token, other.Token)
 	}
+	for i := range 4 {
+		if got, err := acquire(t, c.node(i), "/cart", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+			t.Fatalf("try on /cart through node %d after a full restart: %+v, %v; want timed out (held through node 4)", i+1, got, err)
+		}
+	}
+	// The client gives it back through its restarted agent, by the id it
+	// was given; the agent learns its former leases from the leaders.
+	c.waitFor("node 4 releases its former lease", func() bool {
+		return c.node(3).Release(context.Background(), held.ID) == nil
+	})
 	l2 := mustAcquire(t, c.node(2), "/cart", "exclusive", time.Minute)
 	if l2.Token <= held.Token {
 		t.Fatalf("token %d on /cart after a restart, %d before", l2.Token, held.Token)

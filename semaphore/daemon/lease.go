@@ -35,10 +35,15 @@ type Request struct {
 
 // Lease is a granted lock as the client sees it.
 type Lease struct {
-	ID      string // the request's handle, "node.incarnation.counter"
-	Name    string
-	Mode    wire.Mode
-	Token   uint64
+	ID    string // the request's handle, "node.incarnation.counter"
+	Name  string
+	Mode  wire.Mode
+	Token uint64
+	// TTL is the lease's time to live counted from when the agent took the
+	// call this lease answers (the acquire, or the last renewal): a client
+	// that counts it from when it sent the call, on its monotonic clock,
+	// stops before the leaders free the name. Expires is for display.
+	TTL     time.Duration
 	Expires time.Time
 }
 
@@ -51,13 +56,18 @@ type lease struct {
 	renewAt int64 // tick of the pending Renew call
 	token   uint64
 	expiry  int64 // tick; 0 until granted
-	held    bool
+	// ttl is the time to live the last grant or renewal gave, counted from
+	// the monotonic time of its call (asked, renewAsked).
+	ttl        time.Duration
+	renewAsked time.Time
+	held       bool
 	// acquired gets the first grant or failure; renewed the answer to a
 	// pending renewal. Both have room for one: the loop never blocks.
 	acquired chan error
 	renewed  chan error
 	watchers []chan Event
-	// asked and granted are wall times, for the wait and hold metrics.
+	// asked is when the loop took the acquire call; granted when it was
+	// granted (monotonic times, for TTLs and the wait and hold metrics).
 	asked, granted time.Time
 }
 
@@ -163,7 +173,7 @@ func (n *Node) run(ctx context.Context, fn func() error) error {
 }
 
 func (n *Node) leaseOf(l *lease) Lease {
-	return Lease{ID: l.handle.String(), Name: l.req.Name, Mode: l.req.Mode, Token: l.token, Expires: n.wallTime(l.expiry)}
+	return Lease{ID: l.handle.String(), Name: l.req.Name, Mode: l.req.Mode, Token: l.token, TTL: l.ttl, Expires: n.wallTime(l.expiry)}
 }
 
 // drop forgets a lease; release says whether to tell the core.
@@ -204,6 +214,11 @@ func (n *Node) Release(ctx context.Context, id string) error {
 	return n.run(ctx, func() error {
 		l := n.leases[h]
 		if l == nil {
+			// A lease granted before this agent restarted: the leaders keep
+			// it for its client, and told this life so; give it back.
+			if h.Node == n.cfg.Self && n.core.Release(h) == nil {
+				return nil
+			}
 			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 		}
 		n.emitTo(l, Event{Kind: wire.EventUnlocked.String()})
@@ -232,7 +247,7 @@ func (n *Node) Renew(ctx context.Context, id string) (Lease, error) {
 		case <-l.renewed: // an answer nobody waited for
 		default:
 		}
-		l.renewAt = n.ticks
+		l.renewAt, l.renewAsked = n.ticks, time.Now()
 		return n.core.Renew(h)
 	}); err != nil {
 		return Lease{}, err
@@ -305,7 +320,18 @@ func (n *Node) onEvent(e core.Event) {
 	switch e.Kind {
 	case wire.EventGranted:
 		lease := semaphore.LeaseOf(e, l.req.Mode, l.sent)
+		if n.ttlFrom(time.Now(), lease.Expiry) == 0 {
+			// Decided while the loop's clock was behind (the process was
+			// stopped, or starved): the lease is over before anyone could
+			// use it. The client hears timed out; the leaders, a release.
+			n.metrics.failures.WithLabelValues(wire.CodeTimedOut.String()).Inc()
+			n.emitTo(l, Event{Kind: wire.EventFailed.String(), Code: wire.CodeTimedOut.String()})
+			putLatest(l.acquired, fmt.Errorf("%w: granted after the lease's end (the agent was paused)", core.ErrTimedOut))
+			n.drop(l, true)
+			return
+		}
 		l.held, l.token, l.expiry, l.granted = true, lease.Token, lease.Expiry, time.Now()
+		l.ttl = n.ttlFrom(l.asked, l.expiry)
 		mode := l.req.Mode.String()
 		n.metrics.waiters.Dec()
 		n.metrics.grants.WithLabelValues(mode).Inc()
@@ -328,7 +354,8 @@ func (n *Node) onEvent(e core.Event) {
 		putLatest(l.acquired, err)
 		n.drop(l, false)
 	case wire.EventRenewed:
-		l.expiry = l.renewAt + e.Elapsed + e.Duration
+		l.expiry = semaphore.ExpiryOf(e, l.renewAt)
+		l.ttl = n.ttlFrom(l.renewAsked, l.expiry)
 		ev.Expires = n.wallTime(l.expiry)
 		n.emitTo(l, ev)
 		putLatest(l.renewed, nil)
@@ -342,6 +369,14 @@ func (n *Node) onEvent(e core.Event) {
 		putLatest(l.renewed, core.ErrLost)
 		n.drop(l, false)
 	}
+}
+
+// ttlFrom is the time from asked, when the loop took a call, to tick
+// expiry. The loop never runs a tick before its time (ticks only catch up
+// with the clock), so the master ends the lease no earlier than asked +
+// the TTL, and a client that sent the call before asked ends it earlier.
+func (n *Node) ttlFrom(asked time.Time, expiry int64) time.Duration {
+	return max(n.wallTime(expiry).Sub(asked), 0)
 }
 
 // putLatest leaves v in a one-slot channel, replacing an unread value.
