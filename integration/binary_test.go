@@ -210,51 +210,64 @@ func peerID(t *testing.T, data string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// agent is one `sluice agent` process of a test cluster, with its data
+// directory, API socket and mesh address.
+type agent struct {
+	data, sock, addr string
+	p                *proc
+	c                *http.Client
+}
+
+// agents prepares n agents under root, all of them bootstrap members.
+func agents(t *testing.T, root string, n int) []*agent {
+	t.Helper()
+	nodes := make([]*agent, n)
+	for i := range nodes {
+		a := &agent{data: filepath.Join(root, fmt.Sprintf("n%d", i+1))}
+		a.sock = filepath.Join(a.data, "api.sock")
+		a.addr = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), peerID(t, a.data))
+		a.c = unixClient(a.sock)
+		nodes[i] = a
+	}
+	return nodes
+}
+
+// run starts agent i of nodes (again, after a kill) from its directory.
+func run(t *testing.T, nodes []*agent, i int) {
+	t.Helper()
+	a := nodes[i]
+	var peers, members []string
+	for j, o := range nodes {
+		members = append(members, o.addr[strings.Index(o.addr, "/p2p/")+len("/p2p/"):])
+		if j != i {
+			peers = append(peers, o.addr)
+		}
+	}
+	listen := a.addr[:strings.Index(a.addr, "/p2p/")]
+	a.p = start(t, "agent", "--name", fmt.Sprintf("n%d", i+1), "--data", a.data, "--listen", listen,
+		"--peers", strings.Join(peers, ","), "--initial-members", strings.Join(members, ","), "--api", a.sock, "--log-level", "warn")
+	a.p.waitLine(t, "API on "+a.sock)
+}
+
+func allReady(t *testing.T, nodes []*agent) {
+	t.Helper()
+	var cs []*http.Client
+	for _, n := range nodes {
+		cs = append(cs, n.c)
+	}
+	waitReady(t, cs...)
+}
+
 // TestAgentsSurviveKill runs three `sluice agent` processes with data
 // directories. A leader is killed with SIGKILL while a lock is held and
 // restarted from its directory; the lock is still held, the holder renews
 // and releases it, and the next grant has a larger fencing token.
 func TestAgentsSurviveKill(t *testing.T) {
-	root := shortDir(t)
-	type node struct {
-		data, sock, addr string
-		p                *proc
-		c                *http.Client
-	}
-	nodes := make([]*node, 3)
-	var members []string
+	nodes := agents(t, shortDir(t), 3)
 	for i := range nodes {
-		n := &node{data: filepath.Join(root, fmt.Sprintf("n%d", i+1))}
-		n.sock = filepath.Join(n.data, "api.sock")
-		id := peerID(t, n.data)
-		members = append(members, id)
-		n.addr = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), id)
-		n.c = unixClient(n.sock)
-		nodes[i] = n
+		run(t, nodes, i)
 	}
-	run := func(i int) {
-		n := nodes[i]
-		var peers []string
-		for j, o := range nodes {
-			if j != i {
-				peers = append(peers, o.addr)
-			}
-		}
-		listen := strings.TrimSuffix(n.addr, n.addr[strings.Index(n.addr, "/p2p/"):])
-		n.p = start(t, "agent", "--name", fmt.Sprintf("n%d", i+1), "--data", n.data, "--listen", listen,
-			"--peers", strings.Join(peers, ","), "--initial-members", strings.Join(members, ","), "--api", n.sock, "--log-level", "warn")
-		n.p.waitLine(t, "API on "+n.sock)
-	}
-	for i := range nodes {
-		run(i)
-	}
-	ready := func() {
-		var cs []*http.Client
-		for _, n := range nodes {
-			cs = append(cs, n.c)
-		}
-		waitReady(t, cs...)
-	}
+	ready := func() { allReady(t, nodes) }
 	ready()
 	code, held := post(t, nodes[0].c, "/v1/acquire", `{"name":"/db","duration":"10m"}`)
 	if code != 200 {
@@ -264,7 +277,7 @@ func TestAgentsSurviveKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes[1].p.wait(t)
-	run(1)
+	run(t, nodes, 1)
 	ready()
 	if code, out := post(t, nodes[2].c, "/v1/acquire", `{"name":"/db","try":true}`); code != 409 {
 		t.Fatalf("try on the held lock after a leader's SIGKILL and restart: %d %v", code, out)

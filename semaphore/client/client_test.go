@@ -357,8 +357,11 @@ func fakeAgent(t *testing.T, duration time.Duration) *client.Client {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/acquire", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		expires = time.Now().Add(duration)
-		lj := daemon.LeaseJSON{Lease: "9.1.1", Name: "/fake", Mode: "read-only", Token: 7, Expires: expires}
+		// The agent's wall clock is an hour ahead (stepped): only the TTL,
+		// counted on the client's monotonic clock, may set the end.
+		expires = time.Now().Add(time.Hour)
+		lj := daemon.LeaseJSON{Lease: "9.1.1", Name: "/fake", Mode: "read-only", Token: 7, Expires: expires,
+			TTL: duration.String(), TTLMillis: duration.Milliseconds()}
 		mu.Unlock()
 		json.NewEncoder(w).Encode(lj)
 	})
@@ -387,7 +390,9 @@ func fakeAgent(t *testing.T, duration time.Duration) *client.Client {
 	return c
 }
 
-// The agent stays silent: the lease still ends at its expiry.
+// The agent stays silent, and its wall clock is an hour off: the lease
+// still ends at its TTL, counted from the acquire's send (issue 11, break
+// 4: a client that trusted the wall-clock expires held for an hour).
 func TestExpiryWithSilentAgent(t *testing.T) {
 	for _, auto := range []bool{false, true} {
 		name := map[bool]string{false: "plain", true: "auto-renew"}[auto]

@@ -9,12 +9,22 @@
 //     does.
 //   - Acquire blocks until the agent grants the lock, refuses it, or ctx
 //     ends; ending ctx abandons the request at the agent.
-//   - A Lease is valid until its Expires. Done closes when the lease is
+//   - A Lease is valid until its Expires: the TTL the agent gave for the
+//     grant (or the last renewal), counted from when this client sent that
+//     call, on the monotonic clock, so neither the call's travel nor a
+//     step of the wall clock lengthens it. Done closes when the lease is
 //     lost (the agent unlocked it, a renewal found it gone, the agent
 //     stopped reporting it, or its expiry passed: the last holds even when
 //     the agent cannot be reached) or released; Err says which. A holder
 //     must stop acting under the lease when Done closes, and should pass
 //     Token to whatever it writes, so that a late write can be fenced off.
+//   - When the agent is lost (stopped, restarted, unreachable), Done
+//     closes as soon as the watch cannot reach it (if Done was called),
+//     or at the next renewal, or at the expiry. The leaders keep the
+//     lease until its expiry all the same, so nobody else gets the name
+//     meanwhile: stop acting under it, call Release (a restarted agent
+//     gives the lease back for its client; an unreachable one leaves it
+//     to expire), and Acquire again.
 //   - Release gives the lease back and stops everything the lease runs
 //     (its watch, renewals and timer); call it even after Done closed, to
 //     free the agent's record. It is idempotent.
@@ -24,6 +34,6 @@
 //     ErrUnauthorized; an agent that cannot be reached gives
 //     ErrUnavailable. Use errors.Is; *APIError has the details.
 //
-// The agent's Expires is wall-clock time of the agent's host; a client on
-// the same host (the only one the API serves) shares that clock.
+// The API's "expires" is the agent's wall-clock estimate, for display;
+// this package never trusts it when the agent gives a TTL.
 package client

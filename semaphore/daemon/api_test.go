@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
@@ -92,6 +93,12 @@ func TestAPILockCycle(t *testing.T) {
 		t.Fatalf("acquire: %d %s", got.status, got.raw)
 	}
 	lease := got.body["lease"].(string)
+	// The TTL counts from the call: at most the duration plus the wait, and
+	// the same in milliseconds.
+	ttl, err := time.ParseDuration(fmt.Sprint(got.body["ttl"]))
+	if err != nil || ttl <= 0 || ttl > time.Minute+time.Second || int64(got.body["ttl_ms"].(float64)) != ttl.Milliseconds() {
+		t.Fatalf("acquire's ttl %v (%v), ttl_ms %v: %s", got.body["ttl"], err, got.body["ttl_ms"], got.raw)
+	}
 	// A writer's try on the held name: 409 timedout; a reader's: 503
 	// draining, the frontend's cue for the maintenance page.
 	try := call(t, c, "POST", base+"/v1/acquire", `{"name":"/site","try":true}`)
@@ -105,6 +112,11 @@ func TestAPILockCycle(t *testing.T) {
 	renew := call(t, c, "POST", base+"/v1/renew", fmt.Sprintf(`{"lease":%q}`, lease))
 	if renew.status != 200 || renew.body["lease"] != lease {
 		t.Fatalf("renew: %d %s", renew.status, renew.raw)
+	}
+	// A renewal lasts the duration from the renew call, not from its
+	// confirmation (issue 11, break 1): never more than the duration.
+	if ttl, err := time.ParseDuration(fmt.Sprint(renew.body["ttl"])); err != nil || ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("renew's ttl %v (%v): %s", renew.body["ttl"], err, renew.raw)
 	}
 	locks := call(t, c, "GET", base+"/v1/locks?prefix=/s", "")
 	if locks.status != 200 || !strings.Contains(locks.raw, lease) {
