@@ -172,6 +172,10 @@ const (
 	// its master asked for, on their own clock, with no room for clocks
 	// that run at different rates.
 	MutantNoDriftMargin
+	// MutantDropRestoredAtOnce: a restarted leader drops a ticket it
+	// restored as soon as one other leader does not hold it, instead of
+	// when fewer than a quorum can.
+	MutantDropRestoredAtOnce
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -66,6 +66,9 @@ type Stats struct {
 	BadMessages, WrongTarget, StaleEpoch, StaleIncarnation, StaleReplies uint64
 	Granted, Failed, Expired, Retransmits, DoorwayRestarts, TicketRaises uint64
 	NotServing, Handoffs                                                 uint64
+	// RestoredDropped counts tickets restored from the store that fewer
+	// than a quorum of the view's leaders held (released while away).
+	RestoredDropped uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica
@@ -85,6 +88,8 @@ type Node struct {
 	names  map[string]*replicaName
 	minInc map[wire.NodeID]uint32
 	fence  uint64 // lock work below this epoch is refused (durable)
+	// holdsAskAt: when to ask the other leaders about restored tickets.
+	holdsAskAt int64
 	// complete is the epoch of the last view whose handoff finished (durable).
 	complete uint64
 	syncs    map[uint64]*syncState // handoffs in progress, by epoch
@@ -335,7 +340,7 @@ func (n *Node) check(m wire.Message) error {
 		}
 		return nil
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
-		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate:
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate, wire.KindHolds, wire.KindHoldsAck:
 		if !n.cfg.View.IsLeader(n.cfg.ID) {
 			n.stats.WrongTarget++
 			return fmt.Errorf("%w: %s to a node that is not a leader", ErrWrongTarget, m.Kind)
@@ -368,7 +373,7 @@ func (n *Node) check(m wire.Message) error {
 func replicaKind(k wire.Kind) bool {
 	switch k {
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
-		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate:
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate, wire.KindHolds, wire.KindHoldsAck:
 		return true
 	}
 	return false

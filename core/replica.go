@@ -14,6 +14,12 @@ type record struct {
 	since    int64 // the tick this replica learned of the request
 	// markRound is the newest activation round applied to the entry.
 	markRound uint64
+	// restored: read back from the store at a restart, and not yet seen
+	// held by another leader. notAt are the leaders of view notAtEpoch
+	// that said they do not hold it.
+	restored   bool
+	notAt      map[wire.NodeID]bool
+	notAtEpoch uint64
 }
 
 type watcher struct {
@@ -59,7 +65,7 @@ func (n *Node) restore(d *Durable) {
 			e := dt.Entry
 			e.State = wire.StateTicket
 			e.Active = mayBeActive(e.Mode)
-			t.recs[req] = &record{entry: e, deadline: n.now + dt.Lifetime, since: n.now}
+			t.recs[req] = &record{entry: e, deadline: n.now + dt.Lifetime, since: n.now, restored: true}
 			if dt.Entry.Ticket > t.highWater {
 				t.highWater = dt.Entry.Ticket
 			}
@@ -209,6 +215,21 @@ func (n *Node) replicaStep(m wire.Message) {
 		}
 		n.send(reply)
 
+	case wire.KindHolds:
+		reply.Kind, reply.Entries = wire.KindHoldsAck, make([]wire.Entry, 0, len(m.Entries))
+		t := n.names[m.Name]
+		for _, e := range m.Entries {
+			held := wire.Entry{Req: e.Req, Mode: e.Mode}
+			if t != nil && t.recs[e.Req] != nil && t.recs[e.Req].entry.Ticket != 0 {
+				held.Ticket = t.recs[e.Req].entry.Ticket
+			}
+			reply.Entries = append(reply.Entries, held)
+		}
+		n.send(reply)
+
+	case wire.KindHoldsAck:
+		n.onHoldsAck(m)
+
 	case wire.KindRestarted:
 		inc := uint32(m.Inc)
 		if inc <= n.minInc[m.From] {
@@ -241,6 +262,64 @@ func (n *Node) replicaStep(m wire.Message) {
 				n.tellFormer(m.From, name, r)
 			}
 			delete(t.watchers, m.From)
+		}
+	}
+}
+
+// maxHoldsAsked bounds the entries of one KindHolds.
+const maxHoldsAsked = 1024
+
+// askHolds asks the view's other leaders which of the tickets this leader
+// restored from its store they hold: every RefreshTicks while serving,
+// until each restored ticket is seen held elsewhere or dropped.
+func (n *Node) askHolds() {
+	if !n.Serving() || n.now < n.holdsAskAt {
+		return
+	}
+	n.holdsAskAt = n.now + n.cfg.RefreshTicks
+	for _, name := range sortedKeys(n.names) {
+		t := n.names[name]
+		var asked []wire.Entry
+		for _, req := range sortedReqs(t.recs) {
+			if r := t.recs[req]; r.restored && len(asked) < maxHoldsAsked {
+				asked = append(asked, r.entry)
+			}
+		}
+		if len(asked) > 0 {
+			n.toLeaders(wire.Message{Kind: wire.KindHolds, Name: name, Entries: asked},
+				func(l wire.NodeID) bool { return l == n.cfg.ID })
+		}
+	}
+}
+
+// onHoldsAck: a restored ticket held by another leader is kept as any
+// other; one that too many leaders of the view do not hold is no live
+// lease. A live lease is at a quorum of the view's leaders from its grant
+// until its holder's timer runs out (restarts restore it, handoffs carry
+// it, only releases and expiry drop it), so a ticket fewer than a quorum
+// can hold was released or expired while this leader was away, and would
+// otherwise block its name until its restored lifetime ran out.
+func (n *Node) onHoldsAck(m wire.Message) {
+	t := n.names[m.Name]
+	if t == nil || !n.cfg.View.IsLeader(m.From) || m.From == n.cfg.ID {
+		return
+	}
+	for _, e := range m.Entries {
+		r := t.recs[e.Req]
+		if r == nil || !r.restored {
+			continue
+		}
+		if e.Ticket != 0 {
+			r.restored, r.notAt = false, nil
+			continue
+		}
+		if r.notAtEpoch != n.cfg.View.Epoch {
+			r.notAt, r.notAtEpoch = map[wire.NodeID]bool{}, n.cfg.View.Epoch
+		}
+		r.notAt[m.From] = true
+		if len(n.cfg.View.Leaders)-len(r.notAt) < n.cfg.View.Quorum() || n.cfg.Mutant&MutantDropRestoredAtOnce != 0 {
+			n.stats.RestoredDropped++
+			n.dropRecord(m.Name, t, e.Req, 0)
 		}
 	}
 }
@@ -291,6 +370,7 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 
 // replicaTick expires records, tombstones and watches.
 func (n *Node) replicaTick() {
+	n.askHolds()
 	for _, name := range sortedKeys(n.names) {
 		t := n.names[name]
 		for _, req := range sortedReqs(t.recs) {

@@ -221,6 +221,15 @@ const (
 	// deadline (Lifetime ticks from now), for it may be a granted lease
 	// whose client still holds it. The new life can release it.
 	KindFormer
+	// KindHolds (leader → the other leaders of the view; package core):
+	// which of Entries, tickets of Name this leader restored from its
+	// store after a restart, does the receiver hold? A ticket that fewer
+	// than a quorum of the view's leaders hold is no live lease (it was
+	// released or expired while this leader was away), and is dropped.
+	KindHolds
+	// KindHoldsAck: Entries are those of the asked ones the sender holds,
+	// in the view of the message's Epoch.
+	KindHoldsAck
 	kindEnd
 )
 
@@ -263,7 +272,7 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
 	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
-	"check-in", "check-in-ack", "revoked", "former"}
+	"check-in", "check-in-ack", "revoked", "former", "holds", "holds-ack"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
