@@ -49,7 +49,7 @@ func requireCaught(t *testing.T, what string, o Options) {
 // fence lose a lock only while they have not heard of the new view, a
 // window the simulator's fast view propagation rarely opens: the scripted
 // scenario core/testdata/handoff_fences_old_leaders.txt and
-// TestFenceScenarioCatchesMutant pin that one.)
+// TestScenariosCatchMutants pin that one.)
 func TestHandoffMutantsAreCaught(t *testing.T) {
 	for _, m := range []struct {
 		name   string
