@@ -281,11 +281,16 @@ type client struct {
 	quiet    int64 // of a READ_WRITE_GENTLE request
 	timeout  int64
 	deadline int64 // machine clock: the last a grant may come at
-	sent     int64 // machine clock of the Acquire call
+	// sent and renewAt are the agent's clock at the Acquire and Renew
+	// calls, on the machine's scale (agentClock): what the agent counts a
+	// TTL from. The runtime's TTL is the time from the call to the tick of
+	// the end (Node.ttlFrom), so a client ends where the agent's clock
+	// reaches the end, even when that clock lagged at the call (a pause).
+	sent     int64
 	expiry   int64 // machine clock: holds while the clock is below it
 	token    uint64
 	epoch    uint64 // of the view its master was in when it was granted
-	renewAt  int64  // machine clock of a pending Renew call, -1 if none
+	renewAt  int64  // agent clock of a pending Renew call, -1 if none
 	// orphan: its agent crashed or restarted while it held; the client
 	// holds on by its own timer and gives the lease back to the new life.
 	orphan bool
@@ -479,6 +484,10 @@ func (s *Sim) advanceClock(i int) {
 		}
 	}
 }
+
+// agentClock is node i's agent clock on its machine's scale: the machine
+// clock when the agent's core last caught up (behind it during a pause).
+func (s *Sim) agentClock(i int) int64 { return s.nodes[i].lifeStart + s.nodes[i].ticks }
 
 // coreNow is how many ticks node i's core has run in this life.
 func (s *Sim) coreNow(i int) int64 { return s.nodes[i].ticks }
@@ -1014,7 +1023,7 @@ func (s *Sim) clientAct(c *client, settling bool) {
 			s.handle(c.node)
 		case c.renewAt < 0 && c.token != 0 && !c.orphan && s.chance(cmp.Or(0.3*b2f(nearEnd), 0.02)):
 			if err := n.Renew(c.handle); err == nil {
-				c.renewAt = clock
+				c.renewAt = s.agentClock(c.node)
 				s.tracef("client %d renews %s token %d at clock %d, expiry %d", c.id, c.name, c.token, clock, c.expiry)
 				s.handle(c.node)
 			}
@@ -1073,7 +1082,7 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 		wait = tryTicks
 	}
 	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, mode: a.Mode, quiet: a.Quiet, timeout: a.Timeout,
-		deadline: s.nodes[c.node].clock + wait, renewAt: -1, probe: probe, sent: s.nodes[c.node].clock}
+		deadline: s.nodes[c.node].clock + wait, renewAt: -1, probe: probe, sent: s.agentClock(c.node)}
 	c.op = s.hist.call(c.id, name, opAcquire, 0, a.Mode != semaphore.ReadOnly)
 	s.tracef("client %d on node %d acquires %s %s as %s (timeout %d, duration %d)", c.id, c.node+1, name, a.Mode, id, a.Timeout, a.Duration)
 	s.handle(c.node)
@@ -1151,8 +1160,8 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		s.idleWait[c.name] = 0 // a grant is progress, even one released at once
 		c.state, c.token = holding, e.Token
 		c.epoch = s.nodes[node].core.View().Epoch
-		// The agent's own arithmetic, counted from the call on the
-		// client's machine clock.
+		// The agent's own arithmetic, counted from the call as the agent's
+		// clock saw it, on the machine's scale (see client.sent).
 		c.expiry = semaphore.LeaseOf(e, c.mode, c.sent).Expiry
 		s.res.Grants++
 		s.finishOp(c, true, e.Token)
