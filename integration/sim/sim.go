@@ -286,11 +286,11 @@ type client struct {
 	// TTL from. The runtime's TTL is the time from the call to the tick of
 	// the end (Node.ttlFrom), so a client ends where the agent's clock
 	// reaches the end, even when that clock lagged at the call (a pause).
-	sent     int64
-	expiry   int64 // machine clock: holds while the clock is below it
-	token    uint64
-	epoch    uint64 // of the view its master was in when it was granted
-	renewAt  int64  // agent clock of a pending Renew call, -1 if none
+	sent    int64
+	expiry  int64 // machine clock: holds while the clock is below it
+	token   uint64
+	epoch   uint64 // of the view its master was in when it was granted
+	renewAt int64  // agent clock of a pending Renew call, -1 if none
 	// orphan: its agent crashed or restarted while it held; the client
 	// holds on by its own timer and gives the lease back to the new life.
 	orphan bool
