@@ -413,6 +413,9 @@ func dropHanded[T any](s []T, k int) []T {
 // RequestStatus describes one of this node's own requests.
 type RequestStatus struct {
 	Handle wire.RequestID
+	// Req is the id of its current doorway, on the wire and in the
+	// leaders' tables (Handle's, unless the doorway restarted).
+	Req    wire.RequestID
 	Name   string
 	Mode   wire.Mode
 	Phase  string
@@ -429,7 +432,7 @@ func (n *Node) Requests() []RequestStatus {
 	out := []RequestStatus{}
 	for _, h := range sortedReqs(n.handles) {
 		r := n.handles[h]
-		out = append(out, RequestStatus{Handle: h, Name: r.a.Name, Mode: r.a.Mode, Phase: phaseNames[r.phase],
+		out = append(out, RequestStatus{Handle: h, Req: r.id, Name: r.a.Name, Mode: r.a.Mode, Phase: phaseNames[r.phase],
 			Ticket: r.ticket, Since: r.start})
 	}
 	return out

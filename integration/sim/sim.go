@@ -853,12 +853,31 @@ func (s *Sim) forceUnlock() {
 	}
 	s.forced[name][e.Ticket] = true
 	s.res.Forced++
+	// The client of the forced request, by its id on the wire: a waiter
+	// whose grant races the unlock (its ticket may have been raised since
+	// the operator read the table) is force-unlocked as well.
+	var handle wire.RequestID
+	node := -1
+	for i, n := range s.nodes {
+		if n.core == nil {
+			continue
+		}
+		for _, r := range n.core.Requests() {
+			if r.Req == e.Req {
+				handle, node = r.Handle, i
+			}
+		}
+	}
 	for _, c := range s.clients {
-		if c.name == name && c.state == holding && c.token == e.Ticket {
-			// Its hold ends here for the history: the operator took it.
+		switch {
+		case c.name != name || c.state == idle:
+		case c.state == holding && c.token == e.Ticket || c.node == node && c.handle == handle:
 			c.forced = true
-			s.res.ForcedHolders++
-			s.closeHold(c)
+			if c.state == holding && c.token != 0 {
+				// Its hold ends here for the history: the operator took it.
+				s.res.ForcedHolders++
+				s.closeHold(c)
+			}
 		}
 	}
 	s.tracef("operator force-unlocks %s ticket %d on %s through node %d", e.Req, e.Ticket, name, by.View().Epoch)
@@ -1120,7 +1139,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			s.release(c, s.nodes[node].core)
 			return
 		}
-		if s.forced[c.name][e.Token] {
+		if s.forced[c.name][e.Token] || c.forced {
 			// Granted while an operator's force-unlock was on its way:
 			// the unlock wins, as for a holder.
 			c.forced = true
