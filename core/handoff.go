@@ -307,7 +307,8 @@ func (n *Node) mergeEntry(m wire.Message) {
 		return
 	}
 	if r == nil {
-		r = &record{entry: wire.Entry{Req: m.Req, Mode: m.Mode}, since: n.now}
+		// Taken over: a copy a release missed may come this way too.
+		r = &record{entry: wire.Entry{Req: m.Req, Mode: m.Mode}, since: n.now, restored: true}
 		t.recs[m.Req] = r
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket

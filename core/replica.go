@@ -14,9 +14,10 @@ type record struct {
 	since    int64 // the tick this replica learned of the request
 	// markRound is the newest activation round applied to the entry.
 	markRound uint64
-	// restored: read back from the store at a restart, and not yet seen
-	// held by another leader. notAt are the leaders of view notAtEpoch
-	// that said they do not hold it.
+	// restored: read back from the store at a restart, or taken over in
+	// a handoff; the other leaders are asked whether they hold it until it
+	// ends. notAt are the leaders of view notAtEpoch that last said they
+	// do not.
 	restored   bool
 	notAt      map[wire.NodeID]bool
 	notAtEpoch uint64
@@ -270,8 +271,8 @@ func (n *Node) replicaStep(m wire.Message) {
 const maxHoldsAsked = 1024
 
 // askHolds asks the view's other leaders which of the tickets this leader
-// restored from its store they hold: every RefreshTicks while serving,
-// until each restored ticket is seen held elsewhere or dropped.
+// restored from its store or took over in a handoff they hold: every
+// RefreshTicks while serving, for as long as it keeps them.
 func (n *Node) askHolds() {
 	if !n.Serving() || n.now < n.holdsAskAt {
 		return
@@ -309,12 +310,14 @@ func (n *Node) onHoldsAck(m wire.Message) {
 		if r == nil || !r.restored {
 			continue
 		}
-		if e.Ticket != 0 {
-			r.restored, r.notAt = false, nil
-			continue
-		}
 		if r.notAtEpoch != n.cfg.View.Epoch {
 			r.notAt, r.notAtEpoch = map[wire.NodeID]bool{}, n.cfg.View.Epoch
+		}
+		if e.Ticket != 0 {
+			// Held there now; asked again later, for that copy may be
+			// a stale one too, and go.
+			delete(r.notAt, m.From)
+			continue
 		}
 		r.notAt[m.From] = true
 		if len(n.cfg.View.Leaders)-len(r.notAt) < n.cfg.View.Quorum() || n.cfg.Mutant&MutantDropRestoredAtOnce != 0 {
