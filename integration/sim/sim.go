@@ -381,7 +381,10 @@ func run(o Options) (*Sim, error) {
 		s.nodes = append(s.nodes, &simNode{id: wire.NodeID(i + 1), disk: disk{durable: core.NewDurable()}, bootstrap: initial,
 			rate: s.driftRate()})
 		if o.WorstDrift {
-			s.nodes[i].rate = 0.95 + 0.1*b2f(i < 3)
+			s.nodes[i].rate = 0.95
+			if i < 3 {
+				s.nodes[i].rate = 1.05
+			}
 		}
 	}
 	for i := range o.Names {
@@ -472,7 +475,7 @@ func (s *Sim) advanceClock(i int) {
 	if n.core == nil || n.paused(s.tick) || s.tick == n.pausedUntil {
 		return
 	}
-	for n.core != nil && n.lifeStart+s.coreNow(i) < n.clock {
+	for n.core != nil && s.agentClock(i) < n.clock {
 		if n.elect != nil {
 			n.elect.Tick()
 			s.handleElection(i)
@@ -488,9 +491,6 @@ func (s *Sim) advanceClock(i int) {
 // agentClock is node i's agent clock on its machine's scale: the machine
 // clock when the agent's core last caught up (behind it during a pause).
 func (s *Sim) agentClock(i int) int64 { return s.nodes[i].lifeStart + s.nodes[i].ticks }
-
-// coreNow is how many ticks node i's core has run in this life.
-func (s *Sim) coreNow(i int) int64 { return s.nodes[i].ticks }
 
 func (s *Sim) tracef(format string, args ...any) {
 	s.trace[s.traceAt%len(s.trace)] = fmt.Sprintf("t%d ", s.tick) + fmt.Sprintf(format, args...)
@@ -818,6 +818,7 @@ func (s *Sim) timeFaults() bool {
 func (s *Sim) forceUnlock() {
 	name := s.names[s.rng.IntN(len(s.names))]
 	var from, by *core.Node
+	byIdx := -1
 	for _, k := range s.rng.Perm(len(s.nodes)) {
 		n := s.nodes[k]
 		if n.core == nil || n.paused(s.tick) {
@@ -826,7 +827,7 @@ func (s *Sim) forceUnlock() {
 		if from == nil && n.core.View().IsLeader(n.id) {
 			from = n.core
 		} else if by == nil {
-			by = n.core
+			by, byIdx = n.core, k
 		}
 	}
 	if from == nil || by == nil {
@@ -880,12 +881,8 @@ func (s *Sim) forceUnlock() {
 			}
 		}
 	}
-	s.tracef("operator force-unlocks %s ticket %d on %s through node %d", e.Req, e.Ticket, name, by.View().Epoch)
-	for i, n := range s.nodes {
-		if n.core == by {
-			s.handle(i)
-		}
-	}
+	s.tracef("operator force-unlocks %s ticket %d on %s through node %d", e.Req, e.Ticket, name, byIdx+1)
+	s.handle(byIdx)
 }
 
 // electionFaults are the faults that matter to views: two leaders of the
@@ -1040,7 +1037,7 @@ func (s *Sim) clientAct(c *client, settling bool) {
 			s.endHold(c, "release")
 			s.release(c, n)
 			s.handle(c.node)
-		case c.renewAt < 0 && c.token != 0 && !c.orphan && s.chance(cmp.Or(0.3*b2f(nearEnd), 0.02)):
+		case c.renewAt < 0 && c.token != 0 && !c.orphan && s.chance(renewChance(nearEnd)):
 			if err := n.Renew(c.handle); err == nil {
 				c.renewAt = s.agentClock(c.node)
 				s.tracef("client %d renews %s token %d at clock %d, expiry %d", c.id, c.name, c.token, clock, c.expiry)
@@ -1050,11 +1047,13 @@ func (s *Sim) clientAct(c *client, settling bool) {
 	}
 }
 
-func b2f(b bool) float64 {
-	if b {
-		return 1
+// renewChance is a holder's chance per tick to renew: high in the
+// lease's last ticks, so renewals race the expiry.
+func renewChance(nearEnd bool) float64 {
+	if nearEnd {
+		return 0.3
 	}
-	return 0
+	return 0.02
 }
 
 // release gives c's lease back to its agent. The agent may have ended it

@@ -158,9 +158,6 @@ type LeaseJSON struct {
 	Expires time.Time `json:"expires"`
 }
 
-// Span spells a duration as TTL does; ParseSpan reads it back.
-func Span(d time.Duration) string { return d.String() }
-
 // ParseSpan reads a TTL: a Go duration string, not negative.
 func ParseSpan(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)

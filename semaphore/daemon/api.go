@@ -258,7 +258,7 @@ func ParseAcquire(b AcquireBody) (Request, error) {
 }
 
 func leaseJSON(l Lease) LeaseJSON {
-	return LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token, TTL: api.Span(l.TTL), TTLMillis: l.TTL.Milliseconds(), Expires: l.Expires}
+	return LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token, TTL: l.TTL.String(), TTLMillis: l.TTL.Milliseconds(), Expires: l.Expires}
 }
 
 func (a *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
