@@ -40,6 +40,8 @@ func CodeOf(err error) wire.Code {
 		return wire.CodeOverflow
 	case errors.Is(err, ErrLost):
 		return wire.CodeLost
+	case errors.Is(err, ErrUnknownReq):
+		return wire.CodeUnknownLease
 	}
 	return wire.CodeNone
 }
@@ -59,6 +61,8 @@ func ErrorOf(c wire.Code) error {
 		return ErrOverflow
 	case wire.CodeLost:
 		return ErrLost
+	case wire.CodeUnknownLease:
+		return ErrUnknownReq
 	}
 	return nil
 }
@@ -176,6 +180,11 @@ const (
 	// restored as soon as one other leader does not hold it, instead of
 	// when fewer than a quorum can.
 	MutantDropRestoredAtOnce
+	// MutantMemoryTombs: tombstones of released requests live in memory
+	// only: they are neither stored nor sent with snapshots, so a copy of
+	// the ticket that a release missed comes back at a restart or in a
+	// handoff.
+	MutantMemoryTombs
 )
 
 func (c *Config) withDefaults() (Config, error) {

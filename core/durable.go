@@ -17,7 +17,8 @@ const (
 	WriteTicket WriteKind = iota + 1
 	// WriteLifetime sets the Lifetime of a stored ticket (a renewal).
 	WriteLifetime
-	// WriteDelete removes a stored ticket; the high-water mark stays.
+	// WriteDelete removes a stored ticket or tombstone; the high-water
+	// mark stays.
 	WriteDelete
 	// WriteHighWater raises Name's high-water mark to Entry.Ticket.
 	WriteHighWater
@@ -29,6 +30,10 @@ const (
 	// WriteLedView records View, a view this node leads: until the node is
 	// complete for it, it keeps taking its table over, across restarts.
 	WriteLedView
+	// WriteTomb records that Entry.Req on Name was released, in place of
+	// its ticket if there was one: a DurableTicket in StateReleased with
+	// Lifetime. Kept until a WriteDelete of the same request.
+	WriteTomb
 )
 
 // Write is one change the caller must make durable before sending the
@@ -46,7 +51,8 @@ type Write struct {
 	View View
 }
 
-// DurableTicket is a ticket as stored.
+// DurableTicket is a ticket as stored, or a tombstone: a released request,
+// in StateReleased, with ticket 0.
 type DurableTicket struct {
 	Entry    wire.Entry
 	Lifetime int64
@@ -56,7 +62,8 @@ type DurableTicket struct {
 // restart. Apply is the reference meaning of a Write; stores must match it.
 type Durable struct {
 	HighWater map[string]uint64
-	Tickets   map[string]map[wire.RequestID]DurableTicket
+	// Tickets holds per name its tickets and tombstones (see WriteTomb).
+	Tickets map[string]map[wire.RequestID]DurableTicket
 	// Fence: lock work of epochs below it is refused.
 	Fence uint64
 	// Complete: the epoch of the last view whose handoff this node finished.
@@ -78,12 +85,9 @@ func (d *Durable) Apply(ws []Write) {
 			if w.Entry.Ticket > d.HighWater[w.Name] {
 				d.HighWater[w.Name] = w.Entry.Ticket
 			}
-			t := d.Tickets[w.Name]
-			if t == nil {
-				t = map[wire.RequestID]DurableTicket{}
-				d.Tickets[w.Name] = t
-			}
-			t[w.Entry.Req] = DurableTicket{Entry: w.Entry, Lifetime: w.Lifetime}
+			d.set(w.Name, DurableTicket{Entry: w.Entry, Lifetime: w.Lifetime})
+		case WriteTomb:
+			d.set(w.Name, DurableTicket{Entry: wire.Entry{Req: w.Entry.Req, State: wire.StateReleased}, Lifetime: w.Lifetime})
 		case WriteLifetime:
 			if t, ok := d.Tickets[w.Name][w.Entry.Req]; ok {
 				t.Lifetime = w.Lifetime
@@ -111,6 +115,15 @@ func (d *Durable) Apply(ws []Write) {
 			}
 		}
 	}
+}
+
+func (d *Durable) set(name string, t DurableTicket) {
+	ts := d.Tickets[name]
+	if ts == nil {
+		ts = map[wire.RequestID]DurableTicket{}
+		d.Tickets[name] = ts
+	}
+	ts[t.Entry.Req] = t
 }
 
 // Clone returns a deep copy of d.

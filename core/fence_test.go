@@ -12,7 +12,7 @@ import (
 
 // TestScenariosCatchMutants replays scenarios on cores broken on purpose:
 // each scenario's checked-in expectation holds for the real core and is
-// broken by its mutant, which grants once more (two holders).
+// broken by its mutant, which grants once more (two holders) unless said.
 //   - handoff_fences_old_leaders.txt without fencing: the master still in
 //     the old view is granted too.
 //   - holder_restart_keeps_lease.txt dropping a restarted node's former
@@ -21,6 +21,9 @@ import (
 //     the force-released waiter is granted beside the next one.
 //   - renew_delayed.txt with the old renewal arithmetic: the TTL outlives
 //     the master's end (checked on the printed ttl instead of grants).
+//   - release_survives_handoff.txt with tombstones in memory only: the
+//     released ticket comes back, and the next try is not granted (one
+//     grant less: a name blocked with no holder).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -33,6 +36,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"holder_restart_keeps_lease.txt", core.MutantDropFormerTickets, 0, "granted 5.1.1 a "},
 		{"force_release_waiter_lost_revoke.txt", core.MutantNoOwnTicket, 2, ": granted "},
 		{"renew_delayed.txt", core.MutantRenewFromDecision, 2, "ttl=10\n"},
+		{"release_survives_handoff.txt", core.MutantMemoryTombs, 2, ": granted "},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

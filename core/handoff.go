@@ -14,8 +14,9 @@ import (
 // refuses lock work below the new epoch, durably) and then sends its whole
 // table. Once a quorum of the previous leaders answered, at least one of
 // them complete for the previous view, the new leader merges the tables
-// into its own (per entry, the higher number wins; high-water marks take the
-// maximum), persists the result, and only then serves.
+// into its own (tombstones first, from every answer: a released request
+// stays released; per entry, the higher number wins; high-water marks take
+// the maximum), persists the result, and only then serves.
 //
 // Why that suffices: a ticket that counted for a grant in the previous view
 // is durable at a quorum of its leaders, and every such leader stored it
@@ -27,6 +28,7 @@ import (
 type snapKey struct {
 	name string
 	req  wire.RequestID
+	tomb bool
 }
 
 // pull is one previous leader's answer being gathered. Every request has
@@ -209,6 +211,14 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 			n.send(reply)
 			count++
 		}
+		if n.cfg.Mutant&MutantMemoryTombs != 0 {
+			continue
+		}
+		for _, req := range sortedReqs(t.tombs) {
+			n.send(wire.Message{Kind: wire.KindSnapshotTomb, To: m.From, Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e},
+				Name: name, Req: req, Lifetime: uint64(max(t.tombs[req]-n.now, 0))})
+			count++
+		}
 	}
 	n.send(wire.Message{Kind: wire.KindSnapshotDone, To: m.From, Size: count, Inc: n.complete,
 		Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e}})
@@ -231,7 +241,9 @@ func (n *Node) onSnapshot(m wire.Message) {
 	p.heardAt = n.now
 	switch m.Kind {
 	case wire.KindSnapshot:
-		p.entries[snapKey{m.Name, m.Req}] = m
+		p.entries[snapKey{m.Name, m.Req, false}] = m
+	case wire.KindSnapshotTomb:
+		p.entries[snapKey{m.Name, m.Req, true}] = m
 	case wire.KindSnapshotDone:
 		p.want, p.complete, p.announced = m.Size, m.Inc, true
 	}
@@ -261,13 +273,19 @@ func (n *Node) finishSync(sync *syncState) {
 	if done < need || !complete {
 		return
 	}
-	for _, l := range sortedNodes(sync.from) {
-		p := sync.from[l]
-		if p == nil || !p.done {
-			continue
-		}
-		for _, k := range sortedSnapKeys(p.entries) {
-			n.mergeEntry(p.entries[k])
+	// Tombstones first, from every answer: a release that one old leader
+	// missed is known to another, and its ticket must not come back.
+	for _, tombs := range []bool{true, false} {
+		for _, l := range sortedNodes(sync.from) {
+			p := sync.from[l]
+			if p == nil || !p.done {
+				continue
+			}
+			for _, k := range sortedSnapKeys(p.entries) {
+				if k.tomb == tombs {
+					n.mergeEntry(p.entries[k])
+				}
+			}
 		}
 	}
 	n.stats.Handoffs++
@@ -282,6 +300,10 @@ func (n *Node) finishSync(sync *syncState) {
 
 func (n *Node) mergeEntry(m wire.Message) {
 	t := n.replicaName(m.Name)
+	if m.Kind == wire.KindSnapshotTomb {
+		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
+		return
+	}
 	if m.Req == (wire.RequestID{}) {
 		if m.Ticket > t.highWater {
 			t.highWater = m.Ticket
@@ -321,8 +343,18 @@ func (n *Node) mergeEntry(m wire.Message) {
 
 func sortedSnapKeys(m map[snapKey]wire.Message) []snapKey {
 	return slices.SortedFunc(maps.Keys(m), func(a, b snapKey) int {
-		return cmp.Or(cmp.Compare(a.name, b.name), a.req.Compare(b.req))
+		return cmp.Or(cmp.Compare(a.name, b.name), a.req.Compare(b.req), compareBool(a.tomb, b.tomb))
 	})
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func (n *Node) syncTick() {

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,6 +148,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.printf("high-water %d\n", hw)
 		for _, e := range entries {
 			h.printf("%s %s ticket=%d\n", e.Req, e.State, e.Ticket)
+		}
+	case "disk":
+		// What the node stored for the name: tickets and tombstones.
+		d0 := h.nodes[h.nodeArg(t, d)-1].disk
+		name := strArg(d, "name", "a")
+		h.printf("high-water %d\n", d0.HighWater[name])
+		for _, req := range slices.SortedFunc(maps.Keys(d0.Tickets[name]), wire.RequestID.Compare) {
+			dt := d0.Tickets[name][req]
+			h.printf("%s %s ticket=%d lifetime=%d\n", req, dt.Entry.State, dt.Entry.Ticket, dt.Lifetime)
 		}
 	case "stats":
 		st := h.nodes[h.nodeArg(t, d)-1].core.Stats()

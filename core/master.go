@@ -67,6 +67,11 @@ type request struct {
 	unlocking    bool
 	renew        *renewal
 	releaseUntil int64
+	// releaseOf is the id a Release or ForceRelease call asked to drop,
+	// told EventReleased once a quorum of leaders dropped it (then zero);
+	// forced: asked by an operator, had: a leader that acked had it.
+	releaseOf   wire.RequestID
+	forced, had bool
 }
 
 type renewal struct {
@@ -239,6 +244,14 @@ func (n *Node) masterStep(m wire.Message) {
 		n.revoke(r)
 	case m.Kind == wire.KindReleaseAck && r.phase == phaseReleasing:
 		r.acks[m.From] = 0
+		r.had = r.had || !m.Reject
+		if len(r.acks) >= n.quorum() {
+			c := wire.CodeNone
+			if r.forced && !r.had {
+				c = wire.CodeUnknownLease
+			}
+			n.released(r, c)
+		}
 		if len(r.acks) == len(n.cfg.View.Leaders) {
 			n.forget(r)
 		}
@@ -504,6 +517,7 @@ func (n *Node) fail(r *request, c wire.Code) {
 func (n *Node) startRelease(r *request) {
 	n.leaveWait(r)
 	if r.phase == phaseQueued {
+		n.released(r, wire.CodeNone) // never reached a leader
 		n.forget(r)
 		return
 	}
@@ -511,6 +525,15 @@ func (n *Node) startRelease(r *request) {
 	r.acks = map[wire.NodeID]uint64{}
 	r.releaseUntil = n.now + int64(n.lifetime(r))
 	n.sendPhase(r, nil)
+}
+
+// released tells the caller that asked for r's release that it is through.
+func (n *Node) released(r *request, c wire.Code) {
+	if r.releaseOf == (wire.RequestID{}) {
+		return
+	}
+	n.events = append(n.events, Event{Kind: wire.EventReleased, Code: c, Req: r.releaseOf, Name: r.a.Name, Token: r.ticket})
+	r.releaseOf = wire.RequestID{}
 }
 
 func (n *Node) forget(r *request) {
@@ -594,6 +617,13 @@ func (n *Node) masterTick() {
 			}
 		case phaseReleasing:
 			if n.now > r.releaseUntil {
+				// The replicas forgot the request by themselves, unless
+				// it was another's, forced: then nobody confirmed.
+				c := wire.CodeNone
+				if r.forced {
+					c = wire.CodeNotReady
+				}
+				n.released(r, c)
 				n.forget(r)
 			} else if since >= n.cfg.RetransmitTicks {
 				r.sentAt = n.now
@@ -636,7 +666,7 @@ func (n *Node) onFormer(m wire.Message) {
 // replicas would have forgotten it by themselves.
 func (n *Node) releaseFormer(id wire.RequestID, f formerTicket) {
 	delete(n.former, id)
-	r := &request{id: id, a: Acquire{Name: f.name, Duration: max(f.until-n.now, 1)}, phase: phaseEnter}
+	r := &request{id: id, a: Acquire{Name: f.name, Duration: max(f.until-n.now, 1)}, phase: phaseEnter, releaseOf: id}
 	n.reqs[id] = r
 	n.masterName(f.name).count++
 	n.startRelease(r)

@@ -44,7 +44,8 @@ type Ready struct {
 
 // SnapshotDue asks the caller to send its durable lock table to To, a new
 // leader of view Epoch: one KindSnapshot per high-water mark (Req zero,
-// Ticket the mark) and per ticket (Req, Ticket, Mode, Lifetime), each with
+// Ticket the mark) and per ticket (Req, Ticket, Mode, Lifetime), one
+// KindSnapshotTomb per tombstone (Req, Lifetime), each with
 // View.Epoch = Epoch, then one KindSnapshotDone with Size = the number of
 // entries sent and Inc = Complete; every one of them with Nonce = Nonce
 // and Seq = Answer. Read the table after Persist is durable and in one
@@ -204,7 +205,9 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 // Release ends a held lease, or abandons a request still waiting. It also
 // releases a ticket of an earlier life of this node that the replicas
 // keep (a lease granted before a restart, which its client may still
-// hold): the client can give it back after the restart.
+// hold): the client can give it back after the restart. EventReleased
+// with id follows once a quorum of the leaders dropped the request: from
+// then on no restart or handoff brings it back.
 func (n *Node) Release(id wire.RequestID) error {
 	if f, ok := n.former[id]; ok && n.handles[id] == nil {
 		n.releaseFormer(id, f)
@@ -216,7 +219,7 @@ func (n *Node) Release(id wire.RequestID) error {
 		return fmt.Errorf("%w: %s", ErrUnknownReq, id)
 	}
 	delete(n.handles, id)
-	r.handle = wire.RequestID{}
+	r.handle, r.releaseOf = wire.RequestID{}, id
 	n.startRelease(r)
 	n.flushReports()
 	return nil
@@ -240,10 +243,11 @@ func (n *Node) Renew(id wire.RequestID) error {
 }
 
 // ForceRelease is the operator's unlock: it tells every leader of the view
-// to drop req's ticket of name, whoever holds it. The holder's node is not
-// asked: its client learns of the loss when a renewal is refused, and the
-// fencing token is what protects the resource meanwhile. One try, no
-// retransmission; the operator checks the table and repeats if needed.
+// to drop req's ticket of name, whoever holds it, until a quorum of them
+// confirmed (or TryTicks passed). The leaders tell the holder's node at
+// once (KindRevoked). EventReleased with req follows: CodeUnknownLease if
+// no leader of that quorum had the request, CodeNotReady if no quorum
+// answered in time.
 func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 	switch {
 	case name == "" || len(name) > n.cfg.MaxNameLen:
@@ -253,12 +257,25 @@ func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 	case len(n.cfg.View.Leaders) == 0:
 		return fmt.Errorf("%w: no leaders to ask", ErrNotReady)
 	}
-	n.toLeaders(wire.Message{Kind: wire.KindRelease, Epoch: n.cfg.View.Epoch, Name: name, Req: req}, nil)
-	// A request of this node's own clients: the leaders tell only other
-	// nodes' masters (KindRevoked), so end it here.
-	if r := n.reqs[req]; r != nil && r.a.Name == name {
+	defer n.flushReports()
+	if r := n.reqs[req]; r != nil {
+		if r.a.Name != name {
+			return fmt.Errorf("%w: request %s is not on %q", ErrInvalid, req, name)
+		}
+		// A request of this node's own clients: the leaders tell only
+		// other nodes' masters (KindRevoked), so end it here.
 		n.revoke(r)
+		if n.reqs[req] == r && r.phase == phaseReleasing {
+			r.releaseOf, r.forced = req, true
+		} else {
+			n.events = append(n.events, Event{Kind: wire.EventReleased, Req: req, Name: name})
+		}
+		return nil
 	}
+	r := &request{id: req, a: Acquire{Name: name, Duration: n.cfg.TryTicks}, phase: phaseEnter, releaseOf: req, forced: true}
+	n.reqs[req] = r
+	n.masterName(name).count++
+	n.startRelease(r)
 	return nil
 }
 
@@ -287,7 +304,7 @@ func (n *Node) Step(m wire.Message) error {
 		n.onFormer(m)
 	case wire.KindSnapshotRequest:
 		n.onSnapshotRequest(m)
-	case wire.KindSnapshot, wire.KindSnapshotDone:
+	case wire.KindSnapshot, wire.KindSnapshotTomb, wire.KindSnapshotDone:
 		n.onSnapshot(m)
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
 		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked:
@@ -322,13 +339,17 @@ func (n *Node) check(m wire.Message) error {
 			return bad("former ticket with a name of %d bytes, lifetime %d", len(m.Name), m.Lifetime)
 		}
 		return nil // about lives too: the restarted node may have no view yet
-	case wire.KindSnapshotRequest, wire.KindSnapshot, wire.KindSnapshotDone:
+	case wire.KindSnapshotRequest, wire.KindSnapshot, wire.KindSnapshotTomb, wire.KindSnapshotDone:
 		// About the handoff between epochs: View.Epoch says which.
-		if m.View.Epoch == 0 || m.Kind == wire.KindSnapshot && (m.Name == "" || len(m.Name) > n.cfg.MaxNameLen) {
+		entry := m.Kind == wire.KindSnapshot || m.Kind == wire.KindSnapshotTomb
+		if m.View.Epoch == 0 || entry && (m.Name == "" || len(m.Name) > n.cfg.MaxNameLen) {
 			return bad("%s without an epoch or a name", m.Kind)
 		}
-		if m.Kind == wire.KindSnapshot && m.Lifetime > maxSpan*4 {
+		if entry && m.Lifetime > maxSpan*4 {
 			return bad("lifetime %d", m.Lifetime)
+		}
+		if m.Kind == wire.KindSnapshotTomb && m.Req.Node == 0 {
+			return bad("tombstone without a request")
 		}
 		// Only a leader of the view it names may ask, and only a leader of
 		// that view's previous view is asked: a stray request must not

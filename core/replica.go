@@ -61,6 +61,10 @@ func (n *Node) restore(d *Durable) {
 	for name, ts := range d.Tickets {
 		t := n.replicaName(name)
 		for req, dt := range ts {
+			if dt.Entry.State == wire.StateReleased {
+				t.tombs[req] = n.now + dt.Lifetime
+				continue
+			}
 			// A stored ticket comes back as exited: its choosing flag is not
 			// durable, and its number can only be lower than the final one.
 			e := dt.Entry
@@ -179,6 +183,7 @@ func (n *Node) replicaStep(m wire.Message) {
 		t := n.replicaName(m.Name)
 		_, had := t.recs[m.Req]
 		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
+		reply.Reject = !had
 		n.send(reply)
 		// Released by an operator on another node: tell the request's
 		// master now, not at its next renewal.
@@ -353,21 +358,36 @@ func (n *Node) keep(lifetime uint64) int64 {
 }
 
 // dropRecord forgets a request (released, abandoned, expired or of a dead
-// incarnation), durably if it held a ticket, and keeps a tombstone until
-// tombUntil.
+// incarnation), durably if it held a ticket. A release (tombUntil in the
+// future) leaves a durable tombstone until tombUntil, or until the record
+// would have ended if that is later: a copy of the ticket that the release
+// missed, at another replica, may live as long. The tombstone goes with
+// every snapshot, so a handoff or a restart never brings the ticket back.
+// Expiry and the other drops leave none: they are this replica's own view,
+// and a renewal this replica missed may keep the ticket alive elsewhere.
 func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombUntil int64) {
-	if r := t.recs[req]; r != nil {
-		if r.entry.Ticket != 0 {
-			n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry})
-		}
+	r := t.recs[req]
+	if r != nil {
 		if r.entry.Mode == wire.ModeReadOnly {
 			t.readerSeen = n.now
 		}
 		delete(t.recs, req)
 		t.dirty = true
+		if tombUntil > n.now {
+			tombUntil = max(tombUntil, r.deadline)
+		}
 	}
+	old, had := t.tombs[req]
 	if tombUntil > n.now {
-		t.tombs[req] = max(t.tombs[req], tombUntil)
+		t.tombs[req] = max(old, tombUntil)
+	}
+	switch {
+	case tombUntil > n.now && (r != nil || !had) && n.cfg.Mutant&MutantMemoryTombs == 0:
+		// In the ticket's place; a tombstone extended in memory only
+		// (a release sent again) is not written again.
+		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: t.tombs[req] - n.now})
+	case r != nil && r.entry.Ticket != 0:
+		n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry})
 	}
 }
 
@@ -382,9 +402,14 @@ func (n *Node) replicaTick() {
 				n.dropRecord(name, t, req, 0)
 			}
 		}
-		for req, until := range t.tombs {
-			if until < n.now {
+		for _, req := range sortedReqs(t.tombs) {
+			if t.tombs[req] < n.now {
+				// Every copy the release missed has ended too (one restored
+				// at a restart counts again, and is asked about: askHolds).
 				delete(t.tombs, req)
+				if n.cfg.Mutant&MutantMemoryTombs == 0 {
+					n.persist(Write{Kind: WriteDelete, Name: name, Entry: wire.Entry{Req: req}})
+				}
 			}
 		}
 		for id, w := range t.watchers {

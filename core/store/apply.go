@@ -7,6 +7,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
 )
 
 // writeTxn is a Badger update transaction that counts its changes: a commit
@@ -71,6 +72,9 @@ func applyWrite(txn *writeTxn, w *core.Write) error {
 		// The high-water mark stays; a name without tickets has no keys
 		// of its own, so there is nothing else to drop.
 		return txn.Delete(ticketKey(w.Name, w.Entry.Req))
+	case core.WriteTomb:
+		// In the ticket's place: one key per request, whichever it holds.
+		return txn.Set(ticketKey(w.Name, w.Entry.Req), encodeTicket(wire.Entry{State: wire.StateReleased}, w.Lifetime))
 	case core.WriteHighWater:
 		return raise(txn, highKey(w.Name), w.Entry.Ticket, true)
 	case core.WriteFence:

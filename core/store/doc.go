@@ -41,7 +41,8 @@
 // Key layout. Every key starts with one byte saying what it holds:
 //
 //	"n" name 0x00 0x01 "h"                 high-water mark of name
-//	"n" name 0x00 0x01 "t" node(8) seq(8)  ticket of request {node, seq} on name
+//	"n" name 0x00 0x01 "t" node(8) seq(8)  ticket of request {node, seq} on name,
+//	                                       or its tombstone (state released)
 //	"l" epoch(8)                           led view of that epoch (core.Durable.Led)
 //	"m:fence"  "m:complete"                core.Durable.Fence and Complete
 //	"m:inc"                                the incarnation of the last Open
@@ -61,7 +62,9 @@
 //	high water, fence, complete,
 //	inc, identity                      uvarint
 //	ticket                             uvarint ticket, byte mode, byte state,
-//	                                   byte flags (bit 0: active), varint lifetime
+//	                                   byte flags (bit 0: active), varint lifetime;
+//	                                   a tombstone is ticket 0, mode 0, state
+//	                                   released, flags 0 and its lifetime
 //	view                               uvarint epoch, list of uvarint leaders,
 //	                                   uvarint prev epoch, list of uvarint prev leaders
 //	election (2)                       uvarint cluster, list of uvarint bootstrap members,

@@ -606,7 +606,7 @@ func (s *Store) Load() (State, error) {
 
 // Snapshot calls fn for every name of the lock table, in name order, from
 // one consistent read transaction: its high-water mark (0 if none) and its
-// tickets in request id order. An error from fn stops it and is returned.
+// tickets and tombstones (core.WriteTomb) in request id order. An error from fn stops it and is returned.
 // Close waits for a running Snapshot.
 func (s *Store) Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) error {
 	return s.view(func(txn *badger.Txn) error {

@@ -100,7 +100,7 @@ func randNodes(r *rand.Rand) []wire.NodeID {
 
 func randWrite(r *rand.Rand) core.Write {
 	w := core.Write{
-		Kind: core.WriteKind(1 + r.IntN(7)),
+		Kind: core.WriteKind(1 + r.IntN(8)),
 		Name: names[r.IntN(len(names))],
 		Entry: wire.Entry{
 			Req:    reqs[r.IntN(len(reqs))],

@@ -74,7 +74,8 @@ const (
 	StateChoosing EntryState = iota + 1
 	// StateTicket: the request left the doorway (EXITING); Ticket is final.
 	StateTicket
-	// StateReleased: the request is gone (released, abandoned or expired).
+	// StateReleased: the request is gone (released, abandoned or
+	// expired). A stored entry in this state is a tombstone.
 	StateReleased
 	stateEnd
 )
@@ -134,9 +135,11 @@ const (
 	// how many ticks ago a READ_ONLY ticket of Name was last in the table
 	// (0 while one is).
 	KindReport
-	// KindRelease (master → replica): Req is gone; drop it durably.
+	// KindRelease (master → replica): Req is gone; drop it durably, and
+	// keep its tombstone for at least Lifetime ticks.
 	KindRelease
-	// KindReleaseAck: the release is on disk.
+	// KindReleaseAck: the release is on disk; Reject when the replica did
+	// not have Req (an operator's force-unlock of an unknown lease).
 	KindReleaseAck
 	// KindRenew (master → replica): extend Req's lifetime to Lifetime ticks, durably.
 	KindRenew
@@ -230,6 +233,12 @@ const (
 	// KindHoldsAck: Entries are those of the asked ones the sender holds,
 	// in the view of the message's Epoch.
 	KindHoldsAck
+	// KindSnapshotTomb: one tombstone of a snapshot answer (see
+	// KindSnapshot): Req on Name was released, and the sender keeps that
+	// fact for Lifetime more ticks. The new leader drops any copy of the
+	// ticket, from whichever answer it comes. Counted in the Size of
+	// KindSnapshotDone.
+	KindSnapshotTomb
 	kindEnd
 )
 
@@ -272,7 +281,8 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
 	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
-	"check-in", "check-in-ack", "revoked", "former", "holds", "holds-ack"}
+	"check-in", "check-in-ack", "revoked", "former", "holds", "holds-ack",
+	"snapshot-tomb"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
@@ -307,10 +317,17 @@ const (
 	EventRenewed
 	// EventRenewFailed: a renewal was not confirmed; Code says why.
 	EventRenewFailed
+	// EventReleased: a release asked for by Release or ForceRelease is
+	// through: a quorum of the view's leaders dropped the request (and
+	// keep its tombstone), or every replica has forgotten it by itself.
+	// For a forced release, Code is CodeUnknownLease when no leader of
+	// that quorum had the request, and CodeNotReady when no quorum
+	// answered in time.
+	EventReleased
 	eventEnd
 )
 
-var eventNames = [...]string{"", "granted", "failed", "unlocking", "unlocked", "renewed", "renew-failed"}
+var eventNames = [...]string{"", "granted", "failed", "unlocking", "unlocked", "renewed", "renew-failed", "released"}
 
 func (e EventKind) String() string {
 	if e > 0 && e < eventEnd {
@@ -331,10 +348,11 @@ const (
 	CodeInvalid
 	CodeOverflow
 	CodeLost
+	CodeUnknownLease
 	codeEnd
 )
 
-var codeNames = [...]string{"", "timedout", "draining", "not_ready", "invalid", "overflow", "lost"}
+var codeNames = [...]string{"", "timedout", "draining", "not_ready", "invalid", "overflow", "lost", "unknown_lease"}
 
 func (c Code) String() string {
 	if c < codeEnd {

@@ -221,10 +221,13 @@ func (l *Lease) extend(t time.Time) {
 }
 
 // Release gives the lease back and stops its watch, renewals and timer.
-// Done closes (Err stays nil unless the lease was lost before). It is safe
-// to call more than once and after a loss; an agent that no longer knows
-// the lease is not an error. When the agent cannot be reached the error
-// says so and the lease ends at its expiry; calling Release again retries.
+// Done closes (Err stays nil unless the lease was lost before). It returns
+// once a quorum of the leaders dropped the lease, durably. It is safe to
+// call more than once and after a loss; an agent that no longer knows the
+// lease is not an error. When the agent cannot be reached, or answers that
+// the release is not confirmed yet (ErrNotReady), the error says so and the
+// leaders drop the lease at its expiry at the latest; calling Release
+// again retries.
 func (l *Lease) Release(ctx context.Context) error {
 	l.end(nil)
 	l.wg.Wait()

@@ -116,6 +116,19 @@ func (c *cluster) stopAll() {
 
 func (c *cluster) node(i int) *daemon.Node { return c.agents[i].Node() }
 
+// dump logs every running node's status and table of name, for a failure.
+func (c *cluster) dump(name string) {
+	for i, a := range c.agents {
+		if a == nil {
+			continue
+		}
+		s, err := c.node(i).Status(context.Background())
+		c.t.Logf("node %d (%d): ready %v %q, view %+v, handoff %+v, err %v", i+1, a.Host().Self(), s.Ready, s.Reason, s.View, s.Handoff, err)
+		tab, err := c.node(i).Locks(context.Background(), name)
+		c.t.Logf("node %d table: %+v, err %v", i+1, tab, err)
+	}
+}
+
 func (c *cluster) status(i int) daemon.Status {
 	c.t.Helper()
 	s, err := c.node(i).Status(context.Background())
@@ -309,23 +322,10 @@ func TestRestartFromDisk(t *testing.T) {
 	if err := c.node(0).Release(context.Background(), other.ID); err != nil {
 		t.Fatal(err)
 	}
-	// The release is through once no leader keeps the ticket. (A release
-	// that a restart cuts short comes back until its ticket expires:
-	// tombstones are issue 11's item 5, still open.)
-	c.waitFor("/other released at every leader", func() bool {
-		for i := range 3 {
-			t, err := c.node(i).Locks(context.Background(), "/other")
-			if err != nil {
-				return false
-			}
-			for _, l := range t.Locks {
-				if len(l.Entries) > 0 {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	// The leaders stop right after the release: one of them may not have
+	// it yet. The others' tombstones, on disk, keep its ticket from coming
+	// back with the handoff after the restart (issue 11, item 5), or the
+	// try on /other below would wait for the lease's minute.
 	for i := range 3 {
 		c.stop(i)
 	}
@@ -346,7 +346,11 @@ func TestRestartFromDisk(t *testing.T) {
 		c.start(i)
 	}
 	c.waitReady()
-	l := mustAcquire(t, c.node(2), "/other", "exclusive", time.Minute)
+	l, err := acquire(t, c.node(2), "/other", "exclusive", settle, time.Minute)
+	if err != nil {
+		c.dump("/other")
+		t.Fatalf("acquire /other after a full restart: %v", err)
+	}
 	if l.Token <= other.Token {
 		t.Fatalf("token %d after a restart, %d before: the high-water mark was lost", l.Token, other.Token)
 	}

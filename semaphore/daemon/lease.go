@@ -205,26 +205,78 @@ func (n *Node) drop(l *lease, release bool) {
 	l.watchers = nil
 }
 
-// Release gives a lease (or a waiting request) back.
+// Release gives a lease (or a waiting request) back. It returns once a
+// quorum of the leaders dropped the request, durably: from then on no
+// restart brings it back. The lease is over for the client at once; if the
+// agent is not ready, or ctx ends first, the release goes on and the
+// error says it was not confirmed (the leaders drop the lease at its
+// expiry at the latest).
 func (n *Node) Release(ctx context.Context, id string) error {
 	h, err := ParseLeaseID(id)
 	if err != nil {
 		return err
 	}
-	return n.run(ctx, func() error {
+	var done chan error
+	if err := n.run(ctx, func() error {
 		l := n.leases[h]
 		if l == nil {
 			// A lease granted before this agent restarted: the leaders keep
 			// it for its client, and told this life so; give it back.
-			if h.Node == n.cfg.Self && n.core.Release(h) == nil {
-				return nil
+			if h.Node != n.cfg.Self || n.core.Release(h) != nil {
+				return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 			}
-			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
+		} else {
+			n.emitTo(l, Event{Kind: wire.EventUnlocked.String()})
+			n.drop(l, true)
 		}
-		n.emitTo(l, Event{Kind: wire.EventUnlocked.String()})
-		n.drop(l, true)
+		if ready, why := n.readiness(); !ready {
+			return fmt.Errorf("%w: release of %s not confirmed: %s", core.ErrNotReady, id, why)
+		}
+		done = n.awaitRelease(h)
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	return n.released(ctx, id, done)
+}
+
+// awaitRelease registers a call waiting for EventReleased of req.
+func (n *Node) awaitRelease(req wire.RequestID) chan error {
+	ch := make(chan error, 1)
+	if old := n.releases[req]; old != nil {
+		old <- fmt.Errorf("%w: %s: asked again", core.ErrNotReady, req)
+	}
+	n.releases[req] = ch
+	return ch
+}
+
+// released waits for the answer of awaitRelease.
+func (n *Node) released(ctx context.Context, id string, done chan error) error {
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: release of %s not confirmed yet (it goes on): %w", core.ErrNotReady, id, ctx.Err())
+	case <-n.done:
+		return ErrStopped
+	}
+}
+
+// onReleased answers the call waiting for e, an EventReleased.
+func (n *Node) onReleased(e core.Event) {
+	ch := n.releases[e.Req]
+	if ch == nil {
+		return
+	}
+	delete(n.releases, e.Req)
+	switch e.Code {
+	case wire.CodeNone:
+		ch <- nil
+	case wire.CodeUnknownLease:
+		ch <- fmt.Errorf("%w: no leader of a quorum has %s on %q (give the request id `sluice locks` shows)", ErrUnknownLease, e.Req, e.Name)
+	default:
+		ch <- fmt.Errorf("%w: release of %s not confirmed by a quorum of the leaders", core.ErrNotReady, e.Req)
+	}
 }
 
 // Renew extends a held lease by its duration, counted from now, and waits
@@ -312,6 +364,10 @@ func (n *Node) emitTo(l *lease, e Event) {
 }
 
 func (n *Node) onEvent(e core.Event) {
+	if e.Kind == wire.EventReleased {
+		n.onReleased(e)
+		return
+	}
 	l := n.leases[e.Req]
 	if l == nil {
 		return
@@ -407,6 +463,10 @@ func (n *Node) failAll(err error) {
 		}
 		putLatest(l.renewed, err)
 		n.drop(l, false)
+	}
+	for req, ch := range n.releases {
+		ch <- err
+		delete(n.releases, req)
 	}
 }
 

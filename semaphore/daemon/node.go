@@ -146,6 +146,9 @@ type Node struct {
 	// leader is its own replica; the election counts its own vote).
 	loopback []wire.Message
 	leases   map[wire.RequestID]*lease
+	// releases are the Release and ForceUnlock calls waiting for a quorum
+	// of the leaders to drop the request (core.EventReleased).
+	releases map[wire.RequestID]chan error
 	stats    NodeStats
 	// changed gets the end of the membership change this node runs.
 	changed chan election.ChangeResult
@@ -187,7 +190,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("daemon: start the election: %w", err)
 	}
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
-		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, changed: make(chan election.ChangeResult, 1),
+		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, releases: map[wire.RequestID]chan error{},
+		changed:       make(chan election.ChangeResult, 1),
 		foreignLogged: map[wire.NodeID]time.Time{},
 		sending:       map[[2]uint64]*snapshotSend{}, metrics: newMetrics()}, nil
 }
@@ -475,6 +479,14 @@ func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 			}
 			for _, t := range tickets {
 				msg.Req, msg.Ticket, msg.Mode, msg.Lifetime = t.Entry.Req, t.Entry.Ticket, t.Entry.Mode, uint64(max(t.Lifetime, 0))
+				if t.Entry.State == wire.StateReleased {
+					tomb := msg // a tombstone: Req was released
+					tomb.Kind, tomb.Ticket, tomb.Mode = wire.KindSnapshotTomb, 0, 0
+					if err := send(tomb); err != nil {
+						return err
+					}
+					continue
+				}
 				if err := send(msg); err != nil {
 					return err
 				}

@@ -75,7 +75,11 @@ func stateFor() store.State { return store.State{Durable: core.NewDurable(), Inc
 func (d *diskTwin) Snapshot(fn func(string, uint64, []core.DurableTicket) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, name := range slices.Sorted(maps.Keys(d.durable.HighWater)) {
+	names := maps.Clone(d.durable.HighWater)
+	for name := range d.durable.Tickets {
+		names[name] = d.durable.HighWater[name]
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
 		var ts []core.DurableTicket
 		for _, t := range d.durable.Tickets[name] {
 			ts = append(ts, t)
@@ -229,5 +233,56 @@ func TestReleaseWhileWaiting(t *testing.T) {
 	_, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Try: true})
 	if !errors.Is(err, core.ErrTimedOut) {
 		t.Fatalf("a try on the held name: %v, want ErrTimedOut (its own reason)", err)
+	}
+}
+
+// A released lease leaves a tombstone in the store, and a leader hands it
+// over with its table, streamed from the store: the new leader learns that
+// the ticket was released even where an old leader missed the release.
+func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
+	st, _, err := store.Open(context.Background(), store.Config{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	n, tr := startLone(t, st)
+	s := waitStatus(t, n, "ready", func(s daemon.Status) bool { return s.Ready })
+	ctx := context.Background()
+	l, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Release(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Node 2 leads the next view and asks node 1, the last view's leader.
+	tr.in <- wire.Message{Kind: wire.KindSnapshotRequest, From: 2, To: 1, Nonce: 1, Seq: 1,
+		View: wire.View{Epoch: s.View.Epoch + 1, Leaders: []wire.NodeID{2}, PrevEpoch: s.View.Epoch, PrevLeaders: []wire.NodeID{1}}}
+	var answer []wire.Message
+	deadline := time.Now().Add(settle)
+	for len(answer) == 0 || answer[len(answer)-1].Kind != wire.KindSnapshotDone {
+		if time.Now().After(deadline) {
+			t.Fatalf("no whole snapshot answer: %+v", answer)
+		}
+		time.Sleep(5 * time.Millisecond)
+		answer = answer[:0]
+		tr.mu.Lock()
+		for _, m := range tr.sent {
+			if m.To == 2 && (m.Kind == wire.KindSnapshot || m.Kind == wire.KindSnapshotTomb || m.Kind == wire.KindSnapshotDone) {
+				answer = append(answer, m)
+			}
+		}
+		tr.mu.Unlock()
+	}
+	kinds := map[wire.Kind]int{}
+	for _, m := range answer {
+		kinds[m.Kind]++
+		if m.Kind == wire.KindSnapshotTomb && (m.Name != "/a" || m.Req.Node != 1 || m.Lifetime == 0) {
+			t.Fatalf("tombstone %+v", m)
+		}
+	}
+	// The high-water mark, the tombstone, and no ticket.
+	if kinds[wire.KindSnapshot] != 1 || kinds[wire.KindSnapshotTomb] != 1 || answer[len(answer)-1].Size != 2 {
+		t.Fatalf("answer: %+v", answer)
 	}
 }

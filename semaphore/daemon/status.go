@@ -145,9 +145,11 @@ func sortDetail(es []core.TableEntry) []core.TableEntry {
 // ForceUnlock is the operator's release of someone else's lease. The lease
 // is named by its id, or by its token, which this node looks up in its own
 // table (so only a leader can resolve a token). It returns the request ids
-// it asked the leaders to drop.
+// the leaders dropped, once a quorum of them confirmed; ErrUnknownLease
+// when none of that quorum had the request.
 func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint64) ([]string, error) {
 	var out []string
+	var waits []chan error
 	var want wire.RequestID
 	if leaseID != "" {
 		h, err := ParseLeaseID(leaseID)
@@ -185,8 +187,17 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 			n.log.Warn("forced unlock", "name", name, "request", r.String())
 			n.metrics.forced.Inc()
 			out = append(out, r.String())
+			waits = append(waits, n.awaitRelease(r))
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	for i, ch := range waits {
+		if err := n.released(ctx, out[i], ch); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
