@@ -205,6 +205,10 @@ func TestCLIOperator(t *testing.T) {
 	if code, _, errs := sluice(t, sock, "unlock", "--force", "/shop/none"); code != 1 {
 		t.Fatalf("unlock of a free name: %d %q", code, errs)
 	}
+	// A lease no leader has: said so, nothing else changes.
+	if code, _, errs := sluice(t, sock, "unlock", "--force", "/shop/cart", "--lease", "7.1.1"); code == 0 || !strings.Contains(errs, "unknown") {
+		t.Fatalf("unlock of an unknown lease: %d %q", code, errs)
+	}
 }
 
 // TestCLINotReady: an agent that waits for the rest of its cluster is not

@@ -130,9 +130,17 @@ func TestAPILockCycle(t *testing.T) {
 	if rel.status != 200 {
 		t.Fatalf("release: %d %s", rel.status, rel.raw)
 	}
+	// Answered once the leaders (here, the one) dropped it: it is gone
+	// from the table already.
+	if locks := call(t, c, "GET", base+"/v1/locks?prefix=/s", ""); locks.status != 200 || strings.Contains(locks.raw, lease) {
+		t.Fatalf("locks after the release: %d %s", locks.status, locks.raw)
+	}
 	again := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease))
 	if again.status != 404 || again.body["error"] != "unknown_lease" {
 		t.Fatalf("second release: %d %s", again.status, again.raw)
+	}
+	if r := call(t, c, "POST", base+"/v1/renew", fmt.Sprintf(`{"lease":%q}`, lease)); r.status != 404 || r.body["error"] != "unknown_lease" {
+		t.Fatalf("renew after the release: %d %s", r.status, r.raw)
 	}
 	next := call(t, c, "POST", base+"/v1/acquire", `{"name":"/site","try":true}`)
 	if next.status != 200 || next.body["token"].(float64) <= got.body["token"].(float64) {
@@ -241,6 +249,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"GET", "/v1/watch?lease=7.1.1", ``, 404, "unknown_lease"},
 		{"POST", "/v1/force-unlock", `{"name":"/a"}`, 400, "invalid"},
 		{"POST", "/v1/force-unlock", `{"name":"","token":3}`, 400, "invalid"},
+		{"POST", "/v1/force-unlock", `{"name":"/a","lease":"7.1.1"}`, 404, "unknown_lease"},
 		{"GET", "/v1/acquire", ``, 405, "bad_request"},
 		{"DELETE", "/v1/status", ``, 405, "bad_request"},
 		{"GET", "/v2/nothing", ``, 404, "bad_request"},

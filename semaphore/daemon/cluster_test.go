@@ -364,7 +364,11 @@ func TestRestartFromDisk(t *testing.T) {
 	c.waitFor("node 4 releases its former lease", func() bool {
 		return c.node(3).Release(context.Background(), held.ID) == nil
 	})
-	l2 := mustAcquire(t, c.node(2), "/cart", "exclusive", time.Minute)
+	l2, err := acquire(t, c.node(2), "/cart", "exclusive", settle, time.Minute)
+	if err != nil {
+		c.dump("/cart")
+		t.Fatalf("acquire /cart after its release: %v", err)
+	}
 	if l2.Token <= held.Token {
 		t.Fatalf("token %d on /cart after a restart, %d before", l2.Token, held.Token)
 	}

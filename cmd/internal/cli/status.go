@@ -233,9 +233,11 @@ func newUnlockCmd() *cobra.Command {
 		Short: "Release someone else's lock (operator)",
 		Long: "Tell the leaders to drop a holder's ticket of NAME: the one with\n" +
 			"--token T, or --lease ID; with neither, every ticket of NAME that the\n" +
-			"agent's table shows. The holder learns of it when its renewal is\n" +
-			"refused; its fencing token is what protects the resource meanwhile.\n" +
-			"The agent logs who did it.",
+			"agent's table shows. The leaders tell the holder's agent at once (a\n" +
+			"`sluice lock` holder sends its command SIGTERM); its fencing token is\n" +
+			"what protects the resource until the holder stops. Returns once a\n" +
+			"quorum of the leaders dropped the ticket; a lease no leader of that\n" +
+			"quorum has fails with unknown_lease. The agent logs who did it.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("unlock: one NAME, got %d arguments", len(args))
