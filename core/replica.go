@@ -225,9 +225,9 @@ func (n *Node) replicaStep(m wire.Message) {
 		reply.Kind, reply.Entries = wire.KindHoldsAck, make([]wire.Entry, 0, len(m.Entries))
 		t := n.names[m.Name]
 		for _, e := range m.Entries {
-			held := wire.Entry{Req: e.Req, Mode: e.Mode}
+			held := wire.Entry{Req: e.Req, Mode: e.Mode, State: wire.StateReleased}
 			if t != nil && t.recs[e.Req] != nil && t.recs[e.Req].entry.Ticket != 0 {
-				held.Ticket = t.recs[e.Req].entry.Ticket
+				held.Ticket, held.State = t.recs[e.Req].entry.Ticket, wire.StateTicket
 			}
 			reply.Entries = append(reply.Entries, held)
 		}

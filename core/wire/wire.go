@@ -230,8 +230,9 @@ const (
 	// than a quorum of the view's leaders hold is no live lease (it was
 	// released or expired while this leader was away), and is dropped.
 	KindHolds
-	// KindHoldsAck: Entries are those of the asked ones the sender holds,
-	// in the view of the message's Epoch.
+	// KindHoldsAck: Entries are the asked ones, in the view of the
+	// message's Epoch: with their Ticket in StateTicket where the sender
+	// holds them, ticket 0 in StateReleased where it does not.
 	KindHoldsAck
 	// KindSnapshotTomb: one tombstone of a snapshot answer (see
 	// KindSnapshot): Req on Name was released, and the sender keeps that

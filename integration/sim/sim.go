@@ -982,6 +982,14 @@ func (s *Sim) stepTick(settling bool) {
 		if s.o.TraceMessages {
 			s.tracef("deliver %v", e.m)
 		}
+		// Every message crosses the wire codec, as on the mesh, which
+		// drops a frame the codec refuses (and resets its stream).
+		m, err := codecRoundTrip(e.m)
+		if err != nil {
+			s.failf("the wire codec refuses %v: %v", e.m, err)
+			return
+		}
+		e.m = m
 		if e.m.Kind.Election() {
 			if el := s.nodes[to].elect; el != nil {
 				_ = el.Step(e.m)
@@ -1694,4 +1702,13 @@ func (s *Sim) checkCommit(r election.ChangeResult, epoch uint64) {
 	if r.Change.Add != 0 && !slices.Contains(members, r.Change.Add) || r.Change.Remove != 0 && slices.Contains(members, r.Change.Remove) {
 		s.failf("%s reported committed in epoch %d, but the view of epoch %d has members %v", r.Change, r.Epoch, epoch, members)
 	}
+}
+
+// codecRoundTrip encodes m and decodes it again.
+func codecRoundTrip(m wire.Message) (wire.Message, error) {
+	b, err := wire.Encode(nil, &m)
+	if err != nil {
+		return wire.Message{}, err
+	}
+	return wire.Decode(b)
 }

@@ -123,7 +123,7 @@ func (c *cluster) dump(name string) {
 			continue
 		}
 		s, err := c.node(i).Status(context.Background())
-		c.t.Logf("node %d (%d): ready %v %q, view %+v, handoff %+v, err %v", i+1, a.Host().Self(), s.Ready, s.Reason, s.View, s.Handoff, err)
+		c.t.Logf("node %d (%d): err %v, status %+v", i+1, a.Host().Self(), err, s)
 		tab, err := c.node(i).Locks(context.Background(), name)
 		c.t.Logf("node %d table: %+v, err %v", i+1, tab, err)
 	}
