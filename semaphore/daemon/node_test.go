@@ -277,6 +277,12 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 	kinds := map[wire.Kind]int{}
 	for _, m := range answer {
 		kinds[m.Kind]++
+		// What the mesh carries must pass its codec.
+		if b, err := wire.Encode(nil, &m); err != nil {
+			t.Fatalf("encode %+v: %v", m, err)
+		} else if _, err := wire.Decode(b); err != nil {
+			t.Fatalf("decode %+v: %v", m, err)
+		}
 		if m.Kind == wire.KindSnapshotTomb && (m.Name != "/a" || m.Req.Node != 1 || m.Lifetime == 0) {
 			t.Fatalf("tombstone %+v", m)
 		}
