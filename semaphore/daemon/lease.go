@@ -176,13 +176,16 @@ func (n *Node) leaseOf(l *lease) Lease {
 	return Lease{ID: l.handle.String(), Name: l.req.Name, Mode: l.req.Mode, Token: l.token, TTL: l.ttl, Expires: n.wallTime(l.expiry)}
 }
 
-// drop forgets a lease; release says whether to tell the core.
-func (n *Node) drop(l *lease, release bool) {
+// drop forgets a lease; release says whether to tell the core, and the
+// error is the core's (the request is being released already: it ended,
+// or was revoked, and the loop has not heard of it yet).
+func (n *Node) drop(l *lease, release bool) error {
 	if n.leases[l.handle] != l {
-		return
+		return nil
 	}
+	var err error
 	if release {
-		_ = n.core.Abandon(l.handle)
+		err = n.core.Abandon(l.handle)
 	}
 	mode := l.req.Mode.String()
 	if l.held {
@@ -203,6 +206,7 @@ func (n *Node) drop(l *lease, release bool) {
 		close(w)
 	}
 	l.watchers = nil
+	return err
 }
 
 // Release gives a lease (or a waiting request) back. It returns once a
@@ -227,14 +231,18 @@ func (n *Node) Release(ctx context.Context, id string) error {
 			}
 		} else {
 			n.emitTo(l, Event{Kind: wire.EventUnlocked.String()})
-			n.drop(l, true)
+			if n.drop(l, true) != nil {
+				// Ended or revoked already (the loop has not heard yet):
+				// the core releases it on its own; nothing to wait for.
+				return nil
+			}
 		}
 		if ready, why := n.readiness(); !ready {
 			return fmt.Errorf("%w: release of %s not confirmed: %s", core.ErrNotReady, id, why)
 		}
 		done = n.awaitRelease(h)
 		return nil
-	}); err != nil {
+	}); err != nil || done == nil {
 		return err
 	}
 	return n.released(ctx, id, done)
