@@ -666,9 +666,16 @@ func (n *Node) onFormer(m wire.Message) {
 // replicas would have forgotten it by themselves.
 func (n *Node) releaseFormer(id wire.RequestID, f formerTicket) {
 	delete(n.former, id)
-	r := &request{id: id, a: Acquire{Name: f.name, Duration: max(f.until-n.now, 1)}, phase: phaseEnter, releaseOf: id}
+	n.releaseOther(id, f.name, max(f.until-n.now, 1), false)
+}
+
+// releaseOther releases id on name, a request this life did not make (a
+// former ticket, or another node's request forced by an operator), as if
+// it were one of its own that lived duration more ticks.
+func (n *Node) releaseOther(id wire.RequestID, name string, duration int64, forced bool) {
+	r := &request{id: id, a: Acquire{Name: name, Duration: duration}, phase: phaseEnter, releaseOf: id, forced: forced}
 	n.reqs[id] = r
-	n.masterName(f.name).count++
+	n.masterName(name).count++
 	n.startRelease(r)
 }
 

@@ -272,10 +272,7 @@ func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 		}
 		return nil
 	}
-	r := &request{id: req, a: Acquire{Name: name, Duration: n.cfg.TryTicks}, phase: phaseEnter, releaseOf: req, forced: true}
-	n.reqs[req] = r
-	n.masterName(name).count++
-	n.startRelease(r)
+	n.releaseOther(req, name, n.cfg.TryTicks, true)
 	return nil
 }
 

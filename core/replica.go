@@ -1,6 +1,8 @@
 package core
 
 import (
+	"slices"
+
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -402,14 +404,21 @@ func (n *Node) replicaTick() {
 				n.dropRecord(name, t, req, 0)
 			}
 		}
-		for _, req := range sortedReqs(t.tombs) {
-			if t.tombs[req] < n.now {
-				// Every copy the release missed has ended too (one restored
-				// at a restart counts again, and is asked about: askHolds).
-				delete(t.tombs, req)
-				if n.cfg.Mutant&MutantMemoryTombs == 0 {
-					n.persist(Write{Kind: WriteDelete, Name: name, Entry: wire.Entry{Req: req}})
-				}
+		// Only the expired ones are sorted (for a deterministic Persist):
+		// this runs every tick over every tombstone.
+		var over []wire.RequestID
+		for req, until := range t.tombs {
+			if until < n.now {
+				over = append(over, req)
+			}
+		}
+		slices.SortFunc(over, wire.RequestID.Compare)
+		for _, req := range over {
+			// Every copy the release missed has ended too (one restored
+			// at a restart counts again, and is asked about: askHolds).
+			delete(t.tombs, req)
+			if n.cfg.Mutant&MutantMemoryTombs == 0 {
+				n.persist(Write{Kind: WriteDelete, Name: name, Entry: wire.Entry{Req: req}})
 			}
 		}
 		for id, w := range t.watchers {

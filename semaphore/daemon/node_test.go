@@ -22,12 +22,18 @@ type loneTransport struct {
 	mu   sync.Mutex
 	sent []wire.Message
 	in   chan wire.Message
+	// wake, if set (capacity 1), is signalled after every send.
+	wake chan struct{}
 }
 
 func (t *loneTransport) Send(m wire.Message) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sent = append(t.sent, m)
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
 	return true
 }
 func (t *loneTransport) SendWait(_ context.Context, m wire.Message) error {
@@ -246,6 +252,9 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	n, tr := startLone(t, st)
+	tr.mu.Lock()
+	tr.wake = make(chan struct{}, 1)
+	tr.mu.Unlock()
 	s := waitStatus(t, n, "ready", func(s daemon.Status) bool { return s.Ready })
 	ctx := context.Background()
 	l, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute})
@@ -259,12 +268,13 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 	tr.in <- wire.Message{Kind: wire.KindSnapshotRequest, From: 2, To: 1, Nonce: 1, Seq: 1,
 		View: wire.View{Epoch: s.View.Epoch + 1, Leaders: []wire.NodeID{2}, PrevEpoch: s.View.Epoch, PrevLeaders: []wire.NodeID{1}}}
 	var answer []wire.Message
-	deadline := time.Now().Add(settle)
+	deadline := time.After(settle)
 	for len(answer) == 0 || answer[len(answer)-1].Kind != wire.KindSnapshotDone {
-		if time.Now().After(deadline) {
+		select {
+		case <-tr.wake:
+		case <-deadline:
 			t.Fatalf("no whole snapshot answer: %+v", answer)
 		}
-		time.Sleep(5 * time.Millisecond)
 		answer = answer[:0]
 		tr.mu.Lock()
 		for _, m := range tr.sent {
