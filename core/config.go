@@ -170,7 +170,8 @@ const (
 	// earlier life when the node restarts, granted leases included.
 	MutantDropFormerTickets
 	// MutantNoOwnTicket: a waiting master grants without checking that its
-	// own ticket is still in a quorum of the fresh reports.
+	// own ticket is still there: neither in a quorum of the fresh reports
+	// nor by a confirmation round (startConfirm).
 	MutantNoOwnTicket
 	// MutantNoDriftMargin: replicas keep a request exactly the lifetime
 	// its master asked for, on their own clock, with no room for clocks
@@ -185,6 +186,10 @@ const (
 	// the ticket that a release missed comes back at a restart or in a
 	// handoff.
 	MutantMemoryTombs
+	// MutantUnconfirmedGrant: a master grants as soon as it decides, on
+	// reports that may be older than a force-unlock of its request,
+	// without asking the leaders whether they still have the ticket.
+	MutantUnconfirmedGrant
 )
 
 func (c *Config) withDefaults() (Config, error) {

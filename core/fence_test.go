@@ -19,6 +19,9 @@ import (
 //     tickets: node 5's try is granted while node 4's client holds.
 //   - force_release_waiter_lost_revoke.txt without the own-ticket check:
 //     the force-released waiter is granted beside the next one.
+//   - force_release_waiter_stale_reports.txt without the own-ticket
+//     check, or with it but without the confirmation round: the waiter
+//     is granted on a report older than its force-unlock.
 //   - renew_delayed.txt with the old renewal arithmetic: the TTL outlives
 //     the master's end (checked on the printed ttl instead of grants).
 //   - release_survives_handoff.txt with tombstones in memory only: the
@@ -37,6 +40,8 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"force_release_waiter_lost_revoke.txt", core.MutantNoOwnTicket, 2, ": granted "},
 		{"renew_delayed.txt", core.MutantRenewFromDecision, 2, "ttl=10\n"},
 		{"release_survives_handoff.txt", core.MutantMemoryTombs, 2, ": granted "},
+		{"force_release_waiter_stale_reports.txt", core.MutantNoOwnTicket, 2, ": granted "},
+		{"force_release_waiter_stale_reports.txt", core.MutantUnconfirmedGrant, 2, ": granted "},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

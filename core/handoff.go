@@ -302,6 +302,9 @@ func (n *Node) mergeEntry(m wire.Message) {
 	t := n.replicaName(m.Name)
 	if m.Kind == wire.KindSnapshotTomb {
 		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
+		if _, ok := t.tombs[m.Req]; ok {
+			t.heldTombs[m.Req] = true // an old leader's: it may have been held there
+		}
 		return
 	}
 	if m.Req == (wire.RequestID{}) {

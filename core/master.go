@@ -48,6 +48,9 @@ type request struct {
 	actAcks                       map[wire.NodeID]bool
 	actSentAt                     int64
 	actRound                      uint64 // numbers the marks; acks must echo it
+	// confirm: the grant is decided and the leaders are asked whether they
+	// still have the ticket (see startConfirm); nil until then.
+	confirm *confirmation
 	// retryAt: when the policy asked to be asked again (0: not asked).
 	retryAt  int64
 	max      uint64
@@ -72,6 +75,15 @@ type request struct {
 	// forced: asked by an operator, had: a leader that acked had it.
 	releaseOf   wire.RequestID
 	forced, had bool
+	// held: a leader that acked the release had the request as held.
+	held bool
+}
+
+// confirmation is the round between a grant's decision and its event.
+type confirmation struct {
+	sentAt  int64
+	acks    map[wire.NodeID]bool
+	rejects map[wire.NodeID]bool
 }
 
 type renewal struct {
@@ -240,11 +252,25 @@ func (n *Node) masterStep(m wire.Message) {
 		}
 	case m.Kind == wire.KindActivateAck:
 		// An ack of a mark that is over, or of a clearing: nothing to do.
+	case m.Kind == wire.KindConfirmAck && r.phase == phaseWait && r.confirm != nil && m.Ticket == r.ticket:
+		if m.Reject {
+			r.confirm.rejects[m.From] = true
+			if len(n.cfg.View.Leaders)-len(r.confirm.rejects) < n.quorum() {
+				n.fail(r, wire.CodeLost) // force-unlocked: the operator's word stands
+			}
+			return
+		}
+		r.confirm.acks[m.From] = true
+		if len(r.confirm.acks) >= n.quorum() {
+			n.grant(r)
+		}
+	case m.Kind == wire.KindConfirmAck:
 	case m.Kind == wire.KindRevoked:
 		n.revoke(r)
 	case m.Kind == wire.KindReleaseAck && r.phase == phaseReleasing:
 		r.acks[m.From] = 0
 		r.had = r.had || !m.Reject
+		r.held = r.held || m.Seq == 1
 		if len(r.acks) >= n.quorum() {
 			c := wire.CodeNone
 			if r.forced && !r.had {
@@ -415,6 +441,9 @@ func (n *Node) evaluate(r *request) {
 			return
 		}
 	}
+	if r.confirm != nil {
+		return // decided: the confirmation answers
+	}
 	if fresh < n.quorum() || len(r.firstSeen) < n.quorum() {
 		return
 	}
@@ -441,6 +470,8 @@ func (n *Node) evaluate(r *request) {
 		if !r.activating {
 			n.sendMark(r, true, nil)
 		}
+	case d.Grant && n.cfg.Mutant&(MutantNoOwnTicket|MutantUnconfirmedGrant) == 0:
+		n.startConfirm(r)
 	case d.Grant:
 		n.grant(r)
 	case d.Refuse != wire.CodeNone:
@@ -451,6 +482,24 @@ func (n *Node) evaluate(r *request) {
 	if !d.Grant && d.Refuse == wire.CodeNone && d.RetryIn > 0 {
 		r.retryAt = n.now + d.RetryIn
 	}
+}
+
+// startConfirm asks the leaders whether they still have r's ticket before
+// granting it. The reports a decision rests on may be older than an
+// operator's force-unlock of r (a partition kept the newer ones away):
+// granted on them, r would stand beside the next holder, whose grant saw
+// r gone. A quorum that confirms orders every such force-unlock at one of
+// its replicas after the confirmation, where it is taken as a holder's;
+// one that cannot confirm means r was dropped, and r fails.
+func (n *Node) startConfirm(r *request) {
+	r.confirm = &confirmation{acks: map[wire.NodeID]bool{}, rejects: map[wire.NodeID]bool{}}
+	n.sendConfirm(r)
+}
+
+func (n *Node) sendConfirm(r *request) {
+	r.confirm.sentAt = n.now
+	n.toLeaders(wire.Message{Kind: wire.KindConfirm, Name: r.a.Name, Req: r.id, Ticket: r.ticket},
+		func(l wire.NodeID) bool { return r.confirm.acks[l] || r.confirm.rejects[l] })
 }
 
 // sendMark marks r active at the leaders (or clears the mark), to those
@@ -532,7 +581,7 @@ func (n *Node) released(r *request, c wire.Code) {
 	if r.releaseOf == (wire.RequestID{}) {
 		return
 	}
-	n.events = append(n.events, Event{Kind: wire.EventReleased, Code: c, Req: r.releaseOf, Name: r.a.Name, Token: r.ticket})
+	n.events = append(n.events, Event{Kind: wire.EventReleased, Code: c, Req: r.releaseOf, Name: r.a.Name, Token: r.ticket, Held: r.held})
 	r.releaseOf = wire.RequestID{}
 }
 
@@ -565,6 +614,9 @@ func (n *Node) masterTick() {
 			if n.now > r.dead {
 				n.fail(r, wire.CodeTimedOut)
 				continue
+			}
+			if r.phase == phaseWait && r.confirm != nil && n.now-r.confirm.sentAt >= n.cfg.RetransmitTicks {
+				n.sendConfirm(r)
 			}
 			if r.phase == phaseWait && r.activating && n.now-r.actSentAt >= n.cfg.RetransmitTicks {
 				r.actSentAt = n.now

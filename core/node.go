@@ -28,6 +28,10 @@ type Event struct {
 	// Duration for a renewal (the master counts the renewed lease from
 	// the Renew call, not from the confirmation).
 	TTL int64
+	// Held (EventReleased of a forced release): a leader that dropped the
+	// request had it as held, or may have (restored from its store or a
+	// handoff). Without it, the request was waiting and is never granted.
+	Held bool
 }
 
 // Ready is the output of the node since the last Advance. Handle it in field
@@ -304,7 +308,7 @@ func (n *Node) Step(m wire.Message) error {
 	case wire.KindSnapshot, wire.KindSnapshotTomb, wire.KindSnapshotDone:
 		n.onSnapshot(m)
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
-		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked:
+		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked, wire.KindConfirmAck:
 		n.masterStep(m)
 	default:
 		n.replicaStep(m)
@@ -358,7 +362,8 @@ func (n *Node) check(m wire.Message) error {
 		}
 		return nil
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
-		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate, wire.KindHolds, wire.KindHoldsAck:
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate, wire.KindHolds, wire.KindHoldsAck,
+		wire.KindConfirm:
 		if !n.cfg.View.IsLeader(n.cfg.ID) {
 			n.stats.WrongTarget++
 			return fmt.Errorf("%w: %s to a node that is not a leader", ErrWrongTarget, m.Kind)
@@ -370,7 +375,7 @@ func (n *Node) check(m wire.Message) error {
 			return bad("lifetime %d", m.Lifetime)
 		}
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
-		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked:
+		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked, wire.KindConfirmAck:
 	default:
 		return bad("kind %s is not for the lock core", m.Kind)
 	}
@@ -391,7 +396,8 @@ func (n *Node) check(m wire.Message) error {
 func replicaKind(k wire.Kind) bool {
 	switch k {
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
-		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate, wire.KindHolds, wire.KindHoldsAck:
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindActivate, wire.KindHolds, wire.KindHoldsAck,
+		wire.KindConfirm:
 		return true
 	}
 	return false

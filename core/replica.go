@@ -20,7 +20,10 @@ type record struct {
 	// a handoff; the other leaders are asked whether they hold it until it
 	// ends. notAt are the leaders of view notAtEpoch that last said they
 	// do not.
-	restored   bool
+	restored bool
+	// held: the master confirmed a grant of it here, or renewed it.
+	// Held or restored, a force-unlock of it is taken as a holder's.
+	held       bool
 	notAt      map[wire.NodeID]bool
 	notAtEpoch uint64
 }
@@ -35,9 +38,13 @@ type replicaName struct {
 	recs      map[wire.RequestID]*record
 	// tombs remembers released requests until their deadline, so a late
 	// duplicate ENTERING does not bring a released request back.
-	tombs    map[wire.RequestID]int64
-	watchers map[wire.NodeID]*watcher
-	dirty    bool
+	tombs map[wire.RequestID]int64
+	// heldTombs are the tombstones of requests that were held here when
+	// dropped, or may have been (restored, or taken over): a force-unlock
+	// that finds one answers that it took a holder (KindReleaseAck).
+	heldTombs map[wire.RequestID]bool
+	watchers  map[wire.NodeID]*watcher
+	dirty     bool
 	// readerSeen is the last tick a READ_ONLY ticket was in the table (or
 	// the start of what this replica knows of the name).
 	readerSeen int64
@@ -46,7 +53,8 @@ type replicaName struct {
 func (n *Node) replicaName(name string) *replicaName {
 	t := n.names[name]
 	if t == nil {
-		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]int64{}, watchers: map[wire.NodeID]*watcher{},
+		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]int64{}, heldTombs: map[wire.RequestID]bool{},
+			watchers:   map[wire.NodeID]*watcher{},
 			readerSeen: n.readerHorizon}
 		n.names[name] = t
 	}
@@ -64,7 +72,7 @@ func (n *Node) restore(d *Durable) {
 		t := n.replicaName(name)
 		for req, dt := range ts {
 			if dt.Entry.State == wire.StateReleased {
-				t.tombs[req] = n.now + dt.Lifetime
+				t.tombs[req], t.heldTombs[req] = n.now+dt.Lifetime, true
 				continue
 			}
 			// A stored ticket comes back as exited: its choosing flag is not
@@ -154,13 +162,21 @@ func (n *Node) replicaStep(m wire.Message) {
 
 	case wire.KindExit:
 		t := n.replicaName(m.Name)
-		if r := t.recs[m.Req]; r != nil && r.entry.State == wire.StateChoosing && r.entry.Ticket != 0 {
-			// Not durable: a restart brings the ticket back as exited with
-			// the number on disk, never higher than the final one, which
-			// only makes others wait longer for this request.
-			r.entry.State, r.entry.Ticket = wire.StateTicket, max(r.entry.Ticket, m.Ticket)
-			t.dirty = true
+		n.exit(t, t.recs[m.Req], m.Ticket)
+
+	case wire.KindConfirm:
+		// Only a ticket still here is confirmed: one released or
+		// force-unlocked here must not be granted on older reports.
+		reply.Kind, reply.Ticket = wire.KindConfirmAck, m.Ticket
+		t := n.replicaName(m.Name)
+		r := t.recs[m.Req]
+		if r == nil || r.entry.Ticket == 0 {
+			reply.Reject = true
+		} else {
+			n.exit(t, r, m.Ticket)
+			r.held = true
 		}
+		n.send(reply)
 
 	case wire.KindWatch:
 		t := n.replicaName(m.Name)
@@ -183,7 +199,10 @@ func (n *Node) replicaStep(m wire.Message) {
 	case wire.KindRelease:
 		reply.Kind = wire.KindReleaseAck
 		t := n.replicaName(m.Name)
-		_, had := t.recs[m.Req]
+		r, had := t.recs[m.Req]
+		if had && (r.held || r.restored) || !had && t.heldTombs[m.Req] {
+			reply.Seq = 1
+		}
 		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
 		reply.Reject = !had
 		n.send(reply)
@@ -218,6 +237,7 @@ func (n *Node) replicaStep(m wire.Message) {
 		if r == nil || r.entry.Ticket == 0 {
 			reply.Reject = true
 		} else {
+			r.held = true
 			r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 			n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 		}
@@ -271,6 +291,17 @@ func (n *Node) replicaStep(m wire.Message) {
 			}
 			delete(t.watchers, m.From)
 		}
+	}
+}
+
+// exit takes r's choosing flag down: its number ticket is durable at a
+// quorum. Not durable here: a restart brings the ticket back as exited with
+// the number on disk, never higher than the final one, which only makes
+// others wait longer for this request.
+func (n *Node) exit(t *replicaName, r *record, ticket uint64) {
+	if r != nil && r.entry.State == wire.StateChoosing && r.entry.Ticket != 0 {
+		r.entry.State, r.entry.Ticket = wire.StateTicket, max(r.entry.Ticket, ticket)
+		t.dirty = true
 	}
 }
 
@@ -382,6 +413,9 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 	old, had := t.tombs[req]
 	if tombUntil > n.now {
 		t.tombs[req] = max(old, tombUntil)
+		if r != nil && (r.held || r.restored) {
+			t.heldTombs[req] = true
+		}
 	}
 	switch {
 	case tombUntil > n.now && (r != nil || !had) && n.cfg.Mutant&MutantMemoryTombs == 0:
@@ -417,6 +451,7 @@ func (n *Node) replicaTick() {
 			// Every copy the release missed has ended too (one restored
 			// at a restart counts again, and is asked about: askHolds).
 			delete(t.tombs, req)
+			delete(t.heldTombs, req)
 			if n.cfg.Mutant&MutantMemoryTombs == 0 {
 				n.persist(Write{Kind: WriteDelete, Name: name, Entry: wire.Entry{Req: req}})
 			}

@@ -138,8 +138,10 @@ const (
 	// KindRelease (master → replica): Req is gone; drop it durably, and
 	// keep its tombstone for at least Lifetime ticks.
 	KindRelease
-	// KindReleaseAck: the release is on disk; Reject when the replica did
-	// not have Req (an operator's force-unlock of an unknown lease).
+	// KindReleaseAck: the release is on disk; Seq is 1 when the request
+	// was held there (confirmed, renewed, or restored: may be held).
+	// Reject when the replica did not have Req (an operator's force-unlock
+	// of an unknown lease).
 	KindReleaseAck
 	// KindRenew (master → replica): extend Req's lifetime to Lifetime ticks, durably.
 	KindRenew
@@ -240,6 +242,14 @@ const (
 	// ticket, from whichever answer it comes. Counted in the Size of
 	// KindSnapshotDone.
 	KindSnapshotTomb
+	// KindConfirm (master → replica; package core): the master decided to
+	// grant Req; does the replica still have its ticket? The replica marks
+	// the ticket held (a force-unlock of it is then a holder's), and takes
+	// it as exited with the number Ticket, as KindExit does.
+	KindConfirm
+	// KindConfirmAck: the ticket is marked held; Reject when the replica
+	// does not have it (released, force-unlocked or expired there).
+	KindConfirmAck
 	kindEnd
 )
 
@@ -283,7 +293,7 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
 	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
 	"check-in", "check-in-ack", "revoked", "former", "holds", "holds-ack",
-	"snapshot-tomb"}
+	"snapshot-tomb", "confirm", "confirm-ack"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {

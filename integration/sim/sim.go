@@ -296,8 +296,9 @@ type client struct {
 	orphan bool
 	// forced: an operator force-unlocked its lease; it does not watch, so
 	// it holds on by its timer, and the invariant leaves it out (the
-	// operator declared it gone; its fencing token stays below later
-	// grants).
+	// operator declared it gone). A grant that raced the unlock may come
+	// after the next one's, with a lower token: fencing stops its writes.
+	// Its force-unlock then answers that it took a holder (onForceAnswer).
 	forced bool
 	op     int  // index of the open history operation, -1 if none
 	probe  bool // a settle-phase probe that must be granted
@@ -337,6 +338,9 @@ type Sim struct {
 
 	// forced are the tickets operators force-released, per name.
 	forced map[string]map[uint64]bool
+	// forces are the operators' force-unlocks, by the request's id on
+	// the wire.
+	forces map[wire.RequestID]*force
 	// jobs are the operator's runbooks under way or done (Operators).
 	jobs []*job
 	// commits are changes reported committed in a view no node adopted
@@ -362,7 +366,7 @@ func run(o Options) (*Sim, error) {
 	}
 	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
 		idleWait: map[string]int64{}, views: map[uint64]string{}, members: map[uint64][]wire.NodeID{}, trace: make([]string, o.TraceLines),
-		forced: map[string]map[uint64]bool{}}
+		forced: map[string]map[uint64]bool{}, forces: map[wire.RequestID]*force{}}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
 		if i < 3 {
@@ -812,6 +816,16 @@ func (s *Sim) timeFaults() bool {
 	return false
 }
 
+// force is one operator's force-unlock, from its call to its answer.
+type force struct {
+	by int // the node it was called on
+	// answered: EventReleased came; waiting: it said that no leader of
+	// its quorum held the request (confirmed, renewed, or restored), or
+	// that none had it: such a request is never granted, before or after.
+	answered, waiting bool
+	granted           bool // the request was granted (raced the unlock)
+}
+
 // forceUnlock is an operator's `sluice unlock --force`: read a name's
 // table at one leader, pick a request with a ticket, and force it out
 // through any agent that is up.
@@ -853,10 +867,13 @@ func (s *Sim) forceUnlock() {
 		s.forced[name] = map[uint64]bool{}
 	}
 	s.forced[name][e.Ticket] = true
+	if s.forces[e.Req] == nil {
+		s.forces[e.Req] = &force{by: byIdx}
+	}
 	s.res.Forced++
-	// The client of the forced request, by its id on the wire: a waiter
-	// whose grant races the unlock (its ticket may have been raised since
-	// the operator read the table) is force-unlocked as well.
+	// The client holding the forced lease, by its token or its request's
+	// id on the wire: its hold ends here. A waiter is judged when it is
+	// granted and when the unlock answers (onForceAnswer).
 	var handle wire.RequestID
 	node := -1
 	for i, n := range s.nodes {
@@ -872,9 +889,9 @@ func (s *Sim) forceUnlock() {
 	for _, c := range s.clients {
 		switch {
 		case c.name != name || c.state == idle:
-		case c.state == holding && c.token == e.Ticket || c.node == node && c.handle == handle:
+		case c.state == holding && (c.token == e.Ticket || c.node == node && c.handle == handle):
 			c.forced = true
-			if c.state == holding && c.token != 0 {
+			if c.token != 0 {
 				// Its hold ends here for the history: the operator took it.
 				s.res.ForcedHolders++
 				s.closeHold(c)
@@ -1115,6 +1132,10 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 }
 
 func (s *Sim) onEvent(node int, e core.Event) {
+	if f := s.forces[e.Req]; f != nil && e.Kind == wire.EventReleased && f.by == node && !f.answered {
+		s.onForceAnswer(e, f)
+		return
+	}
 	var c *client
 	for _, x := range s.clients {
 		if x.node == node && x.handle == e.Req && x.state != idle {
@@ -1146,9 +1167,19 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			s.release(c, s.nodes[node].core)
 			return
 		}
-		if s.forced[c.name][e.Token] || c.forced {
-			// Granted while an operator's force-unlock was on its way:
-			// the unlock wins, as for a holder.
+		if f := s.forces[s.wireID(node, e.Req)]; f != nil {
+			if f.waiting {
+				s.failf("client %d granted %s token %d after an operator's force-unlock found its request waiting",
+					c.id, c.name, e.Token)
+				return
+			}
+			// Granted while the unlock was on its way, or after a leader
+			// that dropped it had confirmed its grant: the unlock took a
+			// holder, whose token may be below the next grant's.
+			f.granted = true
+			c.forced = true
+			s.res.ForcedHolders++
+		} else if s.forced[c.name][e.Token] {
 			c.forced = true
 			s.res.ForcedHolders++
 		}
@@ -1159,7 +1190,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		if c.mode == semaphore.ReadWritePriority || c.mode == semaphore.Exclusive {
 			last = s.lastToken[c.name]
 		}
-		if e.Token <= last {
+		if e.Token <= last && !c.forced {
 			s.failf("fencing token %d of a %s grant on %s is not above the previous %d", e.Token, c.mode, c.name, last)
 			return
 		}
@@ -1304,6 +1335,28 @@ func (s *Sim) finishOp(c *client, ok bool, token uint64) {
 	if c.op >= 0 {
 		s.hist.ret(c.op, ok, token)
 		c.op = -1
+	}
+}
+
+// wireID is the id on the wire of the current request of handle on node.
+func (s *Sim) wireID(node int, handle wire.RequestID) wire.RequestID {
+	for _, r := range s.nodes[node].core.Requests() {
+		if r.Handle == handle {
+			return r.Req
+		}
+	}
+	return handle
+}
+
+// onForceAnswer: an operator's force-unlock is through. A request that no
+// leader of the answering quorum held was waiting: it must never be
+// granted, and a grant already given to it is two holders.
+func (s *Sim) onForceAnswer(e core.Event, f *force) {
+	f.answered = true
+	f.waiting = !e.Held && (e.Code == wire.CodeNone || e.Code == wire.CodeUnknownLease)
+	s.tracef("node %d answers the force-unlock of %s on %s: code=%s held=%v", f.by+1, e.Req, e.Name, e.Code, e.Held)
+	if f.waiting && f.granted {
+		s.failf("force-unlock of %s on %s found it waiting, but it was granted", e.Req, e.Name)
 	}
 }
 
