@@ -226,6 +226,12 @@ func (h *harness) ready(id int) {
 			if e.Code != wire.CodeNone {
 				h.printf(" error=%s", e.Code)
 			}
+			switch {
+			case e.Forced && e.Held:
+				h.printf(" forced=holder")
+			case e.Forced:
+				h.printf(" forced=waiter")
+			}
 			if e.Kind == wire.EventGranted || e.Kind == wire.EventRenewed {
 				h.printf(" token=%d elapsed=%d ttl=%d", e.Token, e.Elapsed, e.TTL)
 			}

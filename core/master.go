@@ -70,11 +70,12 @@ type request struct {
 	unlocking    bool
 	renew        *renewal
 	releaseUntil int64
-	// releaseOf is the id a Release or ForceRelease call asked to drop,
-	// told EventReleased once a quorum of leaders dropped it (then zero);
-	// forced: asked by an operator, had: a leader that acked had it.
-	releaseOf   wire.RequestID
-	forced, had bool
+	// releaseOf and forceOf are the ids a Release and a ForceRelease call
+	// asked to drop (both may wait on one request: a client releasing as
+	// an operator forces it), each told EventReleased once a quorum of
+	// leaders dropped it (then zero); had: a leader that acked had it.
+	releaseOf, forceOf wire.RequestID
+	had                bool
 	// held: a leader that acked the release had the request as held.
 	held bool
 }
@@ -272,11 +273,11 @@ func (n *Node) masterStep(m wire.Message) {
 		r.had = r.had || !m.Reject
 		r.held = r.held || m.Seq == 1
 		if len(r.acks) >= n.quorum() {
-			c := wire.CodeNone
-			if r.forced && !r.had {
-				c = wire.CodeUnknownLease
+			forced := wire.CodeNone
+			if !r.had {
+				forced = wire.CodeUnknownLease
 			}
-			n.released(r, c)
+			n.released(r, wire.CodeNone, forced)
 		}
 		if len(r.acks) == len(n.cfg.View.Leaders) {
 			n.forget(r)
@@ -566,7 +567,7 @@ func (n *Node) fail(r *request, c wire.Code) {
 func (n *Node) startRelease(r *request) {
 	n.leaveWait(r)
 	if r.phase == phaseQueued {
-		n.released(r, wire.CodeNone) // never reached a leader
+		n.released(r, wire.CodeNone, wire.CodeNone) // never reached a leader
 		n.forget(r)
 		return
 	}
@@ -576,13 +577,20 @@ func (n *Node) startRelease(r *request) {
 	n.sendPhase(r, nil)
 }
 
-// released tells the caller that asked for r's release that it is through.
-func (n *Node) released(r *request, c wire.Code) {
-	if r.releaseOf == (wire.RequestID{}) {
-		return
+// released tells the callers that asked for r's release that it is
+// through: a Release with code c, a ForceRelease with code forced.
+func (n *Node) released(r *request, c, forced wire.Code) {
+	for _, w := range []struct {
+		id     *wire.RequestID
+		code   wire.Code
+		forced bool
+	}{{&r.releaseOf, c, false}, {&r.forceOf, forced, true}} {
+		if *w.id != (wire.RequestID{}) {
+			n.events = append(n.events, Event{Kind: wire.EventReleased, Code: w.code, Req: *w.id, Name: r.a.Name,
+				Token: r.ticket, Held: r.held, Forced: w.forced})
+			*w.id = wire.RequestID{}
+		}
 	}
-	n.events = append(n.events, Event{Kind: wire.EventReleased, Code: c, Req: r.releaseOf, Name: r.a.Name, Token: r.ticket, Held: r.held})
-	r.releaseOf = wire.RequestID{}
 }
 
 func (n *Node) forget(r *request) {
@@ -669,13 +677,9 @@ func (n *Node) masterTick() {
 			}
 		case phaseReleasing:
 			if n.now > r.releaseUntil {
-				// The replicas forgot the request by themselves, unless
-				// it was another's, forced: then nobody confirmed.
-				c := wire.CodeNone
-				if r.forced {
-					c = wire.CodeNotReady
-				}
-				n.released(r, c)
+				// The replicas forgot the request by themselves; a force
+				// of another's request has nobody's word for that.
+				n.released(r, wire.CodeNone, wire.CodeNotReady)
 				n.forget(r)
 			} else if since >= n.cfg.RetransmitTicks {
 				r.sentAt = n.now
@@ -725,7 +729,12 @@ func (n *Node) releaseFormer(id wire.RequestID, f formerTicket) {
 // former ticket, or another node's request forced by an operator), as if
 // it were one of its own that lived duration more ticks.
 func (n *Node) releaseOther(id wire.RequestID, name string, duration int64, forced bool) {
-	r := &request{id: id, a: Acquire{Name: name, Duration: duration}, phase: phaseEnter, releaseOf: id, forced: forced}
+	r := &request{id: id, a: Acquire{Name: name, Duration: duration}, phase: phaseEnter}
+	if forced {
+		r.forceOf = id
+	} else {
+		r.releaseOf = id
+	}
 	n.reqs[id] = r
 	n.masterName(name).count++
 	n.startRelease(r)

@@ -32,6 +32,8 @@ type Event struct {
 	// request had it as held, or may have (restored from its store or a
 	// handoff). Without it, the request was waiting and is never granted.
 	Held bool
+	// Forced: the EventReleased answers a ForceRelease, not a Release.
+	Forced bool
 }
 
 // Ready is the output of the node since the last Advance. Handle it in field
@@ -270,9 +272,9 @@ func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 		// other nodes' masters (KindRevoked), so end it here.
 		n.revoke(r)
 		if n.reqs[req] == r && r.phase == phaseReleasing {
-			r.releaseOf, r.forced = req, true
+			r.forceOf = req
 		} else {
-			n.events = append(n.events, Event{Kind: wire.EventReleased, Req: req, Name: name})
+			n.events = append(n.events, Event{Kind: wire.EventReleased, Req: req, Name: name, Forced: true})
 		}
 		return nil
 	}

@@ -1132,7 +1132,7 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 }
 
 func (s *Sim) onEvent(node int, e core.Event) {
-	if f := s.forces[e.Req]; f != nil && e.Kind == wire.EventReleased && f.by == node && !f.answered {
+	if f := s.forces[e.Req]; f != nil && e.Kind == wire.EventReleased && e.Forced && f.by == node && !f.answered {
 		s.onForceAnswer(e, f)
 		return
 	}

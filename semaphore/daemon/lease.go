@@ -240,7 +240,7 @@ func (n *Node) Release(ctx context.Context, id string) error {
 		if ready, why := n.readiness(); !ready {
 			return fmt.Errorf("%w: release of %s not confirmed: %s", core.ErrNotReady, id, why)
 		}
-		done = n.awaitRelease(h)
+		done = n.awaitRelease(h, false)
 		return nil
 	}); err != nil || done == nil {
 		return err
@@ -248,13 +248,21 @@ func (n *Node) Release(ctx context.Context, id string) error {
 	return n.released(ctx, id, done)
 }
 
+// releaseCall names a call waiting for EventReleased: a client's Release
+// and an operator's force-unlock of one request may wait at once.
+type releaseCall struct {
+	req    wire.RequestID
+	forced bool
+}
+
 // awaitRelease registers a call waiting for EventReleased of req.
-func (n *Node) awaitRelease(req wire.RequestID) chan error {
+func (n *Node) awaitRelease(req wire.RequestID, forced bool) chan error {
 	ch := make(chan error, 1)
-	if old := n.releases[req]; old != nil {
+	k := releaseCall{req, forced}
+	if old := n.releases[k]; old != nil {
 		old <- fmt.Errorf("%w: %s: asked again", core.ErrNotReady, req)
 	}
-	n.releases[req] = ch
+	n.releases[k] = ch
 	return ch
 }
 
@@ -272,11 +280,12 @@ func (n *Node) released(ctx context.Context, id string, done chan error) error {
 
 // onReleased answers the call waiting for e, an EventReleased.
 func (n *Node) onReleased(e core.Event) {
-	ch := n.releases[e.Req]
+	k := releaseCall{e.Req, e.Forced}
+	ch := n.releases[k]
 	if ch == nil {
 		return
 	}
-	delete(n.releases, e.Req)
+	delete(n.releases, k)
 	switch e.Code {
 	case wire.CodeNone:
 		ch <- nil

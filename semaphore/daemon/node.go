@@ -148,7 +148,7 @@ type Node struct {
 	leases   map[wire.RequestID]*lease
 	// releases are the Release and ForceUnlock calls waiting for a quorum
 	// of the leaders to drop the request (core.EventReleased).
-	releases map[wire.RequestID]chan error
+	releases map[releaseCall]chan error
 	stats    NodeStats
 	// changed gets the end of the membership change this node runs.
 	changed chan election.ChangeResult
@@ -190,7 +190,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("daemon: start the election: %w", err)
 	}
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
-		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, releases: map[wire.RequestID]chan error{},
+		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, releases: map[releaseCall]chan error{},
 		changed:       make(chan election.ChangeResult, 1),
 		foreignLogged: map[wire.NodeID]time.Time{},
 		sending:       map[[2]uint64]*snapshotSend{}, metrics: newMetrics()}, nil

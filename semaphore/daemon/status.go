@@ -187,7 +187,7 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 			n.log.Warn("forced unlock", "name", name, "request", r.String())
 			n.metrics.forced.Inc()
 			out = append(out, r.String())
-			waits = append(waits, n.awaitRelease(r))
+			waits = append(waits, n.awaitRelease(r, true))
 		}
 		return nil
 	})
