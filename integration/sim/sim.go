@@ -336,8 +336,6 @@ type Sim struct {
 	fail            *Failure
 	nonce           uint64
 
-	// forced are the tickets operators force-released, per name.
-	forced map[string]map[uint64]bool
 	// forces are the operators' force-unlocks, by the request's id on
 	// the wire.
 	forces map[wire.RequestID]*force
@@ -366,7 +364,7 @@ func run(o Options) (*Sim, error) {
 	}
 	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
 		idleWait: map[string]int64{}, views: map[uint64]string{}, members: map[uint64][]wire.NodeID{}, trace: make([]string, o.TraceLines),
-		forced: map[string]map[uint64]bool{}, forces: map[wire.RequestID]*force{}}
+		forces: map[wire.RequestID]*force{}}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
 		if i < 3 {
@@ -863,10 +861,6 @@ func (s *Sim) forceUnlock() {
 		s.failf("force-unlock of %s on %s: %v", e.Req, name, err)
 		return
 	}
-	if s.forced[name] == nil {
-		s.forced[name] = map[uint64]bool{}
-	}
-	s.forced[name][e.Ticket] = true
 	if s.forces[e.Req] == nil {
 		s.forces[e.Req] = &force{by: byIdx}
 	}
@@ -1177,9 +1171,6 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			// that dropped it had confirmed its grant: the unlock took a
 			// holder, whose token may be below the next grant's.
 			f.granted = true
-			c.forced = true
-			s.res.ForcedHolders++
-		} else if s.forced[c.name][e.Token] {
 			c.forced = true
 			s.res.ForcedHolders++
 		}
