@@ -216,7 +216,7 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 		}
 		for _, req := range sortedReqs(t.tombs) {
 			n.send(wire.Message{Kind: wire.KindSnapshotTomb, To: m.From, Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e},
-				Name: name, Req: req, Lifetime: uint64(max(t.tombs[req]-n.now, 0))})
+				Name: name, Req: req, Lifetime: uint64(max(t.tombs[req].until-n.now, 0))})
 			count++
 		}
 	}
@@ -302,8 +302,9 @@ func (n *Node) mergeEntry(m wire.Message) {
 	t := n.replicaName(m.Name)
 	if m.Kind == wire.KindSnapshotTomb {
 		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
-		if _, ok := t.tombs[m.Req]; ok {
-			t.heldTombs[m.Req] = true // an old leader's: it may have been held there
+		if tb, ok := t.tombs[m.Req]; ok {
+			tb.held = true // an old leader's: it may have been held there
+			t.tombs[m.Req] = tb
 		}
 		return
 	}

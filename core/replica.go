@@ -28,6 +28,14 @@ type record struct {
 	notAtEpoch uint64
 }
 
+// tomb is a released request, kept until the tick until. held: it was
+// held here when dropped, or may have been (restored, or taken over): a
+// force-unlock that finds it answers that it took a holder (KindReleaseAck).
+type tomb struct {
+	until int64
+	held  bool
+}
+
 type watcher struct {
 	seq      uint64 // highest watch sequence seen from this master for the name
 	deadline int64
@@ -38,13 +46,9 @@ type replicaName struct {
 	recs      map[wire.RequestID]*record
 	// tombs remembers released requests until their deadline, so a late
 	// duplicate ENTERING does not bring a released request back.
-	tombs map[wire.RequestID]int64
-	// heldTombs are the tombstones of requests that were held here when
-	// dropped, or may have been (restored, or taken over): a force-unlock
-	// that finds one answers that it took a holder (KindReleaseAck).
-	heldTombs map[wire.RequestID]bool
-	watchers  map[wire.NodeID]*watcher
-	dirty     bool
+	tombs    map[wire.RequestID]tomb
+	watchers map[wire.NodeID]*watcher
+	dirty    bool
 	// readerSeen is the last tick a READ_ONLY ticket was in the table (or
 	// the start of what this replica knows of the name).
 	readerSeen int64
@@ -53,8 +57,7 @@ type replicaName struct {
 func (n *Node) replicaName(name string) *replicaName {
 	t := n.names[name]
 	if t == nil {
-		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]int64{}, heldTombs: map[wire.RequestID]bool{},
-			watchers:   map[wire.NodeID]*watcher{},
+		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]tomb{}, watchers: map[wire.NodeID]*watcher{},
 			readerSeen: n.readerHorizon}
 		n.names[name] = t
 	}
@@ -72,7 +75,7 @@ func (n *Node) restore(d *Durable) {
 		t := n.replicaName(name)
 		for req, dt := range ts {
 			if dt.Entry.State == wire.StateReleased {
-				t.tombs[req], t.heldTombs[req] = n.now+dt.Lifetime, true
+				t.tombs[req] = tomb{until: n.now + dt.Lifetime, held: true}
 				continue
 			}
 			// A stored ticket comes back as exited: its choosing flag is not
@@ -200,7 +203,7 @@ func (n *Node) replicaStep(m wire.Message) {
 		reply.Kind = wire.KindReleaseAck
 		t := n.replicaName(m.Name)
 		r, had := t.recs[m.Req]
-		if had && (r.held || r.restored) || !had && t.heldTombs[m.Req] {
+		if had && (r.held || r.restored) || !had && t.tombs[m.Req].held {
 			reply.Seq = 1
 		}
 		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
@@ -412,16 +415,13 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 	}
 	old, had := t.tombs[req]
 	if tombUntil > n.now {
-		t.tombs[req] = max(old, tombUntil)
-		if r != nil && (r.held || r.restored) {
-			t.heldTombs[req] = true
-		}
+		t.tombs[req] = tomb{until: max(old.until, tombUntil), held: old.held || r != nil && (r.held || r.restored)}
 	}
 	switch {
 	case tombUntil > n.now && (r != nil || !had) && n.cfg.Mutant&MutantMemoryTombs == 0:
 		// In the ticket's place; a tombstone extended in memory only
 		// (a release sent again) is not written again.
-		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: t.tombs[req] - n.now})
+		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: t.tombs[req].until - n.now})
 	case r != nil && r.entry.Ticket != 0:
 		n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry})
 	}
@@ -441,8 +441,8 @@ func (n *Node) replicaTick() {
 		// Only the expired ones are sorted (for a deterministic Persist):
 		// this runs every tick over every tombstone.
 		var over []wire.RequestID
-		for req, until := range t.tombs {
-			if until < n.now {
+		for req, tb := range t.tombs {
+			if tb.until < n.now {
 				over = append(over, req)
 			}
 		}
@@ -451,7 +451,6 @@ func (n *Node) replicaTick() {
 			// Every copy the release missed has ended too (one restored
 			// at a restart counts again, and is asked about: askHolds).
 			delete(t.tombs, req)
-			delete(t.heldTombs, req)
 			if n.cfg.Mutant&MutantMemoryTombs == 0 {
 				n.persist(Write{Kind: WriteDelete, Name: name, Entry: wire.Entry{Req: req}})
 			}
