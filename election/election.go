@@ -199,6 +199,9 @@ type Election struct {
 	retry, rtt int64
 	checkedIn  bool
 	checkAcks  map[wire.NodeID]bool
+	// vouched: the operator vouched that the store is this node's own
+	// (see VouchStore).
+	vouched bool
 	// startWrites is the age of the store this life found (see
 	// Persisted.Writes); marks the newest age heard of each node's life.
 	startWrites uint64
@@ -841,8 +844,14 @@ func (e *Election) LockReady() (bool, string) {
 				confirmed++
 			}
 		}
-		return false, fmt.Sprintf("checking in: %d of the other members confirmed this node's life, a majority of %d is needed",
-			confirmed, max(len(e.Members())-1, 0))
+		members := len(e.Members())
+		if e.vouched {
+			return false, fmt.Sprintf("checking in (store vouched for): %d of %d other members confirmed this node's life, %d needed",
+				confirmed, max(members-1, 0), Quorum(members)-1)
+		}
+		return false, fmt.Sprintf("checking in: %d of %d other members confirmed this node's life, %d needed "+
+			"(if too few of them will ever come back and this data directory was never restored from a copy, see `sluice members vouch`)",
+			confirmed, max(members-1, 0), Quorum(max(members-1, 0)))
 	case e.p.Valid.Epoch == 0:
 		why := e.blocked()
 		if why == "" {

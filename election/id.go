@@ -26,6 +26,8 @@ var (
 	ErrStale = errors.New("election: stale life")
 	// ErrNotCheckedIn: a vote asked of a node that has not checked in.
 	ErrNotCheckedIn = errors.New("election: not checked in")
+	// ErrCheckedIn: a vouch for the store of a node that checked in.
+	ErrCheckedIn = errors.New("election: checked in already")
 	// ErrNotReady: a membership change asked of a node without a valid view.
 	ErrNotReady = errors.New("election: not ready")
 	// ErrBadChange: a membership change that must not be made.

@@ -157,6 +157,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.printf("node %d: %s started\n", id, c)
 			h.ready(id)
 		}
+	case "vouch":
+		// The operator vouches for the node's store (sluice members vouch).
+		id := intArg(t, d, "node", 1)
+		if err := h.nodes[id-1].e.VouchStore(); err != nil {
+			h.printf("node %d: vouch refused: %v\n", id, err)
+		} else {
+			h.printf("node %d: store vouched for\n", id)
+			h.ready(id)
+		}
 	case "delay":
 		h.delay = intArg(t, d, "n", 1)
 	case "partition":

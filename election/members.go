@@ -153,17 +153,62 @@ func (e *Election) updateCheckedIn() {
 			others = append(others, id)
 		}
 	}
-	if len(others) > 0 && !e.quorumOf(e.checkAcks, others) {
+	full := len(others) == 0 || e.quorumOf(e.checkAcks, others)
+	if !full && !e.vouchedQuorum() {
 		return
 	}
 	e.checkedIn = true
-	if e.cfg.Mutant&MutantNoCheckIn == 0 {
+	// A life checked in on the operator's word is not confirmed by a
+	// majority of the others: the store keeps showing the last life that
+	// was, and this one stays among those since.
+	if full && e.cfg.Mutant&MutantNoCheckIn == 0 {
 		e.p.Confirmed, e.p.Since, e.persist = e.p.Since[len(e.p.Since)-1], e.p.Since[len(e.p.Since)-1:], true
 	}
 	if e.p.Valid.Epoch > 0 {
 		v := cloneView(e.p.Valid)
 		e.view = &v
 	}
+}
+
+// VouchStore is the operator's word that this node's store is its own: it
+// was never restored from a copy nor taken from another machine, so it
+// holds everything the node acknowledged. The check-in then needs a
+// majority of all members counting this node (two of three) instead of a
+// majority of the others, so that a node can check in, vote and serve
+// when too few other members will ever come back (one of three lost for
+// good and this one restarted), and the operator's removal of the lost
+// members can commit. The members that answer still refuse a store older
+// than the life or age they know; vouching for a restored copy they cannot
+// tell from a restart may lose locks. It holds for this life only.
+func (e *Election) VouchStore() error {
+	switch {
+	case e.stale != nil:
+		return e.stale
+	case e.p.Cluster == 0:
+		return fmt.Errorf("%w: this node has no cluster yet", ErrNotReady)
+	case e.checkedIn:
+		return fmt.Errorf("%w: this node checked in already", ErrCheckedIn)
+	case !slices.Contains(e.Members(), e.cfg.Node):
+		return fmt.Errorf("%w: this node is not a member", ErrBadChange)
+	}
+	e.vouched = true
+	e.updateCheckedIn()
+	return nil
+}
+
+// vouchedQuorum: the store is vouched for and a majority of the members
+// counting this node confirmed its life.
+func (e *Election) vouchedQuorum() bool {
+	if !e.vouched {
+		return false
+	}
+	n := 1
+	for _, id := range e.Members() {
+		if id != e.cfg.Node && e.checkAcks[id] {
+			n++
+		}
+	}
+	return n >= Quorum(len(e.Members()))
 }
 
 func (e *Election) onCheckIn(m wire.Message) error {

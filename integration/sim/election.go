@@ -64,16 +64,11 @@ const (
 	// simulator has not reached that since hellos teach lives (it found
 	// the gap at seed 1848 before). Left out, no such disk fault.
 	GapUnknownLives
-	// GapCheckInBlocked: the liveness check holds when a node cannot
-	// check in because fewer than a majority of its other members are
-	// healthy (with three members: one lost for good). Such a node never
-	// votes, so neither an election nor the operator's removal of the
-	// lost member can commit. Left out, the main cluster is let off the
-	// liveness check then (counted in CheckInBlocked).
-	GapCheckInBlocked
 
-	// KnownGaps are all the gaps.
-	KnownGaps = GapNewestLifeRollbacks | GapCheckInBlocked
+	// KnownGaps are all the gaps. (GapCheckInBlocked, a node that cannot
+	// check in because fewer than a majority of the other members are up,
+	// closed: the operator vouches for its store.)
+	KnownGaps = GapNewestLifeRollbacks
 )
 
 type gapName struct {
@@ -81,7 +76,7 @@ type gapName struct {
 	name string
 }
 
-var gapNames = []gapName{{GapNewestLifeRollbacks, "rollbacks"}, {GapCheckInBlocked, "checkin"}}
+var gapNames = []gapName{{GapNewestLifeRollbacks, "rollbacks"}}
 
 // String names the gaps as -election-gaps does.
 func (g Gap) String() string {
@@ -125,9 +120,11 @@ type ElectionResult struct {
 	// slow (1 to 3 times RetryTicks) after the faults.
 	SlowLinks, SlowSettle int
 	// NoQuorum: runs whose liveness check of the main cluster was skipped
-	// because too few healthy members were left to elect; CheckInBlocked:
-	// skipped for a node that cannot check in (see GapCheckInBlocked).
-	NoQuorum, CheckInBlocked int
+	// because too few healthy members were left to elect (a member that
+	// cannot check in and whose store the operator restored counts as
+	// lost). Vouched: lives that checked in on the operator's word (see
+	// election.VouchStore), too few other members being up.
+	NoQuorum, Vouched int
 }
 
 // Add adds o's counts to r's.
@@ -153,7 +150,7 @@ func (r *ElectionResult) Add(o ElectionResult) {
 	r.SlowLinks += o.SlowLinks
 	r.SlowSettle += o.SlowSettle
 	r.NoQuorum += o.NoQuorum
-	r.CheckInBlocked += o.CheckInBlocked
+	r.Vouched += o.Vouched
 }
 
 type nodeKind uint8
@@ -203,6 +200,7 @@ type electionNode struct {
 	hiPromised, hiAccepted uint64
 	captured               bool
 	copies                 []storeCopy // backups of the store, oldest first
+	vouched                bool        // the operator vouched for this life's store
 }
 
 type slowLink struct{ extra, until int64 }
@@ -442,7 +440,7 @@ func (s *electionSim) start(i int) {
 		s.failf("start of node %d: %v", n.id, err)
 		return
 	}
-	n.e, n.adopted, n.stale, n.since = e, 0, false, s.tick
+	n.e, n.adopted, n.stale, n.since, n.vouched = e, 0, false, s.tick, false
 	n.starts++
 	s.tracef("node %d (%s) starts, incarnation %d, priority %d", n.id, n.kind, n.inc, prio)
 	// The mesh tells the others (an inbound connection, an announcement).
@@ -713,6 +711,7 @@ func (s *electionSim) copyStore(n *electionNode) {
 // cluster settles: operators finish what they started), and during the
 // faults now and then adds a joiner or removes a member.
 func (s *electionSim) operator(faulty bool) {
+	s.vouch()
 	for _, i := range slices.Sorted(maps.Keys(s.replace)) {
 		if s.replace[i] <= s.tick {
 			delete(s.replace, i)
@@ -1184,15 +1183,12 @@ func (s *electionSim) settled(settle int64) {
 	// ones) to lead; but not when only the check-in keeps a node from
 	// voting for that removal, unless that gap is left out.
 	electable := true
-	switch blocked := s.checkInBlocked(); {
-	case !s.quorate():
+	switch {
+	case !s.quorate() || s.restoredBlocked():
 		electable = false
 		s.res.NoQuorum++
 		s.tracef("liveness of the main cluster not checked: too few healthy members")
-	case blocked && s.o.LeaveOut&GapCheckInBlocked != 0:
-		electable = false
-		s.res.CheckInBlocked++
-	case !blocked && !s.candidates():
+	case !s.candidates():
 		electable = false
 		s.res.NoQuorum++
 		s.tracef("liveness of the main cluster not checked: too few healthy candidates, and no operator removed the lost ones")
@@ -1279,27 +1275,52 @@ func (s *electionSim) candidates() bool {
 	return cands >= min(3, len(members))
 }
 
-// checkInBlocked reports whether a live node of the main cluster that is
-// not stale cannot check in: fewer than a majority of the other members it
-// knows are healthy.
-func (s *electionSim) checkInBlocked() bool {
-	for _, n := range s.nodes {
-		if n.e == nil || n.stale || n.e.Cluster() != s.main || n.e.CheckedIn() {
+// blockedCheckIn reports whether n, up in the main cluster and not stale,
+// cannot check in: fewer than a majority of the other members it knows
+// serve.
+func (s *electionSim) blockedCheckIn(n *electionNode) bool {
+	if n.e == nil || n.stale || n.e.Cluster() != s.main || n.e.CheckedIn() {
+		return false
+	}
+	members := n.e.Members()
+	if !slices.Contains(members, n.id) {
+		return false
+	}
+	up := 0
+	for _, id := range members {
+		if id != n.id && s.serving(id) {
+			up++
+		}
+	}
+	return up < election.Quorum(len(members)-1)
+}
+
+// vouch: the operator vouches for the store of a member that cannot check
+// in (sluice members vouch), when its data directory was never restored
+// from a copy or wiped; a restored one it replaces by the runbook instead.
+func (s *electionSim) vouch() {
+	for i, n := range s.nodes {
+		if !s.blockedCheckIn(n) || n.vouched || n.disk != "" || s.tick-n.since < 30 {
 			continue
 		}
-		var others []wire.NodeID
-		healthy := 0
-		for _, id := range n.e.Members() {
-			if id != n.id {
-				others = append(others, id)
-				if s.serving(id) {
-					healthy++
-				}
-			}
+		n.vouched = true
+		if err := n.e.VouchStore(); err != nil {
+			s.tracef("operator: vouch for node %d refused: %v", n.id, err)
+			continue
 		}
-		if healthy < election.Quorum(len(others)) {
-			s.tracef("liveness of the main cluster not checked: node %d cannot check in, %d of the other members %v are healthy",
-				n.id, healthy, others)
+		s.res.Vouched++
+		s.tracef("operator: vouches for node %d's store", n.id)
+		s.ready(i)
+	}
+}
+
+// restoredBlocked reports whether a member that cannot check in had its
+// store restored or wiped: the operator cannot vouch for it, and with the
+// members that are down it makes too few healthy ones.
+func (s *electionSim) restoredBlocked() bool {
+	for _, n := range s.nodes {
+		if s.blockedCheckIn(n) && n.disk != "" {
+			s.tracef("node %d cannot check in, and its store was restored: no quorum of healthy members", n.id)
 			return true
 		}
 	}

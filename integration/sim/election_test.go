@@ -15,7 +15,7 @@ var (
 	electionSeeds = flag.Int("election-seeds", 300, "how many seeds TestElection runs")
 	electionTrace = flag.Bool("election-trace", false, "log every trace line of the election simulator (with -seed)")
 	electionGaps  = flag.String("election-gaps", "", "the known gaps of the election to model (they fail): "+
-		"all, or some of rollbacks,checkin (see Gap)")
+		"all, or rollbacks (see Gap)")
 )
 
 // leftOut are the known gaps that the election tests leave out of the
@@ -59,12 +59,12 @@ func TestElection(t *testing.T) {
 		"%d joiners, %d membership changes committed (%d added, %d removed; %d refused, %d lost); "+
 		"%d wipes, %d rollbacks (%d to a copy of the newest life that checked in), %d stale lives, %d replaced by a new identity; "+
 		"%d foreign messages refused, %d runs with a stray one-node cluster (%d joiners captured); "+
-		"%d slow-link episodes, %d runs settling on slow links; liveness of the main cluster not checked in %d runs "+
-		"(too few healthy members) and %d (a node cannot check in: a known gap)",
+		"%d slow-link episodes, %d runs settling on slow links; %d lives checked in on the operator's word; "+
+		"liveness of the main cluster not checked in %d runs (too few healthy members)",
 		count, time.Since(start).Round(time.Millisecond), total.ValidViews, total.Crashes, total.Continuations,
 		total.Joiners, total.Changes, total.Added, total.Removed, total.ChangesRefused, total.ChangesLost,
 		total.Wipes, total.Rollbacks, total.NewestLife, total.Stale, total.Replaced,
-		total.Foreign, total.Stray, total.Captured, total.SlowLinks, total.SlowSettle, total.NoQuorum, total.CheckInBlocked)
+		total.Foreign, total.Stray, total.Captured, total.SlowLinks, total.SlowSettle, total.Vouched, total.NoQuorum)
 	if total.ValidViews < count {
 		t.Fatal("fewer valid views than runs: elections did not happen")
 	}

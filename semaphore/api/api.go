@@ -271,6 +271,15 @@ type MembersBody struct {
 	Remove string `json:"remove,omitempty"`
 }
 
+// StoreVouched is the answer of POST /v1/members/vouch: the operator's
+// word that the agent's store is its own is taken; CheckedIn says whether
+// the node checked in with it at once, Reason why not yet.
+type StoreVouched struct {
+	Node      uint64 `json:"node"`
+	CheckedIn bool   `json:"checked_in"`
+	Reason    string `json:"reason,omitempty"`
+}
+
 // MembersChanged is the answer of POST /v1/members: the change is in the
 // valid view of Epoch.
 type MembersChanged struct {

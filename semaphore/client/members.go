@@ -49,6 +49,20 @@ func (c *Client) RemoveMember(ctx context.Context, id string) (api.MembersChange
 	return c.changeMembers(ctx, "members remove "+id, api.MembersBody{Remove: id})
 }
 
+// VouchStore gives the operator's word that the agent's data directory is
+// its own: never restored from a copy, wiped, or taken from another
+// machine. A member that cannot check in because too few other members
+// are up (one of three lost for good, and this one restarted) then checks
+// in with a majority of all members counting itself, so that it votes
+// and the lost member's removal can commit. Vouching for a restored copy
+// can grant a lock twice. ErrMembership (conflict) when the node checked
+// in already.
+func (c *Client) VouchStore(ctx context.Context) (api.StoreVouched, error) {
+	var out api.StoreVouched
+	err := c.call(ctx, "members vouch", http.MethodPost, "/v1/members/vouch", struct{}{}, &out)
+	return out, changeErr(err)
+}
+
 func (c *Client) changeMembers(ctx context.Context, op string, body api.MembersBody) (api.MembersChanged, error) {
 	var out api.MembersChanged
 	if body.Add == "" && body.Remove == "" {

@@ -35,6 +35,7 @@ import (
 //	POST /v1/force-unlock  {"name","lease" or "token"}
 //	GET  /v1/members       voters and other nodes of the cluster
 //	POST /v1/members       {"add": ID} or {"remove": ID}: one membership change
+//	POST /v1/members/vouch the operator's word that this node's store is its own
 //	GET  /metrics          Prometheus text format
 //
 // Durations are Go duration strings ("30s", "1m30s"). Errors are
@@ -108,6 +109,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 		{"POST", "/v1/acquire", a.acquire}, {"POST", "/v1/release", a.release}, {"POST", "/v1/renew", a.renew},
 		{"GET", "/v1/watch", a.watch}, {"GET", "/v1/locks", a.locks}, {"GET", "/v1/status", a.status},
 		{"POST", "/v1/force-unlock", a.force}, {"GET", "/v1/members", a.members},
+		{"POST", "/v1/members/vouch", a.vouch},
 	} {
 		mux.HandleFunc(e.method+" "+e.path, e.h)
 
@@ -376,6 +378,21 @@ func (a *apiServer) members(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, l)
+}
+
+func (a *apiServer) vouch(w http.ResponseWriter, r *http.Request) {
+	var b struct{}
+	if r.ContentLength != 0 && !decode(w, r, &b) {
+		return
+	}
+	v, err := a.cfg.Node.VouchStore(r.Context())
+	if err != nil {
+		status, code := changeStatus(err)
+		writeError(w, status, code, err.Error())
+		return
+	}
+	a.log.Warn("store vouched for by an API client", "checked_in", v.CheckedIn, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, v)
 }
 
 // membersChangeTimeout bounds a membership change: a few election rounds.

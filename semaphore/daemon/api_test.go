@@ -250,6 +250,9 @@ func TestAPIBadInput(t *testing.T) {
 		{"POST", "/v1/force-unlock", `{"name":"/a"}`, 400, "invalid"},
 		{"POST", "/v1/force-unlock", `{"name":"","token":3}`, 400, "invalid"},
 		{"POST", "/v1/force-unlock", `{"name":"/a","lease":"7.1.1"}`, 404, "unknown_lease"},
+		{"POST", "/v1/members/vouch", `{"really":true}`, 400, "bad_request"},
+		{"POST", "/v1/members/vouch", `{}`, 409, "conflict"}, // a single-node agent checked in at start
+		{"GET", "/v1/members/vouch", ``, 405, "bad_request"},
 		{"GET", "/v1/acquire", ``, 405, "bad_request"},
 		{"DELETE", "/v1/status", ``, 405, "bad_request"},
 		{"GET", "/v2/nothing", ``, 404, "bad_request"},

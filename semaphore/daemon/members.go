@@ -105,6 +105,30 @@ func (n *Node) ChangeMembers(ctx context.Context, c election.Change) (uint64, er
 	}
 }
 
+// VouchStore is the operator's word that this node's store is its own
+// (see election.VouchStore): a member that cannot check in because too
+// few other members are up checks in with a majority of all members
+// counting itself. It answers whether the node checked in at once.
+func (n *Node) VouchStore(ctx context.Context) (api.StoreVouched, error) {
+	out := api.StoreVouched{Node: uint64(n.cfg.Self)}
+	err := n.run(ctx, func() error {
+		if n.failed != nil {
+			return n.failed
+		}
+		if err := n.elect.VouchStore(); err != nil {
+			return err
+		}
+		st := n.elect.Status()
+		out.CheckedIn = st.CheckedIn
+		if !st.CheckedIn {
+			out.Reason = st.Reason
+		}
+		n.log.Warn("the operator vouched for this node's store", "checked_in", st.CheckedIn)
+		return nil
+	})
+	return out, err
+}
+
 // ParseNodeRef reads a node as an operator names it: a peer id as `sluice
 // id` prints it, or a node number as `sluice members` shows it.
 func ParseNodeRef(s string, peerNode func(string) (wire.NodeID, error)) (wire.NodeID, error) {
@@ -126,7 +150,7 @@ func changeStatus(err error) (int, string) {
 	switch {
 	case errors.Is(err, election.ErrBadChange):
 		return 400, api.CodeBadRequest
-	case errors.Is(err, election.ErrBusy), errors.Is(err, election.ErrChangeLost):
+	case errors.Is(err, election.ErrBusy), errors.Is(err, election.ErrChangeLost), errors.Is(err, election.ErrCheckedIn):
 		return 409, api.CodeConflict
 	case errors.Is(err, election.ErrNotReady), errors.Is(err, ErrStale), errors.Is(err, ErrStoreFailed):
 		return 503, "not_ready"

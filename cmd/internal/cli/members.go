@@ -66,7 +66,63 @@ func newMembersCmd() *cobra.Command {
 	cf.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(newMembersChangeCmd("add", "added", "Make a running node a member (voter)", (*client.Client).AddMember),
-		newMembersChangeCmd("remove", "removed", "Take a member out of the voters", (*client.Client).RemoveMember))
+		newMembersChangeCmd("remove", "removed", "Take a member out of the voters", (*client.Client).RemoveMember),
+		newMembersVouchCmd())
+	return cmd
+}
+
+func newMembersVouchCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "vouch",
+		Short: "Vouch that this agent's data directory is its own, so it can check in",
+		Long: "A member that restarts checks in with a majority of the other members\n" +
+			"before it votes or serves: they refuse a store older than what they\n" +
+			"know of it. When too few of them will ever come back (one of three\n" +
+			"machines lost for good, and this one restarted), it cannot check in,\n" +
+			"and without its vote the lost member cannot be removed either.\n" +
+			"\n" +
+			"Run this on the agent that waits, only if its data directory was never\n" +
+			"restored from a backup or a copy, wiped, or taken from another machine:\n" +
+			"it then checks in with a majority of all members counting itself (two\n" +
+			"of three). Then remove the lost member and add its replacement. If the\n" +
+			"directory was restored, do not vouch: replace the node (see the README's\n" +
+			"runbooks); vouching for a restored copy can grant a lock twice.",
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			v, err := c.VouchStore(ctx)
+			var ae *client.APIError
+			switch {
+			case err == nil:
+			case errors.Is(err, client.ErrMembership) && errors.As(err, &ae):
+				return &exitError{code: ExitFailure, msg: "members vouch: " + ae.Message}
+			default:
+				return apiError("members vouch", err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, v)
+			}
+			if v.CheckedIn {
+				fmt.Fprintf(out, "vouched for node %d's store: checked in\n", v.Node)
+			} else {
+				fmt.Fprintf(out, "vouched for node %d's store: %s\n", v.Node, v.Reason)
+			}
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
