@@ -63,7 +63,12 @@ type proc struct {
 // start runs the binary; its stdout and stderr lines arrive on lines.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return startProc(t, exec.Command(binary, args...))
+}
+
+// startProc runs cmd, with start's handling of its output and its end.
+func startProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	p := &proc{cmd: cmd, lines: make(chan string, 1000), output: &strings.Builder{}, done: make(chan error, 1)}

@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore/client"
+)
+
+// faultCluster is the fault tests' cluster: n `sluice agent` processes,
+// each with its own data directory, all with one cluster secret, on
+// loopback or (lab set) each in a network namespace of its own, wired to a
+// switch namespace that the test creates. Everything it starts or creates
+// goes at the test's end, failed or not.
+type faultCluster struct {
+	t     *testing.T
+	root  string
+	psk   string
+	nodes []*faultNode
+	lab   *netLab
+	// extra flags for every agent (a broken build's hidden flag)
+	extra []string
+}
+
+type faultNode struct {
+	i                      int
+	data, sock, listen, id string
+	p                      *proc
+	c                      *http.Client   // raw API calls
+	cl                     *client.Client // the Go client
+	ns                     string         // network namespace ("": none)
+	stopped                bool           // SIGSTOPped
+}
+
+// addr is the node's mesh address with its peer id.
+func (n *faultNode) addr() string { return n.listen + "/p2p/" + n.id }
+
+// newFaultCluster prepares n agents (not started). withLab puts each in a
+// network namespace; it needs root and the ip tool, and skips otherwise.
+func newFaultCluster(t *testing.T, n int, withLab bool, extra ...string) *faultCluster {
+	t.Helper()
+	c := &faultCluster{t: t, root: shortDir(t), extra: extra}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	c.psk = filepath.Join(c.root, "swarm.key")
+	if err := os.WriteFile(c.psk, []byte("/key/swarm/psk/1.0.0/\n/base16/\n"+hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if withLab {
+		c.lab = newNetLab(t, n)
+	}
+	for i := range n {
+		fn := &faultNode{i: i, data: filepath.Join(c.root, fmt.Sprintf("n%d", i+1)),
+			sock: filepath.Join(c.root, fmt.Sprintf("%d.sock", i+1))}
+		fn.id = peerID(t, fn.data)
+		if c.lab != nil {
+			fn.ns = c.lab.ns[i]
+			fn.listen = fmt.Sprintf("/ip4/%s/tcp/4001", c.lab.ip[i])
+		} else {
+			fn.listen = fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", freePort(t))
+		}
+		fn.c = unixClient(fn.sock)
+		cl, err := client.New(client.Config{API: fn.sock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		fn.cl = cl
+		c.nodes = append(c.nodes, fn)
+	}
+	return c
+}
+
+// start starts node i from its data directory (again, after a kill).
+func (c *faultCluster) start(i int) {
+	c.t.Helper()
+	n := c.nodes[i]
+	var peers, members []string
+	for j, o := range c.nodes {
+		members = append(members, o.id)
+		if j != i {
+			peers = append(peers, o.addr())
+		}
+	}
+	args := []string{"agent", "--name", fmt.Sprintf("n%d", i+1), "--data", n.data, "--listen", n.listen,
+		"--peers", strings.Join(peers, ","), "--initial-members", strings.Join(members, ","),
+		"--api", n.sock, "--psk-file", c.psk, "--log-level", "warn"}
+	args = append(args, c.extra...)
+	if n.ns != "" {
+		// ip netns exec execs the agent: the process is the agent's.
+		n.p = startCmd(c.t, "ip", append([]string{"netns", "exec", n.ns, binary}, args...)...)
+	} else {
+		n.p = start(c.t, args...)
+	}
+	n.stopped = false
+	n.p.waitLine(c.t, "API on "+n.sock)
+}
+
+// startAll starts every node and waits until all are ready.
+func (c *faultCluster) startAll() {
+	c.t.Helper()
+	for i := range c.nodes {
+		c.start(i)
+	}
+	c.waitReady()
+}
+
+// waitReady waits until every running node is LOCK_READY.
+func (c *faultCluster) waitReady(which ...int) {
+	c.t.Helper()
+	if len(which) == 0 {
+		which = c.running()
+	}
+	var cs []*http.Client
+	for _, i := range which {
+		cs = append(cs, c.nodes[i].c)
+	}
+	waitReady(c.t, cs...)
+}
+
+// running are the nodes whose process is up (stopped ones included).
+func (c *faultCluster) running() []int {
+	var out []int
+	for i, n := range c.nodes {
+		if n.p != nil && !n.exited() {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (n *faultNode) exited() bool {
+	select {
+	case err := <-n.p.done:
+		n.p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to node i's agent.
+func (c *faultCluster) signal(i int, sig syscall.Signal) {
+	c.t.Helper()
+	n := c.nodes[i]
+	if err := n.p.cmd.Process.Signal(sig); err != nil {
+		c.t.Fatalf("signal %v to node %d: %v", sig, i+1, err)
+	}
+	switch sig {
+	case syscall.SIGSTOP:
+		n.stopped = true
+	case syscall.SIGCONT:
+		n.stopped = false
+	case syscall.SIGKILL:
+		n.p.wait(c.t)
+		n.stopped = false
+	}
+}
+
+// kill SIGKILLs node i and waits until it is gone.
+func (c *faultCluster) kill(i int) { c.signal(i, syscall.SIGKILL) }
+
+// leaders are the nodes (indexes) that lead the view node from sees.
+func (c *faultCluster) leaders(from int) []int {
+	c.t.Helper()
+	st, err := status(c.nodes[from].c)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var ids []uint64
+	view, _ := st["view"].(map[string]any)
+	ls, _ := view["leaders"].([]any)
+	for _, l := range ls {
+		ids = append(ids, uint64(l.(float64)))
+	}
+	var out []int
+	for i := range c.nodes {
+		if slices.Contains(ids, c.nodeID(i)) {
+			out = append(out, i)
+		}
+	}
+	if len(out) == 0 {
+		c.t.Fatalf("node %d knows no leaders: %v", from+1, st)
+	}
+	return out
+}
+
+// others are the node indexes not in set.
+func (c *faultCluster) others(set ...int) []int {
+	var out []int
+	for i := range c.nodes {
+		if !slices.Contains(set, i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// nodeIDs: peer id -> node number, as agents' status shows it.
+var nodeIDs sync.Map
+
+// nodeID is node i's number as status shows it (asked once, kept).
+func (c *faultCluster) nodeID(i int) uint64 {
+	c.t.Helper()
+	n := c.nodes[i]
+	if id, ok := nodeIDs.Load(n.id); ok {
+		return id.(uint64)
+	}
+	st, err := status(n.c)
+	if err != nil {
+		c.t.Fatalf("status of node %d: %v", i+1, err)
+	}
+	id := uint64(st["node"].(float64))
+	nodeIDs.Store(n.id, id)
+	return id
+}
+
+// stopAll ends every agent with SIGTERM (SIGCONT first for stopped ones)
+// and checks that each exits cleanly.
+func (c *faultCluster) stopAll() {
+	c.t.Helper()
+	for _, i := range c.running() {
+		n := c.nodes[i]
+		if n.stopped {
+			c.signal(i, syscall.SIGCONT)
+		}
+		stopAgent(c.t, n.p)
+	}
+}
+
+// startCmd runs a command that runs the binary (ip netns exec), with the
+// output handling of start.
+func startCmd(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	return startProc(t, exec.Command(name, args...))
+}
+
+// waitFor polls cond (another process's state) until it holds or bound
+// passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, bound)
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's state
+	}
+}
