@@ -112,10 +112,26 @@ func (o outcome) String() string {
 	return [...]string{"?", "granted", "refused", "unknown"}[o]
 }
 
-// checkHistory runs every check on a history; it fails t with what broke.
-// It returns a one-line summary.
+// checkHistory runs every check on a history and fails t with what broke;
+// it returns a one-line summary.
 func checkHistory(t *testing.T, h []histOp) string {
 	t.Helper()
+	if dir := os.Getenv("SLUICE_HISTORY_DIR"); dir != "" {
+		dumpHistory(t, filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".txt"), h)
+	}
+	problems, sum := historyProblems(h)
+	if len(problems) > 0 {
+		if len(problems) > 10 {
+			problems = append(problems[:10], fmt.Sprintf("... and %d more", len(problems)-10))
+		}
+		t.Fatalf("the history breaks the lock's rules (%s):\n%s", sum, strings.Join(problems, "\n"))
+	}
+	return sum
+}
+
+// historyProblems runs every check on a history: what broke, and a
+// one-line summary.
+func historyProblems(h []histOp) ([]string, string) {
 	var problems []string
 	problems = append(problems, checkExclusion(h)...)
 	problems = append(problems, checkTokenOrder(h)...)
@@ -124,17 +140,7 @@ func checkHistory(t *testing.T, h []histOp) string {
 	if verdict != "linearizable" {
 		problems = append(problems, "porcupine: "+verdict)
 	}
-	sum := summarize(h) + "; porcupine: " + verdict
-	if dir := os.Getenv("SLUICE_HISTORY_DIR"); dir != "" {
-		dumpHistory(t, filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".txt"), h)
-	}
-	if len(problems) > 0 {
-		if len(problems) > 10 {
-			problems = append(problems[:10], fmt.Sprintf("... and %d more", len(problems)-10))
-		}
-		t.Fatalf("the history breaks the lock's rules (%s):\n%s", sum, strings.Join(problems, "\n"))
-	}
-	return sum
+	return problems, summarize(h) + "; porcupine: " + verdict
 }
 
 // summarize counts grants, refusals by reason, and unknown outcomes.

@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"context"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/client"
 )
 
 // The fault tests (issue 12): five agents as processes with their own
@@ -87,4 +91,65 @@ func TestFaultPauseLeader(t *testing.T) {
 	r.c.signal(l, syscall.SIGCONT)
 	r.run(2 * time.Second)
 	r.finish()
+}
+
+// TestBrokenBuildsAreCaught is the proof that the fault tests bite: agents
+// started with the hidden --broken flag (a lock core that completes every
+// phase with one leader's ack; leaders that acknowledge tickets they never
+// persist) run the workload under the fault that exposes them, and the
+// checks must find a broken rule. Each gets a few runs.
+func TestBrokenBuildsAreCaught(t *testing.T) {
+	for _, b := range []struct {
+		broken string
+		fault  func(c *faultCluster)
+	}{
+		// Leaders that disagree: one paused, the others carry on.
+		{"quorum-of-one", func(c *faultCluster) {
+			l := c.leaders(c.others(c.leaders(0)...)[0])[0]
+			c.signal(l, syscall.SIGSTOP)
+			time.Sleep(2 * time.Second) // the workload runs on meanwhile
+			c.signal(l, syscall.SIGCONT)
+		}},
+		// Every leader restarts: what they acknowledged and did not store
+		// is gone.
+		{"not-durable", func(c *faultCluster) {
+			ls := c.leaders(c.others(c.leaders(0)...)[0])
+			for _, l := range ls {
+				c.kill(l)
+			}
+			for _, l := range ls {
+				c.start(l)
+			}
+		}},
+	} {
+		t.Run(b.broken, func(t *testing.T) {
+			const runs = 3
+			for run := 1; run <= runs; run++ {
+				c := newFaultCluster(t, 5, false, "--broken", b.broken)
+				c.startAll()
+				w := startWorkload(c, 2)
+				// A long holder of /a through a node that does not lead,
+				// so that the fault meets a held lock.
+				holder := c.others(c.leaders(0)...)[0]
+				hold := make(chan struct{})
+				go func() {
+					defer close(hold)
+					o := client.Options{Timeout: 5 * time.Second, Duration: 8 * time.Second, AutoRenew: true}
+					w.holdOnce(context.Background(), w.clients, c.nodes[holder], "/a", semaphore.Exclusive, o, 5*time.Second)
+				}()
+				time.Sleep(time.Second) // the workload runs meanwhile
+				b.fault(c)
+				time.Sleep(4 * time.Second) // the workload runs meanwhile
+				<-hold
+				h := w.stop()
+				problems, sum := historyProblems(h)
+				if len(problems) > 0 {
+					t.Logf("caught in run %d (%s): %s", run, sum, problems[0])
+					return
+				}
+				t.Logf("run %d not caught: %s", run, sum)
+			}
+			t.Fatalf("the broken build %q was not caught in %d runs", b.broken, runs)
+		})
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/semaphore/api"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -23,10 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/store"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // ErrConfig marks a bad agent configuration.
@@ -76,6 +77,8 @@ type AgentConfig struct {
 	Tick time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Broken: see NodeConfig.Broken. Never set it outside tests.
+	Broken core.Mutant
 }
 
 // Agent is a running node: mesh, store, state machines and API.
@@ -221,7 +224,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	tick := cmp.Or(cfg.Tick, DefaultTick)
 	node, err := NewNode(NodeConfig{Self: host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
 		ElectionTicks: int64(cfg.ElectionTimeout / tick),
-		State:         state, Transport: host, Store: st, Tick: cfg.Tick, Logger: cfg.Logger})
+		State:         state, Transport: host, Store: st, Tick: cfg.Tick, Logger: cfg.Logger, Broken: cfg.Broken})
 	if err != nil {
 		return nil, err
 	}

@@ -109,6 +109,10 @@ type NodeConfig struct {
 	Tick time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Broken deliberately breaks the lock core (see core.Mutant). Only the
+	// integration tests' broken builds set it, to prove that their checks
+	// catch an unsafe agent. Zero: the real core.
+	Broken core.Mutant
 }
 
 // pendingReady is one Ready whose writes are on their way to disk: nothing
@@ -173,7 +177,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	peers := slices.DeleteFunc(slices.Clone(cfg.Peers), func(p wire.NodeID) bool { return p == cfg.Self })
 	c, err := core.New(core.Config{ID: cfg.Self, Incarnation: cfg.State.Incarnation, Peers: peers,
 		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks,
-		Admit: semaphore.Admit, SnapshotsFromStore: true}, cfg.State.Durable)
+		Admit: semaphore.Admit, SnapshotsFromStore: true, Mutant: cfg.Broken}, cfg.State.Durable)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: start the lock core: %w", err)
 	}

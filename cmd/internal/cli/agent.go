@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
 	"github.com/sluicehq/sluice/semaphore/daemon"
@@ -48,9 +49,18 @@ func startError(err error) error {
 	return err
 }
 
+// brokenBuilds are the deliberately unsafe agents that the integration
+// tests start with the hidden --broken flag, to prove that their checks
+// catch a lock service that grants twice.
+var brokenBuilds = map[string]core.Mutant{
+	"":              0,
+	"quorum-of-one": core.MutantQuorumOfOne, // every phase completes with one leader's ack
+	"not-durable":   core.MutantNotDurable,  // leaders acknowledge tickets they never persist
+}
+
 func newAgentCmd() *cobra.Command {
 	var (
-		name, data, priority, pskFile, api, tokenFile, logLevel, config string
+		name, data, priority, pskFile, api, tokenFile, logLevel, config, broken string
 		listen, peers, allow, initial                                   []string
 		size                                                            int
 		inMemory, join                                                  bool
@@ -90,9 +100,16 @@ func newAgentCmd() *cobra.Command {
 			if name == "" {
 				name, _ = os.Hostname()
 			}
+			mutant, ok := brokenBuilds[broken]
+			if !ok {
+				return usageErrorf("agent: --broken: unknown %q", broken)
+			}
+			if mutant != 0 {
+				log.Error("THIS AGENT IS BROKEN ON PURPOSE: it may grant a lock twice; only tests start it so", "broken", broken)
+			}
 			cfg := daemon.AgentConfig{Name: name, DataDir: data, InMemory: inMemory, Listen: listen, Peers: peers,
 				ClusterSize: size, InitialMembers: initial, Join: join, ElectionTimeout: electionTimeout,
-				Priority: prio, AllowList: allow, API: api, Logger: log}
+				Priority: prio, AllowList: allow, API: api, Logger: log, Broken: mutant}
 			if pskFile != "" {
 				if cfg.PSK, err = p2p.ReadPSK(pskFile); err != nil {
 					return usageErrorf("agent: --psk-file: %v", err)
@@ -138,6 +155,8 @@ func newAgentCmd() *cobra.Command {
 	f.StringVar(&tokenFile, "api-token-file", "", "bearer token for a TCP API address")
 	f.BoolVar(&inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&broken, "broken", "", "")
+	_ = f.MarkHidden("broken")
 	f.StringVar(&config, "config", "", "YAML file with any of these settings (keys: the flag names); flags win over SLUICE_* environment variables, which win over the file")
 	return cmd
 }
