@@ -153,3 +153,94 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 		})
 	}
 }
+
+// holdLong has a client of node hold name in mode for hold (with a lease
+// of duration, renewed), as part of the workload's history; the channel
+// closes when it stopped.
+func (r *faultRun) holdLong(node int, name string, mode semaphore.Mode, duration, hold time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	id := r.w.clients
+	r.w.clients++
+	go func() {
+		defer close(done)
+		o := client.Options{Timeout: 5 * time.Second, Duration: duration, AutoRenew: true}
+		r.w.holdOnce(context.Background(), id, r.c.nodes[node], name, mode, o, hold)
+	}()
+	return done
+}
+
+// TestFaultKillHolder: SIGKILL of a node that leads nothing while its
+// client holds a drain; restarted from its directory.
+func TestFaultKillHolder(t *testing.T) {
+	r := newFaultRun(t, false)
+	holder := r.c.others(r.c.leaders(0)...)[0]
+	held := r.holdLong(holder, "/a", semaphore.ReadWritePriority, 3*time.Second, 10*time.Second)
+	r.run(time.Second)
+	r.c.kill(holder)
+	r.run(3 * time.Second)
+	r.c.start(holder)
+	<-held
+	r.run(time.Second)
+	r.finish()
+}
+
+// TestFaultPauseHolderAgent: SIGSTOP of the agent of a drain's holder for
+// longer than its lease: the client stops at its own expiry, the leaders
+// let others in after theirs.
+func TestFaultPauseHolderAgent(t *testing.T) {
+	r := newFaultRun(t, false)
+	holder := r.c.others(r.c.leaders(0)...)[0]
+	held := r.holdLong(holder, "/b", semaphore.Exclusive, 2*time.Second, 8*time.Second)
+	r.run(time.Second)
+	r.c.signal(holder, syscall.SIGSTOP)
+	r.run(5 * time.Second)
+	r.c.signal(holder, syscall.SIGCONT)
+	<-held
+	r.run(time.Second)
+	r.finish()
+}
+
+// TestFaultFullRestart: every agent SIGKILLed while a long drain is held,
+// all restarted from their directories.
+func TestFaultFullRestart(t *testing.T) {
+	r := newFaultRun(t, false)
+	holder := r.c.others(r.c.leaders(0)...)[0]
+	held := r.holdLong(holder, "/a", semaphore.ReadWritePriority, 10*time.Second, 8*time.Second)
+	r.run(time.Second)
+	for i := range r.c.nodes {
+		r.c.kill(i)
+	}
+	for i := range r.c.nodes {
+		r.c.start(i)
+	}
+	<-held
+	r.run(time.Second)
+	r.finish()
+}
+
+// TestFaultPartitions: network partitions made with network namespaces
+// (root only): one leader cut off, two leaders cut off, and a minority of
+// two nodes that are not leaders; each healed after longer than a lease.
+func TestFaultPartitions(t *testing.T) {
+	if why := labSkip(); why != "" {
+		t.Skipf("partition tests skipped: %s", why)
+	}
+	for _, p := range []struct {
+		name string
+		side func(c *faultCluster) []int
+	}{
+		{"one leader", func(c *faultCluster) []int { return c.leaders(0)[:1] }},
+		{"two leaders", func(c *faultCluster) []int { return c.leaders(0)[:2] }},
+		{"minority", func(c *faultCluster) []int { return c.others(c.leaders(0)...)[:2] }},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			r := newFaultRun(t, true)
+			r.run(time.Second)
+			r.c.lab.partition(p.side(r.c)...)
+			r.run(6 * time.Second)
+			r.c.lab.heal()
+			r.run(2 * time.Second)
+			r.finish()
+		})
+	}
+}
