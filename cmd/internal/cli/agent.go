@@ -61,10 +61,10 @@ var brokenBuilds = map[string]core.Mutant{
 func newAgentCmd() *cobra.Command {
 	var (
 		name, data, priority, pskFile, api, tokenFile, logLevel, config, broken string
-		listen, peers, allow, initial                                   []string
-		size                                                            int
-		inMemory, join                                                  bool
-		electionTimeout                                                 time.Duration
+		listen, peers, allow, initial                                           []string
+		size                                                                    int
+		inMemory, join                                                          bool
+		electionTimeout                                                         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
