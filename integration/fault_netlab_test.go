@@ -48,28 +48,28 @@ func newNetLab(t *testing.T, n int) *netLab {
 			_ = exec.Command("ip", "netns", "del", ns).Run()
 		}
 	})
-	l.ip6("netns", "add", l.sw)
-	l.ip6("-n", l.sw, "link", "set", "lo", "up")
-	l.ip6("-n", l.sw, "link", "add", "br0", "type", "bridge")
-	l.ip6("-n", l.sw, "link", "set", "br0", "up")
+	l.exec("netns", "add", l.sw)
+	l.exec("-n", l.sw, "link", "set", "lo", "up")
+	l.exec("-n", l.sw, "link", "add", "br0", "type", "bridge")
+	l.exec("-n", l.sw, "link", "set", "br0", "up")
 	for i := range n {
 		ns := fmt.Sprintf("sl%sn%d", id, i+1)
 		ip := fmt.Sprintf("10.77.0.%d", i+1)
 		l.ns, l.ip = append(l.ns, ns), append(l.ip, ip)
-		l.ip6("netns", "add", ns)
-		l.ip6("-n", ns, "link", "set", "lo", "up")
+		l.exec("netns", "add", ns)
+		l.exec("-n", ns, "link", "set", "lo", "up")
 		veth, port := "v"+fmt.Sprint(i+1), "p"+fmt.Sprint(i+1)
-		l.ip6("link", "add", veth, "netns", ns, "type", "veth", "peer", "name", port, "netns", l.sw)
-		l.ip6("-n", ns, "addr", "add", ip+"/24", "dev", veth)
-		l.ip6("-n", ns, "link", "set", veth, "up")
-		l.ip6("-n", l.sw, "link", "set", port, "master", "br0")
-		l.ip6("-n", l.sw, "link", "set", port, "up")
+		l.exec("link", "add", veth, "netns", ns, "type", "veth", "peer", "name", port, "netns", l.sw)
+		l.exec("-n", ns, "addr", "add", ip+"/24", "dev", veth)
+		l.exec("-n", ns, "link", "set", veth, "up")
+		l.exec("-n", l.sw, "link", "set", port, "master", "br0")
+		l.exec("-n", l.sw, "link", "set", port, "up")
 	}
 	return l
 }
 
-// ip6 runs the ip tool (the name keeps it apart from the ip field).
-func (l *netLab) ip6(args ...string) {
+// exec runs the ip tool.
+func (l *netLab) exec(args ...string) {
 	l.t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		l.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
@@ -86,7 +86,7 @@ func (l *netLab) partition(side ...int) {
 	for a := range l.ns {
 		for b := range l.ns {
 			if a != b && in[a] != in[b] {
-				l.ip6("-n", l.ns[a], "route", "add", "blackhole", l.ip[b]+"/32")
+				l.exec("-n", l.ns[a], "route", "add", "blackhole", l.ip[b]+"/32")
 				l.cuts = append(l.cuts, [2]int{a, b})
 			}
 		}
@@ -97,7 +97,7 @@ func (l *netLab) partition(side ...int) {
 func (l *netLab) heal() {
 	l.t.Helper()
 	for _, c := range l.cuts {
-		l.ip6("-n", l.ns[c[0]], "route", "del", "blackhole", l.ip[c[1]]+"/32")
+		l.exec("-n", l.ns[c[0]], "route", "del", "blackhole", l.ip[c[1]]+"/32")
 	}
 	l.cuts = nil
 }
