@@ -291,7 +291,7 @@ func checkLinearizable(h []histOp) string {
 		ops = append(ops, porcupine.Operation{ClientId: o.client, Input: o, Output: fenceOut{o.outcome, o.token},
 			Call: int64(o.call), Return: int64(o.ret)})
 	}
-	switch res := porcupine.CheckOperationsTimeout(fencedLockModel, ops, 60*time.Second); res {
+	switch res := porcupine.CheckOperationsTimeout(fencedLockModel, ops, 3*time.Minute); res {
 	case porcupine.Ok:
 		return "linearizable"
 	case porcupine.Illegal:
