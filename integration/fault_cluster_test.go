@@ -10,10 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/semaphore/client"
 )
@@ -41,6 +39,7 @@ type faultNode struct {
 	cl                     *client.Client // the Go client
 	ns                     string         // network namespace ("": none)
 	stopped                bool           // SIGSTOPped
+	num                    uint64         // node number as status shows it (0: not asked yet)
 }
 
 // addr is the node's mesh address with its peer id.
@@ -209,23 +208,19 @@ func (c *faultCluster) others(set ...int) []int {
 	return out
 }
 
-// nodeIDs: peer id -> node number, as agents' status shows it.
-var nodeIDs sync.Map
-
-// nodeID is node i's number as status shows it (asked once, kept).
+// nodeID is node i's number as status shows it (asked once, kept: it is
+// derived from the peer id, which restarts keep).
 func (c *faultCluster) nodeID(i int) uint64 {
 	c.t.Helper()
 	n := c.nodes[i]
-	if id, ok := nodeIDs.Load(n.id); ok {
-		return id.(uint64)
+	if n.num == 0 {
+		st, err := status(n.c)
+		if err != nil {
+			c.t.Fatalf("status of node %d: %v", i+1, err)
+		}
+		n.num = uint64(st["node"].(float64))
 	}
-	st, err := status(n.c)
-	if err != nil {
-		c.t.Fatalf("status of node %d: %v", i+1, err)
-	}
-	id := uint64(st["node"].(float64))
-	nodeIDs.Store(n.id, id)
-	return id
+	return n.num
 }
 
 // stopAll ends every agent with SIGTERM (SIGCONT first for stopped ones)
@@ -246,17 +241,4 @@ func (c *faultCluster) stopAll() {
 func startCmd(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	return startProc(t, exec.Command(name, args...))
-}
-
-// waitFor polls cond (another process's state) until it holds or bound
-// passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, bound)
-		}
-		time.Sleep(50 * time.Millisecond) // polling another process's state
-	}
 }

@@ -27,9 +27,11 @@ type faultRun struct {
 	res *resources
 }
 
-func newFaultRun(t *testing.T, lab bool) *faultRun {
+// newFaultRun starts five agents (extra: flags for every agent) and the
+// workload.
+func newFaultRun(t *testing.T, lab bool, extra ...string) *faultRun {
 	t.Helper()
-	c := newFaultCluster(t, 5, lab)
+	c := newFaultCluster(t, 5, lab, extra...)
 	c.startAll()
 	r := &faultRun{t: t, c: c}
 	r.res = sampleResources(t, c)
@@ -125,23 +127,15 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 		t.Run(b.broken, func(t *testing.T) {
 			const runs = 3
 			for run := 1; run <= runs; run++ {
-				c := newFaultCluster(t, 5, false, "--broken", b.broken)
-				c.startAll()
-				w := startWorkload(c, 2)
+				r := newFaultRun(t, false, "--broken", b.broken)
 				// A long holder of /a through a node that does not lead,
 				// so that the fault meets a held lock.
-				holder := c.others(c.leaders(0)...)[0]
-				hold := make(chan struct{})
-				go func() {
-					defer close(hold)
-					o := client.Options{Timeout: 5 * time.Second, Duration: 8 * time.Second, AutoRenew: true}
-					w.holdOnce(context.Background(), w.clients, c.nodes[holder], "/a", semaphore.Exclusive, o, 5*time.Second)
-				}()
-				time.Sleep(time.Second) // the workload runs meanwhile
-				b.fault(c)
-				time.Sleep(4 * time.Second) // the workload runs meanwhile
-				<-hold
-				h := w.stop()
+				held := r.holdLong(r.c.others(r.c.leaders(0)...)[0], "/a", semaphore.Exclusive, 8*time.Second, 5*time.Second)
+				r.run(time.Second)
+				b.fault(r.c)
+				r.run(4 * time.Second)
+				<-held
+				h := r.w.stop()
 				problems, sum := historyProblems(h)
 				if len(problems) > 0 {
 					t.Logf("caught in run %d (%s): %s", run, sum, problems[0])
