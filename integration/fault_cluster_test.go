@@ -40,6 +40,7 @@ type faultNode struct {
 	ns                     string         // network namespace ("": none)
 	stopped                bool           // SIGSTOPped
 	num                    uint64         // node number as status shows it (0: not asked yet)
+	join                   bool           // a new identity that joins (--join), not an initial member
 }
 
 // addr is the node's mesh address with its peer id.
@@ -83,9 +84,9 @@ func newFaultCluster(t *testing.T, n int, withLab bool, extra ...string) *faultC
 	return c
 }
 
-// start starts node i from its data directory (again, after a kill).
-func (c *faultCluster) start(i int) {
-	c.t.Helper()
+// args are node i's agent flags: the initial members, or --join for a
+// new identity.
+func (c *faultCluster) args(i int) []string {
 	n := c.nodes[i]
 	var peers, members []string
 	for j, o := range c.nodes {
@@ -95,9 +96,20 @@ func (c *faultCluster) start(i int) {
 		}
 	}
 	args := []string{"agent", "--name", fmt.Sprintf("n%d", i+1), "--data", n.data, "--listen", n.listen,
-		"--peers", strings.Join(peers, ","), "--initial-members", strings.Join(members, ","),
-		"--api", n.sock, "--psk-file", c.psk, "--log-level", "warn"}
-	args = append(args, c.extra...)
+		"--peers", strings.Join(peers, ","), "--api", n.sock, "--psk-file", c.psk, "--log-level", "warn"}
+	if n.join {
+		args = append(args, "--join")
+	} else {
+		args = append(args, "--initial-members", strings.Join(members, ","))
+	}
+	return append(args, c.extra...)
+}
+
+// start starts node i from its data directory (again, after a kill).
+func (c *faultCluster) start(i int) {
+	c.t.Helper()
+	n := c.nodes[i]
+	args := c.args(i)
 	if n.ns != "" {
 		// ip netns exec execs the agent: the process is the agent's.
 		n.p = startCmd(c.t, "ip", append([]string{"netns", "exec", n.ns, binary}, args...)...)
@@ -106,6 +118,15 @@ func (c *faultCluster) start(i int) {
 	}
 	n.stopped = false
 	n.p.waitLine(c.t, "API on "+n.sock)
+}
+
+// newIdentity gives node i, whose data directory was lost, a new
+// identity that joins the cluster (the runbook's "start it afresh with
+// --join"); it is not started.
+func (c *faultCluster) newIdentity(i int) {
+	c.t.Helper()
+	n := c.nodes[i]
+	n.id, n.num, n.join = peerID(c.t, n.data), 0, true
 }
 
 // startAll starts every node and waits until all are ready.

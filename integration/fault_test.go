@@ -31,7 +31,12 @@ type faultRun struct {
 // workload.
 func newFaultRun(t *testing.T, lab bool, extra ...string) *faultRun {
 	t.Helper()
-	c := newFaultCluster(t, 5, lab, extra...)
+	return startFaultRun(t, newFaultCluster(t, 5, lab, extra...))
+}
+
+// startFaultRun starts a prepared cluster and the workload.
+func startFaultRun(t *testing.T, c *faultCluster) *faultRun {
+	t.Helper()
 	c.startAll()
 	r := &faultRun{t: t, c: c}
 	r.res = sampleResources(t, c)
@@ -59,11 +64,13 @@ func (r *faultRun) finish() {
 // directory.
 func TestFaultKillLeader(t *testing.T) {
 	r := newFaultRun(t, false)
+	held := r.keptDrain(7 * time.Second)
 	r.run(2 * time.Second)
 	l := r.c.leaders(0)[0]
 	r.c.kill(l)
 	r.run(3 * time.Second)
 	r.c.start(l)
+	r.wasKept(held)
 	r.run(2 * time.Second)
 	r.finish()
 }
@@ -71,6 +78,7 @@ func TestFaultKillLeader(t *testing.T) {
 // TestFaultKillTwoLeaders: SIGKILL of two leaders at once, restarted.
 func TestFaultKillTwoLeaders(t *testing.T) {
 	r := newFaultRun(t, false)
+	held := r.keptDrain(7 * time.Second)
 	r.run(2 * time.Second)
 	ls := r.c.leaders(0)
 	r.c.kill(ls[0])
@@ -78,6 +86,7 @@ func TestFaultKillTwoLeaders(t *testing.T) {
 	r.run(3 * time.Second)
 	r.c.start(ls[0])
 	r.c.start(ls[1])
+	r.wasKept(held)
 	r.run(2 * time.Second)
 	r.finish()
 }
@@ -86,11 +95,13 @@ func TestFaultKillTwoLeaders(t *testing.T) {
 // then SIGCONT.
 func TestFaultPauseLeader(t *testing.T) {
 	r := newFaultRun(t, false)
+	held := r.keptDrain(9 * time.Second)
 	r.run(2 * time.Second)
 	l := r.c.leaders(0)[0]
 	r.c.signal(l, syscall.SIGSTOP)
 	r.run(6 * time.Second)
 	r.c.signal(l, syscall.SIGCONT)
+	r.wasKept(held)
 	r.run(2 * time.Second)
 	r.finish()
 }
@@ -150,17 +161,34 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 
 // holdLong has a client of node hold name in mode for hold (with a lease
 // of duration, renewed), as part of the workload's history; the channel
-// closes when it stopped.
-func (r *faultRun) holdLong(node int, name string, mode semaphore.Mode, duration, hold time.Duration) <-chan struct{} {
-	done := make(chan struct{})
+// says, when it stopped, whether the lease was granted and lasted the
+// whole hold.
+func (r *faultRun) holdLong(node int, name string, mode semaphore.Mode, duration, hold time.Duration) <-chan bool {
+	done := make(chan bool, 1)
 	id := r.w.clients
 	r.w.clients++
 	go func() {
-		defer close(done)
 		o := client.Options{Timeout: 5 * time.Second, Duration: duration, AutoRenew: true}
-		r.w.holdOnce(context.Background(), id, r.c.nodes[node], name, mode, o, hold)
+		done <- r.w.holdOnce(context.Background(), id, r.c.nodes[node], name, mode, o, hold)
 	}()
 	return done
+}
+
+// keptDrain has a client of a node that leads nothing hold a drain of /a
+// for hold, with a 10 s lease it renews: faults that spare the holder's
+// agent must not take it away (see wasKept).
+func (r *faultRun) keptDrain(hold time.Duration) <-chan bool {
+	r.t.Helper()
+	return r.holdLong(r.c.others(r.c.leaders(0)...)[0], "/a", semaphore.ReadWritePriority, 10*time.Second, hold)
+}
+
+// wasKept waits for a keptDrain and fails unless it was granted and
+// lasted its whole hold.
+func (r *faultRun) wasKept(held <-chan bool) {
+	r.t.Helper()
+	if !<-held {
+		r.t.Fatal("the drain held through an agent the fault spared was not granted or not kept throughout")
+	}
 }
 
 // TestFaultKillHolder: SIGKILL of a node that leads nothing while its

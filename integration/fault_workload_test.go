@@ -153,9 +153,10 @@ func (w *workload) goClient(ctx context.Context, id int, n *faultNode) {
 }
 
 // holdOnce acquires name and holds it for hold, or until the lease ends
-// (Done: lost, or its own expiry timer), then releases it.
+// (Done: lost, or its own expiry timer), then releases it. It says
+// whether the lease was granted and lasted the whole hold.
 func (w *workload) holdOnce(ctx context.Context, id int, n *faultNode, name string, mode semaphore.Mode,
-	o client.Options, hold time.Duration) {
+	o client.Options, hold time.Duration) (kept bool) {
 	op := histOp{client: id, name: name, mode: mode, via: "go", exactUse: true, call: w.rec.now()}
 	// The call has its own deadline beyond the agent's timeout: a paused or
 	// killed agent must not hold the client for ever. Ending the workload
@@ -175,14 +176,15 @@ func (w *workload) holdOnce(ctx context.Context, id int, n *faultNode, name stri
 	}
 	w.rec.add(op)
 	if err != nil {
-		if op.outcome == unknown {
-			sleepCtx(ctx, 50*time.Millisecond) // the agent is gone or paused: do not spin
+		if op.outcome == unknown || op.why == "not_ready" {
+			sleepCtx(ctx, 50*time.Millisecond) // the agent is gone, paused or not serving: do not spin
 		}
-		return
+		return false
 	}
 	timer := time.NewTimer(hold)
 	select {
 	case <-timer.C:
+		kept = true
 	case <-l.Done():
 	}
 	timer.Stop()
@@ -193,6 +195,7 @@ func (w *workload) holdOnce(ctx context.Context, id int, n *faultNode, name stri
 	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	_ = l.Release(rctx) // its outcome does not matter to safety: the client stopped
 	cancel()
+	return kept
 }
 
 // cliClient runs `sluice lock` with a child that prints when it starts and
