@@ -42,6 +42,8 @@ type Decision struct {
 // Admit decides whether me may be granted, given every other request of the
 // name that holds a ticket on a quorum's merged view. The core has already
 // waited for every request still choosing; Admit only orders tickets.
+//
+// others is the caller's, valid during the call only: it is reused.
 type Admit func(me Candidate, others []wire.Entry) Decision
 
 // Earlier reports whether ticket (t, r) comes before ticket (u, s) in bakery

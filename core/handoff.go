@@ -395,6 +395,7 @@ func (n *Node) adoptView(v View) {
 	n.startSync(v)
 	for _, name := range sortedKeys(n.mnames) {
 		clear(n.mnames[name].reports)
+		n.mnames[name].merges = nil
 	}
 	for _, id := range sortedReqs(n.reqs) {
 		r := n.reqs[id]

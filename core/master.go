@@ -2,6 +2,7 @@ package core
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -95,16 +96,75 @@ type renewal struct {
 }
 
 // report is the latest report of one replica about one name.
+// report is one replica's table of a name; never changed once made (a
+// newer one replaces it), so a pointer names its content.
 type report struct {
 	inc, seq, echo uint64
 	sinceReaders   uint64
 	entries        []wire.Entry
+	perReq         map[wire.RequestID]int // entries per request, made when first asked
+}
+
+// entriesOf counts the report's entries of request id.
+func (rep *report) entriesOf(id wire.RequestID) int {
+	if rep.perReq == nil {
+		rep.perReq = make(map[wire.RequestID]int, len(rep.entries))
+		for _, e := range rep.entries {
+			rep.perReq[e.Req]++
+		}
+	}
+	return rep.perReq[id]
 }
 
 type masterName struct {
 	reports map[wire.NodeID]*report
 	waiters map[wire.RequestID]*request // this node's requests in phaseWait on the name, by wire id
 	count   int                         // requests of this node on the name, in any phase
+	// merges caches the merge of each set of fresh reports asked for. One
+	// report makes every waiter of the name decide again: those that see
+	// the same reports share one merge instead of each merging and sorting
+	// the whole table (with a thousand waiters, that was a second per
+	// report).
+	merges []mergedReports
+}
+
+// mergedReports is the merge of a set of reports: per request, the
+// furthest state and the highest number any of them reported (both only
+// grow), active if any says so; in request order.
+type mergedReports struct {
+	from    []*report
+	entries []wire.Entry
+}
+
+// maxMerges bounds masterName.merges: a name's waiters see at most a few
+// sets of fresh reports at once.
+const maxMerges = 8
+
+// merged is the merge of the reports from, cached while they stand.
+func (mn *masterName) merged(from []*report) []wire.Entry {
+	for _, m := range mn.merges {
+		if slices.Equal(m.from, from) {
+			return m.entries
+		}
+	}
+	byReq := map[wire.RequestID]wire.Entry{}
+	for _, rep := range from {
+		for _, e := range rep.entries {
+			if old, ok := byReq[e.Req]; ok {
+				e.State, e.Ticket, e.Active = max(e.State, old.State), max(e.Ticket, old.Ticket), e.Active || old.Active
+			}
+			byReq[e.Req] = e
+		}
+	}
+	entries := make([]wire.Entry, 0, len(byReq))
+	for _, id := range sortedReqs(byReq) {
+		entries = append(entries, byReq[id])
+	}
+	if len(mn.merges) >= maxMerges {
+		mn.merges = nil
+	}
+	mn.merges = append(mn.merges, mergedReports{from: slices.Clone(from), entries: entries})
+	return entries
 }
 
 func (n *Node) masterName(name string) *masterName {
@@ -387,6 +447,7 @@ func (n *Node) onReport(m wire.Message) {
 		return // reordered: an older report of that replica
 	}
 	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, sinceReaders: m.Lifetime, entries: m.Entries}
+	mn.merges = nil // merges of the replaced report are dead
 	// Only this name's waiters, not every request of the node: this runs
 	// for every report, on the per-request READ_ONLY path too.
 	for _, id := range sortedReqs(mn.waiters) {
@@ -400,35 +461,26 @@ func (n *Node) onReport(m wire.Message) {
 // reports, each made after the request's ticket was durable at a quorum.
 func (n *Node) evaluate(r *request) {
 	mn := n.mnames[r.a.Name]
-	merged := map[wire.RequestID]wire.Entry{}
 	fresh, own := 0, 0
 	sinceReaders := int64(maxSpan)
+	from := make([]*report, 0, len(n.cfg.View.Leaders))
 	for _, l := range n.cfg.View.Leaders {
 		rep := mn.reports[l]
 		if rep == nil || rep.echo < r.watchSeq && n.cfg.Mutant&MutantStaleReports == 0 {
 			continue
 		}
 		fresh++
+		from = append(from, rep)
 		sinceReaders = min(sinceReaders, int64(min(rep.sinceReaders, maxSpan)))
-		first := !r.firstSeen[l] && len(r.firstSeen) < n.quorum()
-		if first {
+		if !r.firstSeen[l] && len(r.firstSeen) < n.quorum() {
 			r.firstSeen[l] = true
+			for _, e := range rep.entries {
+				if e.Req != r.id {
+					r.relevant[e.Req] = true
+				}
+			}
 		}
-		for _, e := range rep.entries {
-			if e.Req == r.id {
-				own++
-				continue
-			}
-			if first {
-				r.relevant[e.Req] = true
-			}
-			// Per request, keep the furthest state and the highest number
-			// any replica reported: both only grow. Active if any says so.
-			if old, ok := merged[e.Req]; ok {
-				e.State, e.Ticket, e.Active = max(e.State, old.State), max(e.Ticket, old.Ticket), e.Active || old.Active
-			}
-			merged[e.Req] = e
-		}
+		own += rep.entriesOf(r.id)
 	}
 	// Grant only what is still there: a quorum of fresh reports without
 	// our ticket means it was dropped (an operator's force-unlock), and a
@@ -448,14 +500,18 @@ func (n *Node) evaluate(r *request) {
 	if fresh < n.quorum() || len(r.firstSeen) < n.quorum() {
 		return
 	}
-	others := make([]wire.Entry, 0, len(merged))
-	for _, id := range sortedReqs(merged) {
-		e := merged[id]
+	merged := mn.merged(from)
+	others := n.others[:0]
+	defer func() { n.others = others[:0] }()
+	for _, e := range merged {
+		if e.Req == r.id {
+			continue
+		}
 		if e.State == wire.StateChoosing {
 			// A relevant request still choosing may end below us, unless a
 			// number it proposed is above ours already: proposals only grow.
 			below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
-			if r.relevant[id] && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 {
+			if r.relevant[e.Req] && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 {
 				return
 			}
 			if e.Ticket == 0 {
@@ -533,6 +589,7 @@ func (n *Node) leaveWait(r *request) {
 		n.watchCounter++
 		n.toLeaders(wire.Message{Kind: wire.KindUnwatch, Name: r.a.Name, Ticket: n.watchCounter}, nil)
 		clear(mn.reports)
+		mn.merges = nil
 	}
 }
 

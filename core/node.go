@@ -82,9 +82,12 @@ type Stats struct {
 // when it is one of the view's leaders. It is not safe for concurrent use;
 // the runtime owns it from one goroutine.
 type Node struct {
-	cfg   Config
-	now   int64
-	clock uint64 // Lamport clock
+	cfg Config
+	now int64
+	// others is evaluate's scratch list of the entries a waiter decides
+	// on, reused: a report on a busy name evaluates every waiter.
+	others []wire.Entry
+	clock  uint64 // Lamport clock
 	// answers numbers this life's snapshot answers, from Incarnation<<32.
 	answers      uint64
 	counter      uint32

@@ -202,6 +202,11 @@ type Election struct {
 	// vouched: the operator vouched that the store is this node's own
 	// (see VouchStore).
 	vouched bool
+	// foreign is the last message of another cluster heard (nil: none):
+	// while not ready, and while as recent as a live peer's, the status
+	// says so, since it is the usual mistake of a node added with
+	// --initial-members instead of --join.
+	foreign *foreignHeard
 	// startWrites is the age of the store this life found (see
 	// Persisted.Writes); marks the newest age heard of each node's life.
 	startWrites uint64
@@ -548,6 +553,7 @@ func (e *Election) checkCluster(m wire.Message) error {
 		return nil
 	}
 	e.stats.Foreign++
+	e.foreign = &foreignHeard{from: m.From, cluster: m.Cluster, size: m.Size, at: e.now}
 	if e.p.Cluster == 0 {
 		return fmt.Errorf("%w: %s from node %d before this joining node learned its cluster", ErrForeign, m.Kind, m.From)
 	}
@@ -832,6 +838,27 @@ func (e *Election) Status() Status {
 // when not, why. Cheap on the ready path: the per-request check of the
 // runtime calls it.
 func (e *Election) LockReady() (bool, string) {
+	ready, why := e.lockReady()
+	// Only a node that never had a view of its own cluster: for a member of
+	// a working cluster, a stranger is not why it cannot serve.
+	if f := e.foreign; !ready && f != nil && f.cluster != 0 && e.p.Cluster != 0 && e.p.Valid.Epoch == 0 && e.now-f.at <= e.cfg.DeadTicks {
+		// First: it explains what follows (no one confirms this node).
+		why = fmt.Sprintf("node %d speaks for another cluster (%016x, %d initial members; this node's is %016x, %d): "+
+			"a node added to a running cluster starts with --join, not --initial-members; %s",
+			f.from, f.cluster, f.size, e.p.Cluster, len(e.p.Bootstrap), why)
+	}
+	return ready, why
+}
+
+// foreignHeard is a message of another cluster: who sent it, its cluster,
+// and when (in ticks).
+type foreignHeard struct {
+	from          wire.NodeID
+	cluster, size uint64
+	at            int64
+}
+
+func (e *Election) lockReady() (bool, string) {
 	switch {
 	case e.stale != nil:
 		return false, e.stale.Error()

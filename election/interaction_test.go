@@ -111,13 +111,20 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.start(t, id)
 			h.printf("node %d up\n", id)
 		}
-	case "join", "solo":
+	case "join", "solo", "misjoin":
 		// A new machine: join starts it with no bootstrap (it joins as a
-		// non-member); solo with the default flags (a cluster of itself).
+		// non-member); solo with the default flags (a cluster of itself);
+		// misjoin with --initial-members naming the nodes up to it, itself
+		// included (the operator's mistake: it should have been --join).
 		id := len(h.nodes) + 1
 		h.nodes = append(h.nodes, &hnode{id: h.newID(id, election.DefaultPriority)})
-		if d.Cmd == "solo" {
+		switch d.Cmd {
+		case "solo":
 			h.nodes[id-1].boot = []wire.NodeID{wire.NodeID(id)}
+		case "misjoin":
+			for j := 1; j <= id; j++ {
+				h.nodes[id-1].boot = append(h.nodes[id-1].boot, wire.NodeID(j))
+			}
 		}
 		h.start(t, id)
 		for _, o := range h.nodes {
@@ -125,7 +132,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				o.e.AddPeer(wire.NodeID(id)) // the mesh announces it
 			}
 		}
-		h.printf("node %d up, %s\n", id, map[string]string{"join": "joining", "solo": "a cluster of itself"}[d.Cmd])
+		h.printf("node %d up, %s\n", id, map[string]string{"join": "joining", "solo": "a cluster of itself",
+			"misjoin": "bootstrapping another cluster"}[d.Cmd])
 	case "wipe":
 		// The node's store is lost, its identity stays: it starts from
 		// nothing with the same id.

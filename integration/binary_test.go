@@ -75,9 +75,19 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// SLUICE_PROC_LOG_DIR=DIR keeps every process's output there, whole,
+	// named by its pid (for debugging: lines is lossy).
+	var keep io.Writer = io.Discard
+	if dir := os.Getenv("SLUICE_PROC_LOG_DIR"); dir != "" {
+		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%d.log", cmd.Process.Pid))); err == nil {
+			keep = f
+			t.Cleanup(func() { f.Close() })
+		}
+	}
 	go func() {
 		s := bufio.NewScanner(pr)
 		for s.Scan() {
+			fmt.Fprintln(keep, s.Text())
 			select {
 			case p.lines <- s.Text():
 			default: // nobody reads: keep the process unblocked

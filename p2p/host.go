@@ -339,6 +339,19 @@ func (h *Host) Inbox() <-chan wire.Message { return h.inbox }
 // start and are not sent. Ids are dropped when nobody reads. Never closed.
 func (h *Host) Joined() <-chan wire.NodeID { return h.joined }
 
+// Reach counts the cluster peers this host is connected to, and those it
+// knows.
+func (h *Host) Reach() (connected, known int) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, m := range h.members {
+		if h.host.Network().Connectedness(m.id) == network.Connected {
+			connected++
+		}
+	}
+	return connected, len(h.members)
+}
+
 // Members lists every known cluster peer, sorted by Node.
 func (h *Host) Members() []Member {
 	h.mu.RLock()

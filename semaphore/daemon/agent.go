@@ -318,6 +318,13 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_peers_known",
 			Help: "Cluster peers this node's mesh knows of."}, func() float64 { return float64(len(a.host.Members())) }),
+		// Frames from peers that the mesh refused (it resets their stream).
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
+			Help:        "Frames from peers refused by the mesh, by reason; each reset its stream.",
+			ConstLabels: prometheus.Labels{"reason": "malformed"}}, func() float64 { return float64(a.host.Stats().Malformed) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
+			Help:        "Frames from peers refused by the mesh, by reason; each reset its stream.",
+			ConstLabels: prometheus.Labels{"reason": "oversized"}}, func() float64 { return float64(a.host.Stats().Oversized) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_syncs_total",
 			Help: "Store transactions made durable (one fsync each on disk)."}, func() float64 { return float64(a.store.Stats().Syncs) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_failures_total",

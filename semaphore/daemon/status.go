@@ -68,7 +68,20 @@ func (n *Node) readiness() (bool, string) {
 	if v := n.core.View(); ready && v.IsLeader(n.cfg.Self) && !n.core.Serving() {
 		return false, fmt.Sprintf("taking the lock table of epoch %d over", v.PrevEpoch)
 	}
+	if r, ok := n.cfg.Transport.(peerReach); !ready && ok {
+		if connected, known := r.Reach(); connected == 0 {
+			// The usual causes of a node that hears from nobody: say them.
+			why += fmt.Sprintf("; connected to none of the %d peers known: check --peers, the network, "+
+				"and that every node has the same cluster secret (--psk-file)", known)
+		}
+	}
 	return ready, why
+}
+
+// peerReach is a transport that knows how many peers it is connected
+// to; *p2p.Host is one.
+type peerReach interface {
+	Reach() (connected, known int)
 }
 
 type Table = api.Table
