@@ -95,9 +95,9 @@ type renewal struct {
 	rejects map[wire.NodeID]bool
 }
 
-// report is the latest report of one replica about one name.
-// report is one replica's table of a name; never changed once made (a
-// newer one replaces it), so a pointer names its content.
+// report is the latest report of one replica about one name: its table,
+// never changed once made (a newer one replaces it), so a pointer names
+// its content.
 type report struct {
 	inc, seq, echo uint64
 	sinceReaders   uint64
