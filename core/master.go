@@ -102,18 +102,6 @@ type report struct {
 	inc, seq, echo uint64
 	sinceReaders   uint64
 	entries        []wire.Entry
-	perReq         map[wire.RequestID]int // entries per request, made when first asked
-}
-
-// entriesOf counts the report's entries of request id.
-func (rep *report) entriesOf(id wire.RequestID) int {
-	if rep.perReq == nil {
-		rep.perReq = make(map[wire.RequestID]int, len(rep.entries))
-		for _, e := range rep.entries {
-			rep.perReq[e.Req]++
-		}
-	}
-	return rep.perReq[id]
 }
 
 type masterName struct {
@@ -472,15 +460,18 @@ func (n *Node) evaluate(r *request) {
 		fresh++
 		from = append(from, rep)
 		sinceReaders = min(sinceReaders, int64(min(rep.sinceReaders, maxSpan)))
-		if !r.firstSeen[l] && len(r.firstSeen) < n.quorum() {
+		first := !r.firstSeen[l] && len(r.firstSeen) < n.quorum()
+		if first {
 			r.firstSeen[l] = true
-			for _, e := range rep.entries {
-				if e.Req != r.id {
-					r.relevant[e.Req] = true
-				}
+		}
+		for _, e := range rep.entries {
+			switch {
+			case e.Req == r.id:
+				own++
+			case first:
+				r.relevant[e.Req] = true
 			}
 		}
-		own += rep.entriesOf(r.id)
 	}
 	// Grant only what is still there: a quorum of fresh reports without
 	// our ticket means it was dropped (an operator's force-unlock), and a

@@ -150,14 +150,7 @@ func unixClient(sock string) *http.Client {
 
 func post(t *testing.T, c *http.Client, path, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := c.Post("http://sluice"+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
+	return postWith(t, c, "http://sluice"+path, nil, body)
 }
 
 func status(c *http.Client) (map[string]any, error) {

@@ -51,14 +51,7 @@ func (n *faultNode) addr() string { return n.listen + "/p2p/" + n.id }
 func newFaultCluster(t *testing.T, n int, withLab bool, extra ...string) *faultCluster {
 	t.Helper()
 	c := &faultCluster{t: t, root: shortDir(t), extra: extra}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	c.psk = filepath.Join(c.root, "swarm.key")
-	if err := os.WriteFile(c.psk, []byte("/key/swarm/psk/1.0.0/\n/base16/\n"+hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c.psk = c.writeSecret("swarm.key")
 	if withLab {
 		c.lab = newNetLab(t, n)
 	}
@@ -82,6 +75,20 @@ func newFaultCluster(t *testing.T, n int, withLab bool, extra ...string) *faultC
 		c.nodes = append(c.nodes, fn)
 	}
 	return c
+}
+
+// writeSecret writes a new random cluster secret under the cluster's root.
+func (c *faultCluster) writeSecret(name string) string {
+	c.t.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		c.t.Fatal(err)
+	}
+	path := filepath.Join(c.root, name)
+	if err := os.WriteFile(path, []byte("/key/swarm/psk/1.0.0/\n/base16/\n"+hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	return path
 }
 
 // args are node i's agent flags: the initial members, or --join for a

@@ -3,8 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -51,7 +49,7 @@ func TestFaultHostileInput(t *testing.T) {
 	r.finish()
 }
 
-var manyWaiters = flag.Int("waiters", 0, "TestFaultManyWaiters: requests for one held name through one agent (issue 12 asks for 10000)")
+var waitersFlag = flag.Int("waiters", 0, "TestFaultManyWaiters: requests for one held name through one agent (issue 12 asks for 10000)")
 
 // TestFaultManyWaiters (-waiters=10000): the workload on, then many
 // requests for one held name through one agent; see manyWaiters. Outside
@@ -60,28 +58,14 @@ var manyWaiters = flag.Int("waiters", 0, "TestFaultManyWaiters: requests for one
 // (every report on the name makes every waiter decide again) and in some
 // runs answers nothing for over a minute.
 func TestFaultManyWaiters(t *testing.T) {
-	if *manyWaiters == 0 {
+	if *waitersFlag == 0 {
 		t.Skip("run with -waiters=10000 (open on issue 12: an agent with 1,000 waiters on one name can stall)")
 	}
 	r := newFaultRun(t, false)
 	r.run(time.Second)
-	r.manyWaiters(*manyWaiters)
+	r.manyWaiters(*waitersFlag)
 	r.run(time.Second)
 	r.finish()
-}
-
-// writeSecret writes a new random cluster secret under the cluster's root.
-func (c *faultCluster) writeSecret(name string) string {
-	c.t.Helper()
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		c.t.Fatal(err)
-	}
-	path := filepath.Join(c.root, name)
-	if err := os.WriteFile(path, []byte("/key/swarm/psk/1.0.0/\n/base16/\n"+hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-		c.t.Fatal(err)
-	}
-	return path
 }
 
 // stranger starts a sixth agent with the cluster's peers and its own data
@@ -131,9 +115,13 @@ func postWith(t *testing.T, c *http.Client, url string, hdr http.Header, body st
 		t.Fatal(err)
 	}
 	req.Header = hdr.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("POST %s: %v", url, err)
 	}
 	defer resp.Body.Close()
 	var out map[string]any

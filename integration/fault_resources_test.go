@@ -1,11 +1,8 @@
 package integration
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -70,28 +67,13 @@ func (r *resources) check(t *testing.T, c *faultCluster) {
 // agentResources reads an agent's goroutines from its metrics and its open
 // file descriptors from /proc.
 func agentResources(n *faultNode) (goroutines, fds int, err error) {
-	resp, err := n.c.Get("http://sluice/metrics")
+	g, err := metric(n, "go_goroutines")
 	if err != nil {
 		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	goroutines = -1
-	s := bufio.NewScanner(resp.Body)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "go_goroutines "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, 0, err
-			}
-			goroutines = int(f)
-		}
-	}
-	if goroutines < 0 {
-		return 0, 0, fmt.Errorf("no go_goroutines in the metrics")
 	}
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", n.p.cmd.Process.Pid))
 	if err != nil {
 		return 0, 0, err
 	}
-	return goroutines, len(ents), nil
+	return int(g), len(ents), nil
 }
