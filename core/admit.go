@@ -43,7 +43,9 @@ type Decision struct {
 // name that holds a ticket on a quorum's merged view. The core has already
 // waited for every request still choosing; Admit only orders tickets.
 //
-// others is the caller's, valid during the call only: it is reused.
+// others may list me itself, which the policy skips: the core hands every
+// waiter of a name one shared list. It is the caller's, read-only, valid
+// during the call only.
 type Admit func(me Candidate, others []wire.Entry) Decision
 
 // Earlier reports whether ticket (t, r) comes before ticket (u, s) in bakery
@@ -58,7 +60,7 @@ func Earlier(t uint64, r wire.RequestID, u uint64, s wire.RequestID) bool {
 // Exclusive is the bakery's own rule: the earliest ticket goes in alone.
 func Exclusive(me Candidate, others []wire.Entry) Decision {
 	for _, o := range others {
-		if Earlier(o.Ticket, o.Req, me.Ticket, me.Req) {
+		if Earlier(o.Ticket, o.Req, me.Ticket, me.Req) { // never me: no ticket is earlier than itself
 			if me.Try {
 				return Decision{Refuse: wire.CodeTimedOut}
 			}

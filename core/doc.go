@@ -31,7 +31,11 @@
 //
 // Waiting never polls: replicas push a report of a name to the masters that
 // watch it whenever the name changes. A slow refresh (RefreshTicks) only
-// recovers from lost messages.
+// recovers from lost messages. Reports and the decisions on them are
+// settled in Ready, once for all the input since the last one: a runtime
+// that steps what its inbox holds before it calls Ready sends one report
+// per watcher of a busy name, and each waiter decides once, on the newest
+// reports.
 //
 // When the view changes (SetView), each leader of the new view takes the
 // lock table over from a quorum of the previous view's leaders, who fence

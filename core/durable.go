@@ -142,6 +142,18 @@ func (d *Durable) Clone() *Durable {
 
 // sortedKeys gives a map's keys in a fixed order: the core must not let Go's
 // random map order leak into its outputs, or a seed would not replay.
+// nameSet is a set of names, taken in order.
+type nameSet map[string]struct{}
+
+func (s nameSet) add(name string) { s[name] = struct{}{} }
+
+// take empties the set and returns what it held, in order.
+func (s nameSet) take() []string {
+	names := sortedKeys(s)
+	clear(s)
+	return names
+}
+
 func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 	return slices.Sorted(maps.Keys(m))
 }

@@ -124,7 +124,7 @@ func (n *Node) setComplete(epoch uint64) {
 		}
 	}
 	for _, t := range n.names {
-		t.dirty = true
+		n.changed(t)
 	}
 }
 
@@ -341,7 +341,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	r.entry.Active = r.entry.Active || mayBeActive(m.Mode)
 	r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 	t.highWater = max(t.highWater, m.Ticket)
-	t.dirty = true
+	n.changed(t)
 	n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 }
 
@@ -388,7 +388,7 @@ func (n *Node) adoptView(v View) {
 			} else {
 				r.entry.State = wire.StateTicket // durable; its master releases it
 			}
-			t.dirty = true
+			n.changed(t)
 		}
 		clear(t.watchers)
 	}

@@ -58,13 +58,13 @@ type request struct {
 	ticket   uint64
 	watchSeq uint64
 	// firstSeen: the replicas whose first report made after the ticket was
-	// durable has been read; relevant: every other request in those reports.
-	// Once firstSeen is a quorum, a request missing from relevant entered
-	// its doorway after our ticket was durable, so its number is higher:
-	// we never wait for it to finish choosing (as in Lamport's bakery, where
-	// a process waits once for each process choosing when it looked).
+	// durable has been read; first: those reports. Once firstSeen is a
+	// quorum, a request in none of them entered its doorway after our
+	// ticket was durable, so its number is higher: we never wait for it to
+	// finish choosing (as in Lamport's bakery, where a process waits once
+	// for each process choosing when it looked).
 	firstSeen map[wire.NodeID]bool
-	relevant  map[wire.RequestID]bool
+	first     []*report
 	// leaseStart is the tick the lease's duration is counted from: the grant,
 	// or the call of the last confirmed renewal.
 	leaseStart   int64
@@ -101,15 +101,31 @@ type renewal struct {
 type report struct {
 	inc, seq, echo uint64
 	sinceReaders   uint64
-	entries        []wire.Entry
+	entries        []wire.Entry // in request order
+}
+
+// has reports whether the report lists req.
+func (rep *report) has(req wire.RequestID) bool {
+	_, ok := slices.BinarySearchFunc(rep.entries, req, func(e wire.Entry, id wire.RequestID) int { return e.Req.Compare(id) })
+	return ok
+}
+
+// relevant reports whether req was in one of r's first reports.
+func (r *request) relevant(req wire.RequestID) bool {
+	for _, rep := range r.first {
+		if rep.has(req) {
+			return true
+		}
+	}
+	return false
 }
 
 type masterName struct {
 	reports map[wire.NodeID]*report
 	waiters map[wire.RequestID]*request // this node's requests in phaseWait on the name, by wire id
 	count   int                         // requests of this node on the name, in any phase
-	// merges caches the merge of each set of fresh reports asked for. One
-	// report makes every waiter of the name decide again: those that see
+	// merges caches the merge of each set of fresh reports asked for.
+	// Reports make every waiter of the name decide again: those that see
 	// the same reports share one merge instead of each merging and sorting
 	// the whole table (with a thousand waiters, that was a second per
 	// report).
@@ -118,10 +134,13 @@ type masterName struct {
 
 // mergedReports is the merge of a set of reports: per request, the
 // furthest state and the highest number any of them reported (both only
-// grow), active if any says so; in request order.
+// grow), active if any says so.
 type mergedReports struct {
-	from    []*report
-	entries []wire.Entry
+	from []*report
+	// choosing: the requests still choosing; ticketed: the others, and
+	// those choosing that proposed a number already, in request order:
+	// what a waiter's grant is decided on.
+	choosing, ticketed []wire.Entry
 }
 
 // maxMerges bounds masterName.merges: a name's waiters see at most a few
@@ -129,10 +148,10 @@ type mergedReports struct {
 const maxMerges = 8
 
 // merged is the merge of the reports from, cached while they stand.
-func (mn *masterName) merged(from []*report) []wire.Entry {
-	for _, m := range mn.merges {
-		if slices.Equal(m.from, from) {
-			return m.entries
+func (mn *masterName) merged(from []*report) *mergedReports {
+	for i := range mn.merges {
+		if slices.Equal(mn.merges[i].from, from) {
+			return &mn.merges[i]
 		}
 	}
 	byReq := map[wire.RequestID]wire.Entry{}
@@ -144,15 +163,22 @@ func (mn *masterName) merged(from []*report) []wire.Entry {
 			byReq[e.Req] = e
 		}
 	}
-	entries := make([]wire.Entry, 0, len(byReq))
+	m := mergedReports{from: slices.Clone(from), ticketed: make([]wire.Entry, 0, len(byReq))}
 	for _, id := range sortedReqs(byReq) {
-		entries = append(entries, byReq[id])
+		e := byReq[id]
+		if e.State == wire.StateChoosing {
+			m.choosing = append(m.choosing, e)
+			if e.Ticket == 0 {
+				continue // its number will be above ours
+			}
+		}
+		m.ticketed = append(m.ticketed, e)
 	}
 	if len(mn.merges) >= maxMerges {
 		mn.merges = nil
 	}
-	mn.merges = append(mn.merges, mergedReports{from: slices.Clone(from), entries: entries})
-	return entries
+	mn.merges = append(mn.merges, m)
+	return &mn.merges[len(mn.merges)-1]
 }
 
 func (n *Node) masterName(name string) *masterName {
@@ -419,7 +445,7 @@ func (n *Node) startWait(r *request) {
 	n.watchCounter++
 	r.phase, r.sentAt, r.watchSeq = phaseWait, n.now, n.watchCounter
 	r.acks = nil
-	r.firstSeen, r.relevant = map[wire.NodeID]bool{}, map[wire.RequestID]bool{}
+	r.firstSeen, r.first = map[wire.NodeID]bool{}, nil
 	n.masterName(r.a.Name).waiters[r.id] = r
 	n.sendPhase(r, nil)
 	n.evaluate(r)
@@ -434,19 +460,39 @@ func (n *Node) onReport(m wire.Message) {
 	if old := mn.reports[m.From]; old != nil && (old.inc > m.Inc || old.inc == m.Inc && old.seq >= m.Seq) {
 		return // reordered: an older report of that replica
 	}
-	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, sinceReaders: m.Lifetime, entries: m.Entries}
+	entries := m.Entries
+	byReq := func(a, b wire.Entry) int { return a.Req.Compare(b.Req) }
+	if !slices.IsSortedFunc(entries, byReq) {
+		entries = slices.SortedStableFunc(slices.Values(entries), byReq) // replicas send them sorted
+	}
+	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, sinceReaders: m.Lifetime, entries: entries}
 	mn.merges = nil // merges of the replaced report are dead
-	// Only this name's waiters, not every request of the node: this runs
-	// for every report, on the per-request READ_ONLY path too.
-	for _, id := range sortedReqs(mn.waiters) {
-		if r := mn.waiters[id]; r != nil {
-			n.evaluate(r)
+	n.reported.add(m.Name)
+}
+
+// decideReported has the waiters of every name that got reports since the
+// last Ready decide on them: once for all the reports of a batch.
+func (n *Node) decideReported() {
+	for _, name := range n.reported.take() {
+		mn := n.mnames[name]
+		if mn == nil {
+			continue
+		}
+		// Only this name's waiters, not every request of the node: this runs
+		// for every report, on the per-request READ_ONLY path too.
+		for _, id := range sortedReqs(mn.waiters) {
+			if r := mn.waiters[id]; r != nil {
+				n.evaluate(r)
+			}
 		}
 	}
 }
 
 // evaluate decides a waiting request on the merged view of a quorum of
 // reports, each made after the request's ticket was durable at a quorum.
+// With a thousand waiters on a name, each decision must cost little more
+// than the policy's own look at the table: reports are searched, not
+// scanned, and merged once for all.
 func (n *Node) evaluate(r *request) {
 	mn := n.mnames[r.a.Name]
 	fresh, own := 0, 0
@@ -460,17 +506,12 @@ func (n *Node) evaluate(r *request) {
 		fresh++
 		from = append(from, rep)
 		sinceReaders = min(sinceReaders, int64(min(rep.sinceReaders, maxSpan)))
-		first := !r.firstSeen[l] && len(r.firstSeen) < n.quorum()
-		if first {
+		if !r.firstSeen[l] && len(r.firstSeen) < n.quorum() {
 			r.firstSeen[l] = true
+			r.first = append(r.first, rep)
 		}
-		for _, e := range rep.entries {
-			switch {
-			case e.Req == r.id:
-				own++
-			case first:
-				r.relevant[e.Req] = true
-			}
+		if rep.has(r.id) {
+			own++
 		}
 	}
 	// Grant only what is still there: a quorum of fresh reports without
@@ -492,27 +533,16 @@ func (n *Node) evaluate(r *request) {
 		return
 	}
 	merged := mn.merged(from)
-	others := n.others[:0]
-	defer func() { n.others = others[:0] }()
-	for _, e := range merged {
-		if e.Req == r.id {
-			continue
+	for _, e := range merged.choosing {
+		// A relevant request still choosing may end below us, unless a
+		// number it proposed is above ours already: proposals only grow.
+		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
+		if e.Req != r.id && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) {
+			return
 		}
-		if e.State == wire.StateChoosing {
-			// A relevant request still choosing may end below us, unless a
-			// number it proposed is above ours already: proposals only grow.
-			below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
-			if r.relevant[e.Req] && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 {
-				return
-			}
-			if e.Ticket == 0 {
-				continue // its number will be above ours
-			}
-		}
-		others = append(others, e)
 	}
 	d := n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
-		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, others)
+		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, merged.ticketed)
 	switch {
 	case d.Grant && d.Activate && !r.activated && n.cfg.Mutant&MutantNoConfirm == 0:
 		if !r.activating {

@@ -82,12 +82,9 @@ type Stats struct {
 // when it is one of the view's leaders. It is not safe for concurrent use;
 // the runtime owns it from one goroutine.
 type Node struct {
-	cfg Config
-	now int64
-	// others is evaluate's scratch list of the entries a waiter decides
-	// on, reused: a report on a busy name evaluates every waiter.
-	others []wire.Entry
-	clock  uint64 // Lamport clock
+	cfg   Config
+	now   int64
+	clock uint64 // Lamport clock
 	// answers numbers this life's snapshot answers, from Incarnation<<32.
 	answers      uint64
 	counter      uint32
@@ -95,9 +92,14 @@ type Node struct {
 	reportSeq    uint64
 	stats        Stats
 
-	names  map[string]*replicaName
-	minInc map[wire.NodeID]uint32
-	fence  uint64 // lock work below this epoch is refused (durable)
+	names map[string]*replicaName
+	// dirty: the names whose watchers are due a report; reported: the
+	// names with reports their waiters have not decided on. Both are
+	// settled once per Ready, so a batch of input costs one report per
+	// watcher and one decision per waiter.
+	dirty, reported nameSet
+	minInc          map[wire.NodeID]uint32
+	fence           uint64 // lock work below this epoch is refused (durable)
 	// holdsAskAt: when to ask the other leaders about restored tickets.
 	holdsAskAt int64
 	// complete is the epoch of the last view whose handoff finished (durable).
@@ -133,7 +135,7 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
 		syncs: map[uint64]*syncState{}, adopted: map[uint64]View{},
 		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
-		former: map[wire.RequestID]formerTicket{}}
+		former: map[wire.RequestID]formerTicket{}, dirty: nameSet{}, reported: nameSet{}}
 	n.restore(persisted)
 	if persisted != nil {
 		n.fence, n.complete = persisted.Fence, persisted.Complete
@@ -153,7 +155,6 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 			n.send(wire.Message{Kind: wire.KindRestarted, To: p, Inc: uint64(c.Incarnation)})
 		}
 	}
-	n.flushReports()
 	return n, nil
 }
 
@@ -172,7 +173,6 @@ func (n *Node) SetView(v View) {
 		return
 	}
 	n.adoptView(v)
-	n.flushReports()
 }
 
 func (n *Node) send(m wire.Message) {
@@ -207,7 +207,6 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	if len(n.cfg.View.Leaders) > 0 {
 		n.startEnter(r)
 	}
-	n.flushReports()
 	return r.id, nil
 }
 
@@ -220,7 +219,6 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 func (n *Node) Release(id wire.RequestID) error {
 	if f, ok := n.former[id]; ok && n.handles[id] == nil {
 		n.releaseFormer(id, f)
-		n.flushReports()
 		return nil
 	}
 	r := n.handles[id]
@@ -230,7 +228,6 @@ func (n *Node) Release(id wire.RequestID) error {
 	delete(n.handles, id)
 	r.handle, r.releaseOf = wire.RequestID{}, id
 	n.startRelease(r)
-	n.flushReports()
 	return nil
 }
 
@@ -247,7 +244,6 @@ func (n *Node) Renew(id wire.RequestID) error {
 	}
 	r.renew = &renewal{start: n.now, acks: map[wire.NodeID]bool{}, rejects: map[wire.NodeID]bool{}}
 	n.sendRenew(r, nil)
-	n.flushReports()
 	return nil
 }
 
@@ -266,7 +262,6 @@ func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 	case len(n.cfg.View.Leaders) == 0:
 		return fmt.Errorf("%w: no leaders to ask", ErrNotReady)
 	}
-	defer n.flushReports()
 	if r := n.reqs[req]; r != nil {
 		if r.a.Name != name {
 			return fmt.Errorf("%w: request %s is not on %q", ErrInvalid, req, name)
@@ -291,7 +286,6 @@ func (n *Node) Tick() {
 	n.syncTick()
 	n.replicaTick()
 	n.masterTick()
-	n.flushReports()
 }
 
 // Step handles one message from a peer. A message that is malformed, for
@@ -318,7 +312,6 @@ func (n *Node) Step(m wire.Message) error {
 	default:
 		n.replicaStep(m)
 	}
-	n.flushReports()
 	return nil
 }
 
@@ -410,12 +403,16 @@ func replicaKind(k wire.Kind) bool {
 
 // HasReady reports whether Ready has anything to handle.
 func (n *Node) HasReady() bool {
-	return len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0
+	return len(n.dirty) > 0 || len(n.reported) > 0 || len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0
 }
 
 // Ready returns the output accumulated so far; Advance drops exactly what
-// it handed out, even if more input came in between.
+// it handed out, even if more input came in between. First it settles
+// what the input since the last Ready left due: waiters decide on the
+// reports that came, and watchers get reports of the tables that changed.
 func (n *Node) Ready() Ready {
+	n.decideReported()
+	n.flushReports()
 	n.handed = [4]int{len(n.persists), len(n.msgs), len(n.events), len(n.snapshots)}
 	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],
 		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)],

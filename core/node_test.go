@@ -420,3 +420,44 @@ func TestHandoffAnswersMatchTheirRequest(t *testing.T) {
 		t.Fatalf("table taken over: %+v high-water %d", e, hw)
 	}
 }
+
+// TestOneReportPerReady: a leader reports a name's table to a watcher once
+// per Ready, however many changes and watches of that name it stepped: a
+// master with a thousand waiters on a name watches for each of them, and
+// a report per message made a busy name's table go out a thousand times.
+// A watcher that asked for nothing and saw no change gets nothing.
+func TestOneReportPerReady(t *testing.T) {
+	n := newLeader(t, 0)
+	step := func(m wire.Message) {
+		t.Helper()
+		m.To, m.Epoch, m.Name, m.Mode, m.Lifetime = 1, 3, "a", wire.ModeExclusive, 100
+		if err := n.Step(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reports := func() map[wire.NodeID][]int {
+		got := map[wire.NodeID][]int{}
+		for _, m := range drain(n).Messages {
+			if m.Kind == wire.KindReport {
+				got[m.To] = append(got[m.To], len(m.Entries))
+			}
+		}
+		return got
+	}
+	for seq := range uint64(50) {
+		step(wire.Message{Kind: wire.KindEnter, From: 4, Req: wire.RequestID{Node: 4, Seq: 1<<32 | seq + 1}})
+		step(wire.Message{Kind: wire.KindWatch, From: 4, Ticket: seq + 1})
+	}
+	step(wire.Message{Kind: wire.KindWatch, From: 5, Ticket: 1})
+	if got := reports(); !reflect.DeepEqual(got, map[wire.NodeID][]int{4: {50}, 5: {50}}) {
+		t.Fatalf("reports after 50 entries and 51 watches, by watcher (their entries): %v; want one each", got)
+	}
+	step(wire.Message{Kind: wire.KindWatch, From: 5, Ticket: 2})
+	if got := reports(); !reflect.DeepEqual(got, map[wire.NodeID][]int{5: {50}}) {
+		t.Fatalf("reports after a watch of node 5 alone: %v; want one, to node 5", got)
+	}
+	step(wire.Message{Kind: wire.KindEnter, From: 4, Req: wire.RequestID{Node: 4, Seq: 1<<32 | 51}})
+	if got := reports(); !reflect.DeepEqual(got, map[wire.NodeID][]int{4: {51}, 5: {51}}) {
+		t.Fatalf("reports after a change: %v; want one to each watcher", got)
+	}
+}

@@ -39,6 +39,7 @@ type tomb struct {
 type watcher struct {
 	seq      uint64 // highest watch sequence seen from this master for the name
 	deadline int64
+	due      bool // owed a report: it watched since the last flush
 }
 
 type replicaName struct {
@@ -48,7 +49,10 @@ type replicaName struct {
 	// duplicate ENTERING does not bring a released request back.
 	tombs    map[wire.RequestID]tomb
 	watchers map[wire.NodeID]*watcher
-	dirty    bool
+	name     string
+	// dirty: the table changed since its watchers' last report (the name
+	// is in Node.dirty then, as for a single watcher that is due).
+	dirty bool
 	// readerSeen is the last tick a READ_ONLY ticket was in the table (or
 	// the start of what this replica knows of the name).
 	readerSeen int64
@@ -58,7 +62,7 @@ func (n *Node) replicaName(name string) *replicaName {
 	t := n.names[name]
 	if t == nil {
 		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]tomb{}, watchers: map[wire.NodeID]*watcher{},
-			readerSeen: n.readerHorizon}
+			name: name, readerSeen: n.readerHorizon}
 		n.names[name] = t
 	}
 	return t
@@ -126,7 +130,7 @@ func (n *Node) replicaStep(m wire.Message) {
 				entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
 				deadline: n.now + n.keep(m.Lifetime),
 			}
-			t.dirty = true
+			n.changed(t)
 		}
 		n.send(reply)
 
@@ -156,7 +160,7 @@ func (n *Node) replicaStep(m wire.Message) {
 			r.entry.Ticket = m.Ticket
 			r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 			t.highWater = max(t.highWater, m.Ticket)
-			t.dirty = true
+			n.changed(t)
 			if n.cfg.Mutant&MutantNotDurable == 0 {
 				n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 			}
@@ -190,7 +194,10 @@ func (n *Node) replicaStep(m wire.Message) {
 		}
 		w.seq = max(w.seq, m.Ticket)
 		w.deadline = max(w.deadline, n.now+int64(m.Lifetime))
-		n.report(m.Name, t, m.From, w)
+		// Answered at the flush, with every change of this batch: a master
+		// with many waiters on the name watches for each of them.
+		w.due = true
+		n.dirty.add(m.Name)
 
 	case wire.KindUnwatch:
 		if t := n.names[m.Name]; t != nil {
@@ -228,7 +235,7 @@ func (n *Node) replicaStep(m wire.Message) {
 			r.markRound = m.Seq
 			if r.entry.Active != !m.Reject {
 				r.entry.Active = !m.Reject
-				t.dirty = true
+				n.changed(t)
 			}
 		}
 		n.send(reply)
@@ -288,7 +295,7 @@ func (n *Node) replicaStep(m wire.Message) {
 				// number stays, as after a restart of this replica.
 				if r.entry.State == wire.StateChoosing {
 					r.entry.State = wire.StateTicket
-					t.dirty = true
+					n.changed(t)
 				}
 				n.tellFormer(m.From, name, r)
 			}
@@ -304,7 +311,7 @@ func (n *Node) replicaStep(m wire.Message) {
 func (n *Node) exit(t *replicaName, r *record, ticket uint64) {
 	if r != nil && r.entry.State == wire.StateChoosing && r.entry.Ticket != 0 {
 		r.entry.State, r.entry.Ticket = wire.StateTicket, max(r.entry.Ticket, ticket)
-		t.dirty = true
+		n.changed(t)
 	}
 }
 
@@ -408,7 +415,7 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 			t.readerSeen = n.now
 		}
 		delete(t.recs, req)
-		t.dirty = true
+		n.changed(t)
 		if tombUntil > n.now {
 			tombUntil = max(tombUntil, r.deadline)
 		}
@@ -466,30 +473,49 @@ func (n *Node) replicaTick() {
 	}
 }
 
-// flushReports pushes one report per watcher of every name that changed.
+// changed notes that t's watchers are due a report.
+func (n *Node) changed(t *replicaName) {
+	t.dirty = true
+	n.dirty.add(t.name)
+}
+
+// flushReports pushes one report per watcher of every name that changed
+// since the last flush. It runs once per Ready, not per message: under
+// load a report then answers a batch of changes, and a name's table is
+// listed once for all its watchers.
 func (n *Node) flushReports() {
-	for _, name := range sortedKeys(n.names) {
+	for _, name := range n.dirty.take() {
 		t := n.names[name]
-		if !t.dirty {
-			continue
+		if t == nil {
+			continue // dropped since
 		}
+		all := t.dirty
 		t.dirty = false
+		var entries []wire.Entry
 		for _, id := range sortedNodes(t.watchers) {
-			n.report(name, t, id, t.watchers[id])
+			w := t.watchers[id]
+			if !all && !w.due {
+				continue
+			}
+			w.due = false
+			if entries == nil {
+				entries = make([]wire.Entry, 0, len(t.recs))
+				for _, req := range sortedReqs(t.recs) {
+					entries = append(entries, t.recs[req].entry)
+					if t.recs[req].entry.Mode == wire.ModeReadOnly {
+						t.readerSeen = n.now
+					}
+				}
+			}
+			n.report(name, t, id, w, entries)
 		}
 	}
 }
 
-func (n *Node) report(name string, t *replicaName, to wire.NodeID, w *watcher) {
+// report sends to a watcher the table's entries, which every report of
+// this flush shares: receivers never change a report's entries.
+func (n *Node) report(name string, t *replicaName, to wire.NodeID, w *watcher, entries []wire.Entry) {
 	n.reportSeq++
-	entries := make([]wire.Entry, 0, len(t.recs))
-	for _, req := range sortedReqs(t.recs) {
-		e := t.recs[req].entry
-		if e.Mode == wire.ModeReadOnly {
-			t.readerSeen = n.now
-		}
-		entries = append(entries, e)
-	}
 	n.send(wire.Message{Kind: wire.KindReport, To: to, Name: name, Inc: uint64(n.cfg.Incarnation),
 		Seq: n.reportSeq, Ticket: w.seq, Entries: entries, Lifetime: uint64(n.now - t.readerSeen)})
 }

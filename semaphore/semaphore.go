@@ -121,7 +121,7 @@ func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
 
 // Admit is the core.Admit policy of the semaphore. Tickets are in bakery
 // order (number, then request id); others are every other ticket of the
-// name that is not released. Readers never announce themselves, so a soft
+// name that is not released (an entry of me itself is skipped). Readers never announce themselves, so a soft
 // writer takes every reader ticket in the table as possibly active.
 //
 //   - READ_ONLY waits for every earlier READ_WRITE_PRIORITY or exclusive
@@ -150,6 +150,9 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	}
 	readersAhead := 0
 	for _, o := range others {
+		if o.Req == me.Req {
+			continue
+		}
 		earlier := core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req)
 		if earlier && o.Mode == ReadOnly {
 			readersAhead++

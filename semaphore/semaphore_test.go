@@ -2,6 +2,7 @@ package semaphore_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
@@ -67,6 +68,14 @@ func TestAdmitAgainstReference(t *testing.T) {
 					d := semaphore.Admit(me, others)
 					grant, activate := reference(me, others)
 					checked++
+					// The core hands every waiter one list, itself in it:
+					// its own entry, active or not, changes nothing.
+					for _, active := range []bool{false, true} {
+						own := wire.Entry{Req: me.Req, Ticket: me.Ticket, Mode: mm, State: wire.StateTicket, Active: active}
+						if got := semaphore.Admit(me, append(slices.Clone(others), own)); got != d {
+							t.Fatalf("%+v among %+v and itself (active %v): %+v, without itself %+v", me, others, active, got, d)
+						}
+					}
 					switch {
 					case grant != d.Grant:
 						t.Fatalf("%+v among %+v: reference grant=%v, Admit %+v", me, others, grant, d)

@@ -137,6 +137,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		o      Options
 	}{
 		{"quorum of one", core.MutantQuorumOfOne, true, Options{}},
+		{"quorum of one, messages in batches", core.MutantQuorumOfOne, true, Options{Batch: true}},
 		{"acks tickets it never persists", core.MutantNotDurable, true, Options{}},
 		{"shared ticket numbers", core.MutantSharedTickets, true, Options{}},
 		{"ignores choosing flags", core.MutantIgnoreChoosing, true, Options{Names: 1, ClientsPerNode: 2}},

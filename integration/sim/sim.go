@@ -80,6 +80,11 @@ type Options struct {
 	// LoseRevocations drops every KindRevoked: a force-unlocked waiter's
 	// master then learns of it only from the replicas' reports.
 	LoseRevocations bool
+	// Batch models the agent's loop stepping what its inbox holds before
+	// one Ready: after a message, a node's output waits, by chance, until
+	// its next client's call or the end of the tick, so the core settles
+	// the reports and changes of several messages at once.
+	Batch bool
 	// LeaveOut leaves known gaps out of the world (see Gap): with
 	// GapNewestLifeRollbacks, a disk is rolled back only to a copy of a
 	// life older than the newest that checked in.
@@ -134,6 +139,8 @@ type Result struct {
 	// whose client kept holding while its agent crashed or restarted;
 	// Forced: force-unlocks by an operator (of holders: ForcedHolders).
 	Pauses, Orphans, Forced, ForcedHolders int
+	// Batched: Readies that settled more than one message (Options.Batch).
+	Batched int
 }
 
 // add sums another run's figures into r (MaxIdleWait keeps the largest).
@@ -143,6 +150,7 @@ func (r *Result) add(o Result) {
 	r.Orphans += o.Orphans
 	r.Forced += o.Forced
 	r.ForcedHolders += o.ForcedHolders
+	r.Batched += o.Batched
 	r.Failures += o.Failures
 	r.Crashes += o.Crashes
 	r.Messages += o.Messages
@@ -235,6 +243,9 @@ type simNode struct {
 	// frozen VM) until this simulated tick: it handles nothing, and its
 	// clients' calls wait.
 	pausedUntil int64
+	// stepped: messages stepped since the core's output was last handled
+	// (see Options.Batch).
+	stepped int
 }
 
 func (n *simNode) paused(tick int64) bool { return tick < n.pausedUntil }
@@ -622,7 +633,7 @@ func (s *Sim) crash(i int) {
 	if n.gone {
 		return
 	}
-	n.core = nil
+	n.core, n.stepped = nil, 0 // what it stepped and did not hand out dies with it
 	s.res.Crashes++
 	s.tracef("node %d crashes", n.id)
 	s.orphanClients(i, "its node crashed")
@@ -650,6 +661,10 @@ func (s *Sim) orphanClients(i int, why string) {
 // handle applies node i's Ready: persist, send, deliver events, advance. With
 // faults on, the node may crash after persisting and sending only a prefix.
 func (s *Sim) handle(i int) {
+	if s.nodes[i].stepped > 1 {
+		s.res.Batched++
+	}
+	s.nodes[i].stepped = 0
 	for n := s.nodes[i]; n.core != nil && n.core.HasReady(); {
 		rd := n.core.Ready()
 		n.disk.durable.Apply(rd.Persist)
@@ -1019,15 +1034,29 @@ func (s *Sim) stepTick(settling bool) {
 			s.failf("node %d rejected a valid message %v: %v", to+1, e.m, err)
 			return
 		}
-		s.handle(to)
+		s.nodes[to].stepped++
+		if !s.o.Batch || s.chance(0.5) {
+			s.handle(to)
+		}
 		s.checkInvariants()
+	}
+	for i, n := range s.nodes {
+		if n.stepped > 0 && n.core != nil {
+			s.handle(i)
+		}
 	}
 }
 
 func (s *Sim) clientAct(c *client, settling bool) {
-	n := s.nodes[c.node].core
-	if n == nil || s.nodes[c.node].paused(s.tick) {
+	if s.nodes[c.node].core == nil || s.nodes[c.node].paused(s.tick) {
 		return // its calls wait for the agent
+	}
+	// The agent's loop drives the core before it takes a client's call:
+	// the client sees what the messages stepped so far decided.
+	s.handle(c.node)
+	n := s.nodes[c.node].core
+	if n == nil {
+		return // crashed while sending that output
 	}
 	switch c.state {
 	case idle:

@@ -49,18 +49,25 @@ func runSeeds(t *testing.T, count int, countFlag string, opts func(seed int64) O
 // TestSim runs the simulator with faults on over many seeds, or one seed
 // given with -seed.
 func TestSim(t *testing.T) {
-	// Every fourth seed runs the worst clocks the drift allows.
-	total, summary := runSeeds(t, *seedsFlag, "seeds", func(seed int64) Options { return Options{WorstDrift: seed%4 == 0} })
+	// Every fourth seed runs the worst clocks the drift allows; every odd
+	// one steps messages in batches, as the agent does under load.
+	total, summary := runSeeds(t, *seedsFlag, "seeds", func(seed int64) Options {
+		return Options{WorstDrift: seed%4 == 0, Batch: seed%2 == 1}
+	})
 	t.Logf("%s: %d grants, %d failed requests, %d crashes, %d messages, %d operations checked; "+
-		"%d pauses, %d leases held on through their agent's crash or restart, %d force-unlocks (%d of holders)",
+		"%d pauses, %d leases held on through their agent's crash or restart, %d force-unlocks (%d of holders); "+
+		"%d Readies settled a batch of messages",
 		summary, total.Grants, total.Failures, total.Crashes, total.Messages, total.Operations,
-		total.Pauses, total.Orphans, total.Forced, total.ForcedHolders)
+		total.Pauses, total.Orphans, total.Forced, total.ForcedHolders, total.Batched)
 	if total.Grants == 0 {
 		t.Fatal("no lock was granted: the workload exercised nothing")
 	}
 	if _, n := seedRange(*seedsFlag, "seeds"); n >= 100 &&
 		(total.Pauses == 0 || total.Orphans == 0 || total.ForcedHolders == 0) {
 		t.Fatal("no pause, orphaned lease or force-unlocked holder: the time and operator faults exercised nothing")
+	}
+	if _, n := seedRange(*seedsFlag, "seeds"); n >= 2 && total.Batched == 0 {
+		t.Fatal("no Ready settled more than one message: batches exercised nothing")
 	}
 }
 
@@ -101,7 +108,9 @@ var electedSeeds = flag.Int("elected-seeds", 100, "how many seeds TestSimElected
 // TestSimElected runs the lock simulator with elected leaders: crashes and
 // partitions change the view, and the lock table is handed over.
 func TestSimElected(t *testing.T) {
-	total, summary := runSeeds(t, *electedSeeds, "elected-seeds", func(int64) Options { return Options{Elect: true} })
+	total, summary := runSeeds(t, *electedSeeds, "elected-seeds", func(seed int64) Options {
+		return Options{Elect: true, Batch: seed%2 == 1}
+	})
 	t.Logf("%s: %d grants, %d crashes (%d of two leaders at once, %d during a handoff), %d views, %d handoffs, %d operations checked",
 		summary, total.Grants, total.Crashes, total.LeaderPairCrashes, total.HandoffCrashes, total.Views, total.Handoffs, total.Operations)
 	if total.Grants == 0 || total.Handoffs == 0 {
@@ -113,10 +122,11 @@ var modesSeeds = flag.Int("modes-seeds", 100, "how many seeds TestSimModes runs"
 
 // TestSimModes runs the simulator with readers, priority writers and
 // exclusive lockers on the same names, with faults on; every other seed
-// with elected leaders, so modes also cross view changes.
+// with elected leaders, so modes also cross view changes, and every other
+// pair of seeds with messages in batches.
 func TestSimModes(t *testing.T) {
 	total, summary := runSeeds(t, *modesSeeds, "modes-seeds", func(seed int64) Options {
-		return Options{Modes: true, Elect: seed%2 == 0}
+		return Options{Modes: true, Elect: seed%2 == 0, Batch: seed%4 >= 2}
 	})
 	t.Logf("%s: %d grants (%d while another reader held the name), %d crashes, %d operations checked",
 		summary, total.Grants, total.SharedGrants, total.Crashes, total.Operations)
