@@ -24,16 +24,26 @@ const bound = 60 * time.Second // every wait below ends by itself within this
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "slbin")
+	if child := os.Getenv("SLUICE_INTERRUPT_CHILD"); child != "" {
+		binary = child // TestInterruptedRunLeavesNothing's child uses its parent's build
+		undoOnSignal("")
+		os.Exit(m.Run())
+	}
+	for _, what := range sweepDeadRuns() {
+		fmt.Fprintln(os.Stderr, "integration: removed what an interrupted run left:", what)
+	}
+	dir, err := os.MkdirTemp("", "slbin"+runTag()+"-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	undoOnSignal(dir)
 	binary = filepath.Join(dir, "sluice")
 	build := exec.Command("go", "build", "-o", binary, "../cmd/sluice")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building sluice:", err)
+		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -45,11 +55,11 @@ func TestMain(m *testing.M) {
 // are limited to about 100 bytes.
 func shortDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
+	dir, err := os.MkdirTemp("", "sl"+runTag()+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	cleanup(t, func() { os.RemoveAll(dir) })
 	return dir
 }
 
@@ -72,6 +82,7 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	p := &proc{cmd: cmd, lines: make(chan string, 1000), output: &strings.Builder{}, done: make(chan error, 1)}
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +107,7 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 		close(p.lines)
 	}()
 	go func() { err := cmd.Wait(); pw.Close(); p.done <- err }()
-	t.Cleanup(func() {
+	cleanup(t, func() {
 		_ = cmd.Process.Kill()
 		<-p.done
 	})

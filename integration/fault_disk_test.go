@@ -45,7 +45,7 @@ func (c *faultCluster) smallDisks(size int64) {
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", size), "tmpfs", n.data).CombinedOutput(); err != nil {
 			c.t.Fatalf("mount a tmpfs on %s: %v: %s", n.data, err, out)
 		}
-		c.t.Cleanup(func() { _ = exec.Command("umount", "-l", n.data).Run() })
+		cleanup(c.t, func() { _ = exec.Command("umount", "-l", n.data).Run() })
 		for name, b := range saved {
 			if err := os.WriteFile(filepath.Join(n.data, name), b, 0o600); err != nil {
 				c.t.Fatal(err)

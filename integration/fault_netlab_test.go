@@ -41,9 +41,9 @@ func newNetLab(t *testing.T, n int) *netLab {
 	if _, err := rand.Read(tag); err != nil {
 		t.Fatal(err)
 	}
-	id := hex.EncodeToString(tag)
+	id := runTag() + "-" + hex.EncodeToString(tag) // sweepDeadRuns reads the pid
 	l := &netLab{t: t, sw: "slsw" + id}
-	t.Cleanup(func() {
+	cleanup(t, func() {
 		for _, ns := range append(l.ns, l.sw) {
 			_ = exec.Command("ip", "netns", "del", ns).Run()
 		}

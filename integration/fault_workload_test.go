@@ -232,6 +232,7 @@ func (w *workload) cliOnce(id int, n *faultNode, name string, mode semaphore.Mod
 		return
 	}
 	op := histOp{client: id, name: name, mode: mode, via: "cli", call: w.rec.now()}
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		op.ret, op.outcome, op.why = w.rec.now(), unknown, err.Error()
 		w.rec.add(op)
