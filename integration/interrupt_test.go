@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -66,13 +67,7 @@ func undoOnSignal(binDir string) {
 		s := <-sig
 		fmt.Fprintf(os.Stderr, "integration: %v: undoing what the running tests made\n", s)
 		interrupt.Lock()
-		ids := slices.Sorted(func(yield func(int) bool) {
-			for id := range interrupt.undo {
-				if !yield(id) {
-					return
-				}
-			}
-		})
+		ids := slices.Sorted(maps.Keys(interrupt.undo))
 		interrupt.Unlock()
 		for _, id := range slices.Backward(ids) {
 			takeUndo(id)()
