@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/sluicehq/sluice/semaphore/api"
 	"slices"
@@ -485,9 +484,4 @@ func (n *Node) failAll(err error) {
 		ch <- err
 		delete(n.releases, req)
 	}
-}
-
-// isClientError reports whether err is the caller's fault.
-func isClientError(err error) bool {
-	return errors.Is(err, core.ErrInvalid) || errors.Is(err, ErrUnknownLease)
 }
