@@ -162,9 +162,9 @@ func (n *Node) requestSnapshots(s *syncState) {
 		}
 		p.askedAt = n.now
 		s.from[l] = p
-		// Seq tells the leader which answers still count here: one it is
-		// sending to an earlier request since Seq need not start again.
-		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l, Nonce: s.nonce, Seq: p.since,
+		// SnapshotSince tells the leader which answers still count here:
+		// one it is sending to a request since then need not start again.
+		n.send(wire.Message{Kind: wire.KindSnapshotRequest, To: l, SnapshotID: s.nonce, SnapshotSince: p.since,
 			View: wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders}})
 	}
 }
@@ -187,41 +187,87 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 		n.answers = uint64(n.cfg.Incarnation) << 32
 	}
 	n.answers++
+	due := SnapshotDue{To: m.From, Epoch: e, Nonce: m.SnapshotID, Since: m.SnapshotSince,
+		Answer: n.answers, Complete: n.complete}
 	if n.cfg.SnapshotsFromStore {
-		n.snapshots = append(n.snapshots, SnapshotDue{To: m.From, Epoch: e, Nonce: m.Nonce, Since: m.Seq,
-			Answer: n.answers, Complete: n.complete})
+		n.snapshots = append(n.snapshots, due)
 		return
 	}
-	reply := wire.Message{Kind: wire.KindSnapshot, To: m.From, Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e}}
-	var count uint64
+	answer := SnapshotAnswer{Due: due}
+	send := func(m wire.Message) error { n.send(m); return nil }
 	for _, name := range sortedKeys(n.names) {
-		t := n.names[name]
-		if t.highWater > 0 {
-			reply.Name, reply.Req, reply.Ticket, reply.Mode, reply.Lifetime = name, wire.RequestID{}, t.highWater, 0, 0
-			n.send(reply)
-			count++
+		_ = answer.Name(name, n.names[name].highWater, n.memoryTable(n.names[name]), send)
+	}
+	n.send(answer.Done())
+}
+
+// memoryTable is a name's tickets and tombstones as the store would hand
+// them to a snapshot: tickets first, then tombstones, each in request order.
+func (n *Node) memoryTable(t *replicaName) []DurableTicket {
+	var out []DurableTicket
+	for _, req := range sortedReqs(t.recs) {
+		r := t.recs[req]
+		if r.entry.Ticket == 0 {
+			continue // still choosing its first number: its doorway restarts anyway
 		}
-		for _, req := range sortedReqs(t.recs) {
-			r := t.recs[req]
-			if r.entry.Ticket == 0 {
-				continue // still choosing its first number: its doorway restarts anyway
-			}
-			reply.Name, reply.Req, reply.Ticket, reply.Mode = name, req, r.entry.Ticket, r.entry.Mode
-			reply.Lifetime = uint64(max(r.deadline-n.now, 0))
-			n.send(reply)
-			count++
-		}
-		if n.cfg.Mutant&MutantMemoryTombs != 0 {
-			continue
-		}
-		for _, req := range sortedReqs(t.tombs) {
-			n.send(wire.Message{Kind: wire.KindSnapshotTomb, To: m.From, Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e},
-				Name: name, Req: req, Lifetime: uint64(max(t.tombs[req].until-n.now, 0))})
-			count++
+		out = append(out, DurableTicket{Entry: r.entry, Lifetime: r.deadline - n.now})
+	}
+	if n.cfg.Mutant&MutantMemoryTombs != 0 {
+		return out
+	}
+	for _, req := range sortedReqs(t.tombs) {
+		out = append(out, DurableTicket{Entry: wire.Entry{Req: req, State: wire.StateReleased},
+			Lifetime: t.tombs[req].until - n.now})
+	}
+	return out
+}
+
+// SnapshotAnswer writes one answer to a snapshot request: the one form of
+// the handoff's stream, whether the table comes from the core's memory or
+// from a store (Config.SnapshotsFromStore).
+type SnapshotAnswer struct {
+	Due   SnapshotDue
+	count uint64
+}
+
+// Name sends one name's part of the table: its high-water mark, then each
+// ticket, or tombstone (an entry in StateReleased), in the order given. It
+// stops at the first error of send.
+func (a *SnapshotAnswer) Name(name string, highWater uint64, tickets []DurableTicket, send func(wire.Message) error) error {
+	msg := wire.Message{Kind: wire.KindSnapshot, To: a.Due.To, Name: name, SnapshotID: a.Due.Nonce,
+		Answer: a.Due.Answer, View: wire.View{Epoch: a.Due.Epoch}}
+	if highWater > 0 {
+		m := msg
+		m.HighWater = highWater
+		if err := a.send(m, send); err != nil {
+			return err
 		}
 	}
-	n.send(wire.Message{Kind: wire.KindSnapshotDone, To: m.From, Size: count, Inc: n.complete,
-		Nonce: m.Nonce, Seq: n.answers, View: wire.View{Epoch: e}})
+	for _, t := range tickets {
+		m := msg
+		m.Req, m.Lifetime = t.Entry.Req, uint64(max(t.Lifetime, 0))
+		if t.Entry.State == wire.StateReleased {
+			m.Kind = wire.KindSnapshotTomb
+		} else {
+			m.Ticket, m.Mode = t.Entry.Ticket, t.Entry.Mode
+		}
+		if err := a.send(m, send); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *SnapshotAnswer) send(m wire.Message, send func(wire.Message) error) error {
+	a.count++
+	return send(m)
+}
+
+// Done is the answer's last message: how many entries it had.
+func (a *SnapshotAnswer) Done() wire.Message {
+	return wire.Message{Kind: wire.KindSnapshotDone, To: a.Due.To, AnswerSize: a.count,
+		HandoffEpoch: a.Due.Complete, SnapshotID: a.Due.Nonce, Answer: a.Due.Answer,
+		View: wire.View{Epoch: a.Due.Epoch}}
 }
 
 func (n *Node) onSnapshot(m wire.Message) {
@@ -231,11 +277,11 @@ func (n *Node) onSnapshot(m wire.Message) {
 	}
 	p := sync.from[m.From]
 	switch {
-	case p == nil || p.done || m.Nonce < p.since || m.Nonce > sync.nonce:
+	case p == nil || p.done || m.SnapshotID < p.since || m.SnapshotID > sync.nonce:
 		return // a whole one again, or an answer this pull does not accept
 	case p.answer == 0:
-		p.nonce, p.answer = m.Nonce, m.Seq
-	case m.Nonce != p.nonce || m.Seq != p.answer:
+		p.nonce, p.answer = m.SnapshotID, m.Answer
+	case m.SnapshotID != p.nonce || m.Answer != p.answer:
 		return // another answer than the one being gathered
 	}
 	p.heardAt = n.now
@@ -245,7 +291,7 @@ func (n *Node) onSnapshot(m wire.Message) {
 	case wire.KindSnapshotTomb:
 		p.entries[snapKey{m.Name, m.Req, true}] = m
 	case wire.KindSnapshotDone:
-		p.want, p.complete, p.announced = m.Size, m.Inc, true
+		p.want, p.complete, p.announced = m.AnswerSize, m.HandoffEpoch, true
 	}
 	// Entries lost on the way leave the answer short for good: it goes
 	// quiet, and requestSnapshots asks again.
@@ -309,9 +355,9 @@ func (n *Node) mergeEntry(m wire.Message) {
 		return
 	}
 	if m.Req == (wire.RequestID{}) {
-		if m.Ticket > t.highWater {
-			t.highWater = m.Ticket
-			n.persist(Write{Kind: WriteHighWater, Name: m.Name, Entry: wire.Entry{Ticket: m.Ticket}})
+		if m.HighWater > t.highWater {
+			t.highWater = m.HighWater
+			n.persist(Write{Kind: WriteHighWater, Name: m.Name, Entry: wire.Entry{Ticket: m.HighWater}})
 		}
 		return
 	}
@@ -415,7 +461,7 @@ func (n *Node) adoptView(v View) {
 				n.sendRenew(r, nil)
 			}
 		case phaseReleasing:
-			r.acks, r.sentAt = map[wire.NodeID]uint64{}, n.now
+			r.acks, r.sentAt = map[wire.NodeID]uint32{}, n.now
 			n.sendPhase(r, nil)
 		}
 	}

@@ -334,14 +334,17 @@ func fmtMsg(m wire.Message) string {
 	if m.Ticket != 0 {
 		s += fmt.Sprintf(" t=%d", m.Ticket)
 	}
-	if m.Inc != 0 && m.Kind != wire.KindReport {
-		s += fmt.Sprintf(" inc=%d", m.Inc)
+	if m.WatchSeq != 0 {
+		s += fmt.Sprintf(" watch=%d", m.WatchSeq)
+	}
+	if m.Incarnation != 0 && m.Kind != wire.KindReport {
+		s += fmt.Sprintf(" inc=%d", m.Incarnation)
 	}
 	if m.Reject {
 		s += " reject"
-		if m.Seq != 0 {
-			s += fmt.Sprintf(" high-water=%d", m.Seq)
-		}
+	}
+	if m.HighWater != 0 {
+		s += fmt.Sprintf(" high-water=%d", m.HighWater)
 	}
 	if m.Kind == wire.KindReport {
 		parts := []string{}

@@ -34,10 +34,10 @@ type request struct {
 	sentAt int64 // last send of the current phase's messages
 	// acks of the current phase, by leader; in phaseEnter the value is the
 	// leader's incarnation.
-	acks map[wire.NodeID]uint64
+	acks map[wire.NodeID]uint32
 	// enterInc: the leaders whose ENTERING ack arrived before GET_MAX went
 	// out, with their incarnation. ADD_TICKET goes to these only.
-	enterInc map[wire.NodeID]uint64
+	enterInc map[wire.NodeID]uint32
 	rejects  map[wire.NodeID]bool // refused ADD_TICKET for good (choosing flag lost)
 	tooLow   map[wire.NodeID]bool // refused the current number as too low
 	raises   uint64
@@ -99,9 +99,10 @@ type renewal struct {
 // never changed once made (a newer one replaces it), so a pointer names
 // its content.
 type report struct {
-	inc, seq, echo uint64
-	sinceReaders   uint64
-	entries        []wire.Entry // in request order
+	inc          uint32
+	seq, echo    uint64
+	sinceReaders uint64
+	entries      []wire.Entry // in request order
 }
 
 // has reports whether the report lists req.
@@ -225,7 +226,7 @@ func (n *Node) toLeaders(m wire.Message, skip func(wire.NodeID) bool) {
 
 func (n *Node) startEnter(r *request) {
 	r.phase, r.sentAt, r.resends = phaseEnter, n.now, 0
-	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint64{}, nil, nil, 0
+	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint32{}, nil, nil, 0
 	n.sendPhase(r, nil)
 }
 
@@ -241,7 +242,7 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 		m.Kind, m.Ticket = wire.KindAddTicket, r.ticket
 		for _, l := range sortedNodes(r.enterInc) {
 			if !r.rejects[l] && !r.tooLow[l] && (skip == nil || !skip(l)) {
-				m.To, m.Inc = l, r.enterInc[l]
+				m.To, m.Incarnation = l, r.enterInc[l]
 				n.send(m)
 			}
 		}
@@ -251,7 +252,7 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 		// waiting on a choosing flag.
 		m.Kind, m.Ticket = wire.KindExit, r.ticket
 		n.toLeaders(m, skip)
-		m.Kind, m.Ticket = wire.KindWatch, r.watchSeq
+		m.Kind, m.WatchSeq = wire.KindWatch, r.watchSeq
 	case phaseReleasing:
 		m.Kind = wire.KindRelease
 	default:
@@ -285,18 +286,18 @@ func (n *Node) masterStep(m wire.Message) {
 			n.fail(r, m.Code)
 			return
 		}
-		r.acks[m.From] = m.Inc
+		r.acks[m.From] = m.Incarnation
 		if len(r.acks) >= n.quorum() {
-			r.enterInc, r.acks = maps.Clone(r.acks), map[wire.NodeID]uint64{}
+			r.enterInc, r.acks = maps.Clone(r.acks), map[wire.NodeID]uint32{}
 			r.phase, r.sentAt, r.resends = phaseGetMax, n.now, 0
 			n.sendPhase(r, nil)
 		}
 	case m.Kind == wire.KindGetMaxAck && r.phase == phaseGetMax:
 		r.acks[m.From] = 0
-		r.max = max(r.max, m.Ticket)
+		r.max = max(r.max, m.HighWater)
 		if len(r.acks) >= n.quorum() {
 			r.ticket = r.max + 1
-			r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint64{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
+			r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
 			r.phase, r.sentAt, r.resends = phaseAddTicket, n.now, 0
 			n.sendPhase(r, nil)
 		}
@@ -305,11 +306,11 @@ func (n *Node) masterStep(m wire.Message) {
 			return
 		}
 		if m.Reject {
-			if m.Seq == 0 {
+			if m.HighWater == 0 {
 				r.rejects[m.From] = true // its choosing flag is gone: for good
 			} else {
 				r.tooLow[m.From] = true
-				r.max = max(r.max, m.Seq)
+				r.max = max(r.max, m.HighWater)
 			}
 			n.checkTicketQuorum(r)
 			return
@@ -319,7 +320,7 @@ func (n *Node) masterStep(m wire.Message) {
 			n.startWait(r)
 		}
 	case m.Kind == wire.KindActivateAck && r.phase == phaseWait && r.activating:
-		if !m.Reject && m.Seq == r.actRound {
+		if !m.Reject && m.Round == r.actRound {
 			r.actAcks[m.From] = true
 			if len(r.actAcks) >= n.quorum() {
 				n.onActivated(r)
@@ -345,7 +346,7 @@ func (n *Node) masterStep(m wire.Message) {
 	case m.Kind == wire.KindReleaseAck && r.phase == phaseReleasing:
 		r.acks[m.From] = 0
 		r.had = r.had || !m.Reject
-		r.held = r.held || m.Seq == 1
+		r.held = r.held || m.Held
 		if len(r.acks) >= n.quorum() {
 			forced := wire.CodeNone
 			if !r.had {
@@ -408,7 +409,7 @@ func (n *Node) checkTicketQuorum(r *request) {
 		n.stats.TicketRaises++
 		r.raises++
 		r.ticket = r.max + 1 + raiseSpread(r.id, r.raises)
-		r.acks, r.tooLow = map[wire.NodeID]uint64{}, map[wire.NodeID]bool{}
+		r.acks, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}
 		r.sentAt, r.resends = n.now, 0
 		n.sendPhase(r, nil)
 		return
@@ -457,7 +458,7 @@ func (n *Node) onReport(m wire.Message) {
 		n.stats.StaleReplies++
 		return
 	}
-	if old := mn.reports[m.From]; old != nil && (old.inc > m.Inc || old.inc == m.Inc && old.seq >= m.Seq) {
+	if old := mn.reports[m.From]; old != nil && (old.inc > m.Incarnation || old.inc == m.Incarnation && old.seq >= m.ReportSeq) {
 		return // reordered: an older report of that replica
 	}
 	entries := m.Entries
@@ -465,7 +466,7 @@ func (n *Node) onReport(m wire.Message) {
 	if !slices.IsSortedFunc(entries, byReq) {
 		entries = slices.SortedStableFunc(slices.Values(entries), byReq) // replicas send them sorted
 	}
-	mn.reports[m.From] = &report{inc: m.Inc, seq: m.Seq, echo: m.Ticket, sinceReaders: m.Lifetime, entries: entries}
+	mn.reports[m.From] = &report{inc: m.Incarnation, seq: m.ReportSeq, echo: m.WatchSeq, sinceReaders: m.ReadersAgo, entries: entries}
 	mn.merges = nil // merges of the replaced report are dead
 	n.reported.add(m.Name)
 }
@@ -588,7 +589,7 @@ func (n *Node) sendMark(r *request, active bool, skip func(wire.NodeID) bool) {
 		r.actAcks, r.actSentAt = map[wire.NodeID]bool{}, n.now
 		r.actRound++
 	}
-	n.toLeaders(wire.Message{Kind: wire.KindActivate, Name: r.a.Name, Req: r.id, Reject: !active, Seq: r.actRound}, skip)
+	n.toLeaders(wire.Message{Kind: wire.KindActivate, Name: r.a.Name, Req: r.id, Reject: !active, Round: r.actRound}, skip)
 }
 
 // onActivated: the mark is at a quorum. Decide again, on reports made
@@ -608,7 +609,7 @@ func (n *Node) leaveWait(r *request) {
 	delete(mn.waiters, r.id)
 	if len(mn.waiters) == 0 {
 		n.watchCounter++
-		n.toLeaders(wire.Message{Kind: wire.KindUnwatch, Name: r.a.Name, Ticket: n.watchCounter}, nil)
+		n.toLeaders(wire.Message{Kind: wire.KindUnwatch, Name: r.a.Name, WatchSeq: n.watchCounter}, nil)
 		clear(mn.reports)
 		mn.merges = nil
 	}
@@ -650,7 +651,7 @@ func (n *Node) startRelease(r *request) {
 		return
 	}
 	r.phase, r.sentAt, r.renew = phaseReleasing, n.now, nil
-	r.acks = map[wire.NodeID]uint64{}
+	r.acks = map[wire.NodeID]uint32{}
 	r.releaseUntil = n.now + int64(n.lifetime(r))
 	n.sendPhase(r, nil)
 }
@@ -820,7 +821,7 @@ func (n *Node) releaseOther(id wire.RequestID, name string, duration int64, forc
 
 // masterRestarted re-sends pending work to a leader that restarted: what it
 // held in memory for us is gone.
-func (n *Node) masterRestarted(from wire.NodeID, inc uint64) {
+func (n *Node) masterRestarted(from wire.NodeID, inc uint32) {
 	if !n.cfg.View.IsLeader(from) {
 		return
 	}

@@ -149,10 +149,10 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	n.lead(c.View)
 	n.startSync(c.View)
 	// Our own requests of earlier lives died with them.
-	n.replicaStep(wire.Message{Kind: wire.KindRestarted, From: c.ID, Inc: uint64(c.Incarnation)})
+	n.replicaStep(wire.Message{Kind: wire.KindRestarted, From: c.ID, Incarnation: c.Incarnation})
 	for _, p := range c.Peers {
 		if p != c.ID {
-			n.send(wire.Message{Kind: wire.KindRestarted, To: p, Inc: uint64(c.Incarnation)})
+			n.send(wire.Message{Kind: wire.KindRestarted, To: p, Incarnation: c.Incarnation})
 		}
 	}
 	return n, nil
@@ -299,7 +299,7 @@ func (n *Node) Step(m wire.Message) error {
 	switch m.Kind {
 	case wire.KindRestarted:
 		n.replicaStep(m)
-		n.masterRestarted(m.From, m.Inc)
+		n.masterRestarted(m.From, m.Incarnation)
 	case wire.KindFormer:
 		n.onFormer(m)
 	case wire.KindSnapshotRequest:
@@ -329,8 +329,8 @@ func (n *Node) check(m wire.Message) error {
 	}
 	switch m.Kind {
 	case wire.KindRestarted:
-		if m.Inc == 0 || m.Inc > 1<<32-1 {
-			return bad("incarnation %d", m.Inc)
+		if m.Incarnation == 0 {
+			return bad("incarnation 0")
 		}
 		return nil // about lives, not views: valid in any epoch
 	case wire.KindFormer:

@@ -73,12 +73,12 @@ func TestBadMessagesAreRejectedCountedAndChangeNothing(t *testing.T) {
 		{"empty name", with(func(m *wire.Message) { m.Name = "" }), core.ErrBadMessage},
 		{"oversized name", with(func(m *wire.Message) { m.Name = strings.Repeat("x", wire.MaxNameLen+1) }), core.ErrBadMessage},
 		{"unknown kind", with(func(m *wire.Message) { m.Kind = 99 }), core.ErrBadMessage},
-		{"lease event", with(func(m *wire.Message) { m.Kind = wire.KindLeaseEvent }), core.ErrBadMessage},
+		{"election kind", with(func(m *wire.Message) { m.Kind = wire.KindHello }), core.ErrBadMessage},
 		{"unknown mode", with(func(m *wire.Message) { m.Mode = 42 }), core.ErrBadMessage},
 		{"absurd lifetime", with(func(m *wire.Message) { m.Lifetime = 1 << 62 }), core.ErrBadMessage},
 		{"for another node", with(func(m *wire.Message) { m.To = 7 }), core.ErrWrongTarget},
 		{"no sender", with(func(m *wire.Message) { m.From = 0 }), core.ErrBadMessage},
-		{"restart with no incarnation", with(func(m *wire.Message) { m.Kind = wire.KindRestarted; m.Inc = 0 }), core.ErrBadMessage},
+		{"restart with no incarnation", with(func(m *wire.Message) { m.Kind = wire.KindRestarted; m.Incarnation = 0 }), core.ErrBadMessage},
 		{"snapshot request from a non-leader", wire.Message{Kind: wire.KindSnapshotRequest, From: 9, To: 1,
 			View: wire.View{Epoch: 1 << 40, Leaders: []wire.NodeID{2, 3, 4}, PrevEpoch: 3, PrevLeaders: []wire.NodeID{1, 2, 3}}}, core.ErrBadMessage},
 		{"snapshot request to a node not in the previous view", wire.Message{Kind: wire.KindSnapshotRequest, From: 2, To: 1,
@@ -183,7 +183,7 @@ func TestStaleAckAfterRestart(t *testing.T) {
 		}
 		drain(n)
 		for _, from := range []wire.NodeID{1, 2} {
-			_ = n.Step(wire.Message{Kind: wire.KindEnterAck, From: from, To: 4, Epoch: 1, Name: "a", Req: oldID, Inc: 1})
+			_ = n.Step(wire.Message{Kind: wire.KindEnterAck, From: from, To: 4, Epoch: 1, Name: "a", Req: oldID, Incarnation: 1})
 		}
 		if got := n.Requests()[0].Phase; got != c.wantPhase {
 			t.Errorf("mutant %d: phase %s after stale acks, want %s", c.mutant, got, c.wantPhase)
@@ -254,8 +254,8 @@ func TestActivationRounds(t *testing.T) {
 	req := wire.RequestID{Node: 2, Seq: 1<<32 | 1}
 	steps := []wire.Message{
 		{Kind: wire.KindEnter, Mode: wire.ModeReadWrite, Lifetime: 500},
-		{Kind: wire.KindAddTicket, Ticket: 1, Inc: 1, Mode: wire.ModeReadWrite, Lifetime: 500},
-		{Kind: wire.KindActivate, Seq: 2},
+		{Kind: wire.KindAddTicket, Ticket: 1, Incarnation: 1, Mode: wire.ModeReadWrite, Lifetime: 500},
+		{Kind: wire.KindActivate, Round: 2},
 	}
 	for _, m := range steps {
 		m.From, m.To, m.Epoch, m.Name, m.Req = 2, 1, 3, "a", req
@@ -264,7 +264,7 @@ func TestActivationRounds(t *testing.T) {
 		}
 	}
 	drain(n)
-	late := wire.Message{Kind: wire.KindActivate, From: 2, To: 1, Epoch: 3, Name: "a", Req: req, Seq: 1, Reject: true}
+	late := wire.Message{Kind: wire.KindActivate, From: 2, To: 1, Epoch: 3, Name: "a", Req: req, Round: 1, Reject: true}
 	if err := n.Step(late); err != nil {
 		t.Fatal(err)
 	}
@@ -275,14 +275,14 @@ func TestActivationRounds(t *testing.T) {
 		t.Fatalf("a late mark of round 1 undid round 2: %+v", e)
 	}
 	newer := late
-	newer.Seq = 3
+	newer.Round = 3
 	if err := n.Step(newer); err != nil {
 		t.Fatal(err)
 	}
 	if e, _ := n.Table("a"); e[0].Active {
 		t.Fatalf("round 3 cleared nothing: %+v", e)
 	}
-	if rd := drain(n); len(rd.Messages) != 1 || rd.Messages[0].Seq != 3 {
+	if rd := drain(n); len(rd.Messages) != 1 || rd.Messages[0].Round != 3 {
 		t.Fatalf("round 3 must be acknowledged with its round: %v", rd.Messages)
 	}
 }
@@ -342,7 +342,7 @@ func TestHandoffAnswersMatchTheirRequest(t *testing.T) {
 		got := map[wire.NodeID]uint64{}
 		for _, m := range drain(n).Messages {
 			if m.Kind == wire.KindSnapshotRequest {
-				got[m.To] = m.Nonce
+				got[m.To] = m.SnapshotID
 			}
 		}
 		return got
@@ -356,10 +356,10 @@ func TestHandoffAnswersMatchTheirRequest(t *testing.T) {
 		return func(from wire.NodeID, nonce uint64, kinds ...wire.Kind) {
 			t.Helper()
 			for _, k := range kinds {
-				m := wire.Message{Kind: k, From: from, To: 4, Epoch: 4, Nonce: nonce, Seq: id, View: wire.View{Epoch: 4}, Name: "a"}
+				m := wire.Message{Kind: k, From: from, To: 4, Epoch: 4, SnapshotID: nonce, Answer: id, View: wire.View{Epoch: 4}, Name: "a"}
 				switch k {
 				case wire.KindSnapshotDone:
-					m.Name, m.Size, m.Inc = "", 2, 3
+					m.Name, m.AnswerSize, m.HandoffEpoch = "", 2, 3
 				case wire.KindSnapshot:
 					m.Ticket = 1 // the high-water mark
 				case wire.KindAddTicket: // stands for the ticket entry
@@ -446,13 +446,13 @@ func TestOneReportPerReady(t *testing.T) {
 	}
 	for seq := range uint64(50) {
 		step(wire.Message{Kind: wire.KindEnter, From: 4, Req: wire.RequestID{Node: 4, Seq: 1<<32 | seq + 1}})
-		step(wire.Message{Kind: wire.KindWatch, From: 4, Ticket: seq + 1})
+		step(wire.Message{Kind: wire.KindWatch, From: 4, WatchSeq: seq + 1})
 	}
-	step(wire.Message{Kind: wire.KindWatch, From: 5, Ticket: 1})
+	step(wire.Message{Kind: wire.KindWatch, From: 5, WatchSeq: 1})
 	if got := reports(); !reflect.DeepEqual(got, map[wire.NodeID][]int{4: {50}, 5: {50}}) {
 		t.Fatalf("reports after 50 entries and 51 watches, by watcher (their entries): %v; want one each", got)
 	}
-	step(wire.Message{Kind: wire.KindWatch, From: 5, Ticket: 2})
+	step(wire.Message{Kind: wire.KindWatch, From: 5, WatchSeq: 2})
 	if got := reports(); !reflect.DeepEqual(got, map[wire.NodeID][]int{5: {50}}) {
 		t.Fatalf("reports after a watch of node 5 alone: %v; want one, to node 5", got)
 	}

@@ -102,9 +102,8 @@ func mayBeActive(m wire.Mode) bool {
 	return m == wire.ModeReadWrite || m == wire.ModeReadWriteGentle
 }
 
-// replicaStep handles the messages a leader answers.
+// replicaStep handles the messages a leader answers: one handler a kind.
 func (n *Node) replicaStep(m wire.Message) {
-	reply := wire.Message{To: m.From, Name: m.Name, Req: m.Req, Inc: uint64(n.cfg.Incarnation)}
 	// A release may name a request of an earlier life: a former ticket
 	// kept after a restart, released by the new life or an operator.
 	if m.Kind != wire.KindRestarted && m.Kind != wire.KindUnwatch && m.Kind != wire.KindWatch && m.Kind != wire.KindRelease &&
@@ -114,193 +113,230 @@ func (n *Node) replicaStep(m wire.Message) {
 	}
 	switch m.Kind {
 	case wire.KindEnter:
-		reply.Kind = wire.KindEnterAck
-		t := n.replicaName(m.Name)
-		if _, gone := t.tombs[m.Req]; gone {
-			return
-		}
-		if t.recs[m.Req] == nil {
-			if len(t.recs) >= n.cfg.MaxWaiters {
-				reply.Reject, reply.Code = true, wire.CodeOverflow
-				n.send(reply)
-				return
-			}
-			t.recs[m.Req] = &record{
-				since:    n.now,
-				entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
-				deadline: n.now + n.keep(m.Lifetime),
-			}
-			n.changed(t)
-		}
-		n.send(reply)
-
+		n.onEnter(m)
 	case wire.KindGetMax:
-		reply.Kind = wire.KindGetMaxAck
-		reply.Ticket = n.replicaName(m.Name).highWater
+		reply := n.replyTo(m, wire.KindGetMaxAck)
+		reply.HighWater = n.replicaName(m.Name).highWater
 		n.send(reply)
-
 	case wire.KindAddTicket:
-		reply.Kind = wire.KindAddTicketAck
-		reply.Ticket = m.Ticket
-		t := n.replicaName(m.Name)
-		r := t.recs[m.Req]
-		switch {
-		case r != nil && r.entry.Ticket == m.Ticket:
-			// A duplicate: the ticket is durable already, or is in this Ready's Persist.
-		case r == nil || r.entry.State != wire.StateChoosing ||
-			(m.Inc != uint64(n.cfg.Incarnation) && n.cfg.Mutant&MutantStaleIncarnation == 0):
-			// The choosing flag this ticket rests on is not here, or was set
-			// in a previous life of this replica and may have been lost since.
-			reply.Reject = true
-		case m.Ticket <= t.highWater && n.cfg.Mutant&MutantSharedTickets == 0:
-			// Another request holds this number: tickets, and so fencing
-			// tokens, are unique per name. The master raises its number.
-			reply.Reject, reply.Seq = true, t.highWater
-		default:
-			r.entry.Ticket = m.Ticket
-			r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
-			t.highWater = max(t.highWater, m.Ticket)
-			n.changed(t)
-			if n.cfg.Mutant&MutantNotDurable == 0 {
-				n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
-			}
-		}
-		n.send(reply)
-
+		n.onAddTicket(m)
 	case wire.KindExit:
 		t := n.replicaName(m.Name)
 		n.exit(t, t.recs[m.Req], m.Ticket)
-
 	case wire.KindConfirm:
-		// Only a ticket still here is confirmed: one released or
-		// force-unlocked here must not be granted on older reports.
-		reply.Kind, reply.Ticket = wire.KindConfirmAck, m.Ticket
-		t := n.replicaName(m.Name)
-		r := t.recs[m.Req]
-		if r == nil || r.entry.Ticket == 0 {
-			reply.Reject = true
-		} else {
-			n.exit(t, r, m.Ticket)
-			r.held = true
-		}
-		n.send(reply)
-
+		n.onConfirm(m)
 	case wire.KindWatch:
-		t := n.replicaName(m.Name)
-		w := t.watchers[m.From]
-		if w == nil {
-			w = &watcher{}
-			t.watchers[m.From] = w
-		}
-		w.seq = max(w.seq, m.Ticket)
-		w.deadline = max(w.deadline, n.now+int64(m.Lifetime))
-		// Answered at the flush, with every change of this batch: a master
-		// with many waiters on the name watches for each of them.
-		w.due = true
-		n.dirty.add(m.Name)
-
+		n.onWatch(m)
 	case wire.KindUnwatch:
 		if t := n.names[m.Name]; t != nil {
-			if w := t.watchers[m.From]; w != nil && w.seq <= m.Ticket {
+			if w := t.watchers[m.From]; w != nil && w.seq <= m.WatchSeq {
 				delete(t.watchers, m.From)
 			}
 		}
-
 	case wire.KindRelease:
-		reply.Kind = wire.KindReleaseAck
-		t := n.replicaName(m.Name)
-		r, had := t.recs[m.Req]
-		if had && (r.held || r.restored) || !had && t.tombs[m.Req].held {
-			reply.Seq = 1
-		}
-		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
-		reply.Reject = !had
-		n.send(reply)
-		// Released by an operator on another node: tell the request's
-		// master now, not at its next renewal.
-		if had && m.From != m.Req.Node {
-			n.send(wire.Message{Kind: wire.KindRevoked, To: m.Req.Node, Name: m.Name, Req: m.Req})
-		}
-
+		n.onRelease(m)
 	case wire.KindActivate:
-		reply.Kind, reply.Seq = wire.KindActivateAck, m.Seq
-		t := n.replicaName(m.Name)
-		r := t.recs[m.Req]
-		switch {
-		case r == nil || r.entry.Ticket == 0:
-			reply.Reject = true
-		case m.Seq < r.markRound:
-			return // a mark the master has since replaced, arriving late
-		default:
-			r.markRound = m.Seq
-			if r.entry.Active != !m.Reject {
-				r.entry.Active = !m.Reject
-				n.changed(t)
-			}
-		}
-		n.send(reply)
-
+		n.onActivate(m)
 	case wire.KindRenew:
-		reply.Kind = wire.KindRenewAck
-		t := n.replicaName(m.Name)
-		r := t.recs[m.Req]
-		if r == nil || r.entry.Ticket == 0 {
-			reply.Reject = true
-		} else {
-			r.held = true
-			r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
-			n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
-		}
-		n.send(reply)
-
+		n.onRenew(m)
 	case wire.KindHolds:
-		reply.Kind, reply.Entries = wire.KindHoldsAck, make([]wire.Entry, 0, len(m.Entries))
-		t := n.names[m.Name]
-		for _, e := range m.Entries {
-			held := wire.Entry{Req: e.Req, Mode: e.Mode, State: wire.StateReleased}
-			if t != nil && t.recs[e.Req] != nil && t.recs[e.Req].entry.Ticket != 0 {
-				held.Ticket, held.State = t.recs[e.Req].entry.Ticket, wire.StateTicket
-			}
-			reply.Entries = append(reply.Entries, held)
-		}
-		n.send(reply)
-
+		n.onHolds(m)
 	case wire.KindHoldsAck:
 		n.onHoldsAck(m)
-
 	case wire.KindRestarted:
-		inc := uint32(m.Inc)
-		if inc <= n.minInc[m.From] {
+		n.onRestarted(m)
+	}
+}
+
+// replyTo is the start of a replica's answer to m.
+func (n *Node) replyTo(m wire.Message, k wire.Kind) wire.Message {
+	return wire.Message{Kind: k, To: m.From, Name: m.Name, Req: m.Req, Incarnation: n.cfg.Incarnation}
+}
+
+// onEnter sets Req's choosing flag (ENTERING), unless the name is full.
+func (n *Node) onEnter(m wire.Message) {
+	reply := n.replyTo(m, wire.KindEnterAck)
+	t := n.replicaName(m.Name)
+	if _, gone := t.tombs[m.Req]; gone {
+		return
+	}
+	if t.recs[m.Req] == nil {
+		if len(t.recs) >= n.cfg.MaxWaiters {
+			reply.Reject, reply.Code = true, wire.CodeOverflow
+			n.send(reply)
 			return
 		}
-		n.minInc[m.From] = inc
-		for _, name := range sortedKeys(n.names) {
-			t := n.names[name]
-			for _, req := range sortedReqs(t.recs) {
-				if req.Node != m.From || req.Incarnation() >= inc {
-					continue
-				}
-				r := t.recs[req]
-				if r.entry.Ticket == 0 || n.cfg.Mutant&MutantDropFormerTickets != 0 {
-					// Still choosing its number here: this replica never
-					// counted for its grant. No tombstone: another replica
-					// may keep its ticket, and hand it over to this one.
-					// (The old life's late messages are refused by minInc.)
-					n.dropRecord(name, t, req, 0)
-					continue
-				}
-				// A ticket may be a granted lease, and its client outlives
-				// the agent: keep it until released, force-released or
-				// expired. Its choosing flag died with its master: the
-				// number stays, as after a restart of this replica.
-				if r.entry.State == wire.StateChoosing {
-					r.entry.State = wire.StateTicket
-					n.changed(t)
-				}
-				n.tellFormer(m.From, name, r)
-			}
-			delete(t.watchers, m.From)
+		t.recs[m.Req] = &record{
+			since:    n.now,
+			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
+			deadline: n.now + n.keep(m.Lifetime),
 		}
+		n.changed(t)
+	}
+	n.send(reply)
+}
+
+// onAddTicket stores Req's number durably (ADD_TICKET), if the choosing
+// flag it rests on is still here and the number is above every other.
+func (n *Node) onAddTicket(m wire.Message) {
+	reply := n.replyTo(m, wire.KindAddTicketAck)
+	reply.Ticket = m.Ticket
+	t := n.replicaName(m.Name)
+	r := t.recs[m.Req]
+	switch {
+	case r != nil && r.entry.Ticket == m.Ticket:
+		// A duplicate: the ticket is durable already, or is in this Ready's Persist.
+	case r == nil || r.entry.State != wire.StateChoosing ||
+		(m.Incarnation != n.cfg.Incarnation && n.cfg.Mutant&MutantStaleIncarnation == 0):
+		// The choosing flag this ticket rests on is not here, or was set
+		// in a previous life of this replica and may have been lost since.
+		reply.Reject = true
+	case m.Ticket <= t.highWater && n.cfg.Mutant&MutantSharedTickets == 0:
+		// Another request holds this number: tickets, and so fencing
+		// tokens, are unique per name. The master raises its number.
+		reply.Reject, reply.HighWater = true, t.highWater
+	default:
+		r.entry.Ticket = m.Ticket
+		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
+		t.highWater = max(t.highWater, m.Ticket)
+		n.changed(t)
+		if n.cfg.Mutant&MutantNotDurable == 0 {
+			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
+		}
+	}
+	n.send(reply)
+}
+
+// onConfirm marks a ticket held before its grant. Only a ticket still
+// here is confirmed: one released or force-unlocked here must not be
+// granted on older reports.
+func (n *Node) onConfirm(m wire.Message) {
+	reply := n.replyTo(m, wire.KindConfirmAck)
+	reply.Ticket = m.Ticket
+	t := n.replicaName(m.Name)
+	r := t.recs[m.Req]
+	if r == nil || r.entry.Ticket == 0 {
+		reply.Reject = true
+	} else {
+		n.exit(t, r, m.Ticket)
+		r.held = true
+	}
+	n.send(reply)
+}
+
+func (n *Node) onWatch(m wire.Message) {
+	t := n.replicaName(m.Name)
+	w := t.watchers[m.From]
+	if w == nil {
+		w = &watcher{}
+		t.watchers[m.From] = w
+	}
+	w.seq = max(w.seq, m.WatchSeq)
+	w.deadline = max(w.deadline, n.now+int64(m.Lifetime))
+	// Answered at the flush, with every change of this batch: a master
+	// with many waiters on the name watches for each of them.
+	w.due = true
+	n.dirty.add(m.Name)
+}
+
+func (n *Node) onRelease(m wire.Message) {
+	reply := n.replyTo(m, wire.KindReleaseAck)
+	t := n.replicaName(m.Name)
+	r, had := t.recs[m.Req]
+	reply.Held = had && (r.held || r.restored) || !had && t.tombs[m.Req].held
+	n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
+	reply.Reject = !had
+	n.send(reply)
+	// Released by an operator on another node: tell the request's
+	// master now, not at its next renewal.
+	if had && m.From != m.Req.Node {
+		n.send(wire.Message{Kind: wire.KindRevoked, To: m.Req.Node, Name: m.Name, Req: m.Req})
+	}
+}
+
+func (n *Node) onActivate(m wire.Message) {
+	reply := n.replyTo(m, wire.KindActivateAck)
+	reply.Round = m.Round
+	t := n.replicaName(m.Name)
+	r := t.recs[m.Req]
+	switch {
+	case r == nil || r.entry.Ticket == 0:
+		reply.Reject = true
+	case m.Round < r.markRound:
+		return // a mark the master has since replaced, arriving late
+	default:
+		r.markRound = m.Round
+		if r.entry.Active != !m.Reject {
+			r.entry.Active = !m.Reject
+			n.changed(t)
+		}
+	}
+	n.send(reply)
+}
+
+func (n *Node) onRenew(m wire.Message) {
+	reply := n.replyTo(m, wire.KindRenewAck)
+	t := n.replicaName(m.Name)
+	r := t.recs[m.Req]
+	if r == nil || r.entry.Ticket == 0 {
+		reply.Reject = true
+	} else {
+		r.held = true
+		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
+		n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
+	}
+	n.send(reply)
+}
+
+// onHolds answers which of the asked tickets this leader holds.
+func (n *Node) onHolds(m wire.Message) {
+	reply := n.replyTo(m, wire.KindHoldsAck)
+	reply.Entries = make([]wire.Entry, 0, len(m.Entries))
+	t := n.names[m.Name]
+	for _, e := range m.Entries {
+		held := wire.Entry{Req: e.Req, Mode: e.Mode, State: wire.StateReleased}
+		if t != nil && t.recs[e.Req] != nil && t.recs[e.Req].entry.Ticket != 0 {
+			held.Ticket, held.State = t.recs[e.Req].entry.Ticket, wire.StateTicket
+		}
+		reply.Entries = append(reply.Entries, held)
+	}
+	n.send(reply)
+}
+
+// onRestarted drops what a restarted node's earlier lives were choosing,
+// and keeps their tickets as former ones.
+func (n *Node) onRestarted(m wire.Message) {
+	inc := m.Incarnation
+	if inc <= n.minInc[m.From] {
+		return
+	}
+	n.minInc[m.From] = inc
+	for _, name := range sortedKeys(n.names) {
+		t := n.names[name]
+		for _, req := range sortedReqs(t.recs) {
+			if req.Node != m.From || req.Incarnation() >= inc {
+				continue
+			}
+			r := t.recs[req]
+			if r.entry.Ticket == 0 || n.cfg.Mutant&MutantDropFormerTickets != 0 {
+				// Still choosing its number here: this replica never
+				// counted for its grant. No tombstone: another replica
+				// may keep its ticket, and hand it over to this one.
+				// (The old life's late messages are refused by minInc.)
+				n.dropRecord(name, t, req, 0)
+				continue
+			}
+			// A ticket may be a granted lease, and its client outlives
+			// the agent: keep it until released, force-released or
+			// expired. Its choosing flag died with its master: the
+			// number stays, as after a restart of this replica.
+			if r.entry.State == wire.StateChoosing {
+				r.entry.State = wire.StateTicket
+				n.changed(t)
+			}
+			n.tellFormer(m.From, name, r)
+		}
+		delete(t.watchers, m.From)
 	}
 }
 
@@ -516,6 +552,6 @@ func (n *Node) flushReports() {
 // this flush shares: receivers never change a report's entries.
 func (n *Node) report(name string, t *replicaName, to wire.NodeID, w *watcher, entries []wire.Entry) {
 	n.reportSeq++
-	n.send(wire.Message{Kind: wire.KindReport, To: to, Name: name, Inc: uint64(n.cfg.Incarnation),
-		Seq: n.reportSeq, Ticket: w.seq, Entries: entries, Lifetime: uint64(n.now - t.readerSeen)})
+	n.send(wire.Message{Kind: wire.KindReport, To: to, Name: name, Incarnation: n.cfg.Incarnation,
+		ReportSeq: n.reportSeq, WatchSeq: w.seq, Entries: entries, ReadersAgo: uint64(n.now - t.readerSeen)})
 }

@@ -408,7 +408,7 @@ func (e *Election) needed() bool {
 }
 
 func (e *Election) send(m wire.Message) {
-	m.From, m.Cluster, m.Size = e.cfg.Node, e.p.Cluster, uint64(len(e.p.Bootstrap))
+	m.From, m.Cluster, m.ClusterSize = e.cfg.Node, e.p.Cluster, uint64(len(e.p.Bootstrap))
 	e.msgs = append(e.msgs, m)
 }
 
@@ -445,8 +445,8 @@ func (e *Election) Tick() {
 		// The age told is durable: the Ready that handed it out was
 		// stored before its messages left. A life checked in says so with
 		// its nonce: members added since learn it.
-		hello := wire.Message{Kind: wire.KindHello, Name: e.cfg.ID.String(), View: cloneView(e.p.Valid),
-			Inc: uint64(e.cfg.Incarnation), Seq: e.age()}
+		hello := wire.Message{Kind: wire.KindHello, ElectionID: e.cfg.ID.String(), View: cloneView(e.p.Valid),
+			Incarnation: e.cfg.Incarnation, StoreAge: e.age()}
 		if e.checkedIn && e.cfg.Mutant&MutantNoCheckIn == 0 {
 			hello.Nonce = e.cfg.Nonce
 		}
@@ -514,7 +514,7 @@ func (e *Election) Step(m wire.Message) error {
 		e.stats.BadViews++
 		return fmt.Errorf("%w: %s without an epoch", ErrBadView, m.Kind)
 	}
-	e.seenEpoch = max(e.seenEpoch, m.View.Epoch, m.Ticket, m.Seq)
+	e.seenEpoch = max(e.seenEpoch, m.View.Epoch, m.PrepareEpoch, m.Promised)
 	switch m.Kind {
 	case wire.KindPrepare:
 		return e.onPrepare(m)
@@ -553,12 +553,12 @@ func (e *Election) checkCluster(m wire.Message) error {
 		return nil
 	}
 	e.stats.Foreign++
-	e.foreign = &foreignHeard{from: m.From, cluster: m.Cluster, size: m.Size, at: e.now}
+	e.foreign = &foreignHeard{from: m.From, cluster: m.Cluster, size: m.ClusterSize, at: e.now}
 	if e.p.Cluster == 0 {
 		return fmt.Errorf("%w: %s from node %d before this joining node learned its cluster", ErrForeign, m.Kind, m.From)
 	}
 	return fmt.Errorf("%w: %s from node %d of cluster %016x (%d bootstrap members); this node's cluster is %016x (%d bootstrap members)",
-		ErrForeign, m.Kind, m.From, m.Cluster, m.Size, e.p.Cluster, len(e.p.Bootstrap))
+		ErrForeign, m.Kind, m.From, m.Cluster, m.ClusterSize, e.p.Cluster, len(e.p.Bootstrap))
 }
 
 func (e *Election) onPrepare(m wire.Message) error {
@@ -569,22 +569,22 @@ func (e *Election) onPrepare(m wire.Message) error {
 	ep := m.View.Epoch
 	if ep > e.p.Promised || e.cfg.Mutant&MutantTwoViewsPerEpoch != 0 && ep == e.p.Promised {
 		e.p.Promised, e.persist = ep, true
-		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, Ticket: ep, View: cloneView(e.p.Accepted)})
+		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, PrepareEpoch: ep, View: cloneView(e.p.Accepted)})
 		return nil
 	}
 	e.stats.Rejections++
-	e.send(wire.Message{Kind: wire.KindPromise, To: m.From, Ticket: ep, Reject: true, Seq: e.p.Promised})
+	e.send(wire.Message{Kind: wire.KindPromise, To: m.From, PrepareEpoch: ep, Reject: true, Promised: e.p.Promised})
 	return nil
 }
 
 func (e *Election) onPromise(m wire.Message) error {
 	r := e.round
-	if r == nil || r.proposal != nil || m.Ticket != r.epoch {
+	if r == nil || r.proposal != nil || m.PrepareEpoch != r.epoch {
 		return nil // an answer to a round that is over
 	}
 	if m.Reject {
 		// A higher epoch exists; the next tick tries above it.
-		e.endChange(fmt.Errorf("%w: node %d promised epoch %d to another coordinator", ErrChangeLost, m.From, m.Seq))
+		e.endChange(fmt.Errorf("%w: node %d promised epoch %d to another coordinator", ErrChangeLost, m.From, m.Promised))
 		e.round = nil
 		return nil
 	}
@@ -679,7 +679,7 @@ func (e *Election) onAccept(m wire.Message) error {
 		return nil
 	}
 	e.stats.Rejections++
-	e.send(wire.Message{Kind: wire.KindAccepted, To: m.From, View: wire.View{Epoch: ep}, Reject: true, Seq: e.p.Promised})
+	e.send(wire.Message{Kind: wire.KindAccepted, To: m.From, View: wire.View{Epoch: ep}, Reject: true, Promised: e.p.Promised})
 	return nil
 }
 
@@ -720,7 +720,7 @@ func Valid(v wire.View, accepts map[wire.NodeID]bool, mutant Mutant) bool {
 }
 
 func (e *Election) hello(m wire.Message) error {
-	id, err := ParseID(m.Name)
+	id, err := ParseID(m.ElectionID)
 	if err != nil {
 		e.stats.BadIDs++
 		return err
@@ -739,15 +739,15 @@ func (e *Election) hello(m wire.Message) error {
 	// Only a life that checked in (its hellos carry its nonce) counts: a
 	// new life's first hello, ahead of its check-in, must not hide the
 	// age its previous life told.
-	if inc := m.Inc; inc > 0 && inc < 1<<32 && m.Nonce != 0 {
-		if mk := e.marks[m.From]; uint32(inc) > mk.inc || uint32(inc) == mk.inc && m.Seq > mk.writes {
-			e.marks[m.From] = mark{inc: uint32(inc), writes: m.Seq}
+	if inc := m.Incarnation; inc > 0 && m.Nonce != 0 {
+		if mk := e.marks[m.From]; inc > mk.inc || inc == mk.inc && m.StoreAge > mk.writes {
+			e.marks[m.From] = mark{inc: inc, writes: m.StoreAge}
 		}
-		if known, ok := e.p.Lives[m.From]; !ok || uint32(inc) > known.Incarnation {
+		if known, ok := e.p.Lives[m.From]; !ok || inc > known.Incarnation {
 			if e.p.Lives == nil {
 				e.p.Lives = map[wire.NodeID]Life{}
 			}
-			e.p.Lives[m.From], e.persist = Life{Incarnation: uint32(inc), Nonce: m.Nonce}, true
+			e.p.Lives[m.From], e.persist = Life{Incarnation: inc, Nonce: m.Nonce}, true
 		}
 	}
 	if m.View.Epoch > e.p.Valid.Epoch {

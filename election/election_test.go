@@ -32,7 +32,7 @@ func node(t *testing.T, id wire.NodeID, size int, mutant election.Mutant) *elect
 	}
 	for _, o := range members(size) {
 		if o != id {
-			if err := e.Step(in(size, wire.Message{Kind: wire.KindCheckInAck, From: o, To: id, Inc: 1, Nonce: 1})); err != nil {
+			if err := e.Step(in(size, wire.Message{Kind: wire.KindCheckInAck, From: o, To: id, Incarnation: 1, Nonce: 1})); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -49,7 +49,7 @@ func node(t *testing.T, id wire.NodeID, size int, mutant election.Mutant) *elect
 
 // in stamps m with the cluster id of a cluster bootstrapped with 1..size.
 func in(size int, m wire.Message) wire.Message {
-	m.Cluster, m.Size = election.ClusterID(members(size)), uint64(size)
+	m.Cluster, m.ClusterSize = election.ClusterID(members(size)), uint64(size)
 	return m
 }
 
@@ -118,7 +118,7 @@ func TestBadInputIsRefusedAndNeverAdopted(t *testing.T) {
 		m    wire.Message
 		want error
 	}{
-		{"hello with a bad id", wire.Message{Kind: wire.KindHello, From: 2, To: 1, Name: "garbage"}, election.ErrBadID},
+		{"hello with a bad id", wire.Message{Kind: wire.KindHello, From: 2, To: 1, ElectionID: "garbage"}, election.ErrBadID},
 		{"stale commit", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(2, 1, 2, 3)}, election.ErrStaleView},
 		{"leader that is not a member", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(9, 1, 2, 77)}, election.ErrBadView},
 		{"view with no leaders", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(9)}, election.ErrBadView},
@@ -127,7 +127,7 @@ func TestBadInputIsRefusedAndNeverAdopted(t *testing.T) {
 		{"view with a leader twice", wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: view(9, 2, 2, 3)}, election.ErrBadView},
 		{"previous view not older", wire.Message{Kind: wire.KindAccept, From: 2, To: 1, View: func() wire.View { v := view(9, 1, 2, 3); v.PrevEpoch = 9; return v }()}, election.ErrBadView},
 		{"prepare without epoch", wire.Message{Kind: wire.KindPrepare, From: 2, To: 1}, election.ErrBadView},
-		{"hello carrying a bad view", wire.Message{Kind: wire.KindHello, From: 2, To: 1, Name: "14|1|a|1|n", View: wire.View{Epoch: 9, Leaders: []wire.NodeID{99}}}, election.ErrBadView},
+		{"hello carrying a bad view", wire.Message{Kind: wire.KindHello, From: 2, To: 1, ElectionID: "14|1|a|1|n", View: wire.View{Epoch: 9, Leaders: []wire.NodeID{99}}}, election.ErrBadView},
 		{"lock message", wire.Message{Kind: wire.KindEnter, From: 2, To: 1, View: wire.View{Epoch: 9}}, election.ErrBadView},
 		{"for another node", wire.Message{Kind: wire.KindCommit, From: 2, To: 4, View: good}, election.ErrBadView},
 		{"check-in of incarnation 0", wire.Message{Kind: wire.KindCheckIn, From: 2, To: 1}, election.ErrBadView},
@@ -186,7 +186,7 @@ func TestPersistBeforeAnswer(t *testing.T) {
 	// A lower or equal epoch is refused after that, with the promise.
 	_ = e.Step(in(5, wire.Message{Kind: wire.KindPrepare, From: 3, To: 1, View: wire.View{Epoch: 7}}))
 	rd = e.Ready()
-	if !rd.Messages[0].Reject || rd.Messages[0].Seq != 7 || rd.Persist != nil {
+	if !rd.Messages[0].Reject || rd.Messages[0].Promised != 7 || rd.Persist != nil {
 		t.Fatalf("got %+v", rd)
 	}
 }
@@ -277,15 +277,15 @@ func TestMembershipRules(t *testing.T) {
 	// A member that knows a newer life refuses the check-in, and the
 	// refused node stops for good.
 	m := node(t, 2, 5, 0)
-	_ = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 4, Nonce: 1, Reject: true})) // a fresh store
+	_ = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Incarnation: 4, Nonce: 1, Unconfirmed: true})) // a fresh store
 	m.Ready()
 	m.Advance()
-	if err := m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 4, Nonce: 2})); !errors.Is(err, election.ErrStale) {
+	if err := m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Incarnation: 4, Nonce: 2})); !errors.Is(err, election.ErrStale) {
 		t.Fatalf("same incarnation, other nonce: %v", err)
 	}
 	rd := m.Ready()
 	m.Advance()
-	if len(rd.Messages) != 1 || !rd.Messages[0].Reject || rd.Messages[0].Seq != 4 {
+	if len(rd.Messages) != 1 || !rd.Messages[0].Reject || rd.Messages[0].KnownIncarnation != 4 {
 		t.Fatalf("answer to a stale check-in: %+v", rd.Messages)
 	}
 	e, _ := election.New(election.Config{Node: 1, Bootstrap: members(5), Incarnation: 4, Nonce: 2,
@@ -322,7 +322,7 @@ func TestMembershipRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 9, Nonce: 5, Lives: c.lives, Reject: c.none}))
+		err = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Incarnation: 9, Nonce: 5, Lives: c.lives, Unconfirmed: c.none}))
 		rd := m.Ready()
 		m.Advance()
 		refused := len(rd.Messages) == 1 && rd.Messages[0].Reject
@@ -352,15 +352,15 @@ func TestMembershipRules(t *testing.T) {
 		// Life 4, checked in (its nonce), told age 10; then life 5's first
 		// hello, ahead of its check-in, tells the age its store starts at.
 		name := election.ID{Priority: 14, Address: "a", Name: "n1"}.String()
-		for _, hello := range []wire.Message{{Kind: wire.KindHello, From: 1, To: 2, Name: name, Inc: 4, Seq: 10, Nonce: 1},
-			{Kind: wire.KindHello, From: 1, To: 2, Name: name, Inc: 5, Seq: c.age}} {
+		for _, hello := range []wire.Message{{Kind: wire.KindHello, From: 1, To: 2, ElectionID: name, Incarnation: 4, StoreAge: 10, Nonce: 1},
+			{Kind: wire.KindHello, From: 1, To: 2, ElectionID: name, Incarnation: 5, StoreAge: c.age}} {
 			if err := m.Step(in(5, hello)); err != nil {
 				t.Fatal(err)
 			}
 		}
 		m.Ready()
 		m.Advance()
-		err = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Inc: 5, Nonce: 5, Seq: c.age,
+		err = m.Step(in(5, wire.Message{Kind: wire.KindCheckIn, From: 1, To: 2, Incarnation: 5, Nonce: 5, StoreAge: c.age,
 			Lives: []election.Life{{Incarnation: 3, Nonce: 7}, {Incarnation: 4, Nonce: 1}}}))
 		rd := m.Ready()
 		m.Advance()

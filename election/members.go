@@ -135,8 +135,8 @@ func (e *Election) checkIn() {
 	}
 	for _, id := range e.Members() {
 		if id != e.cfg.Node {
-			e.send(wire.Message{Kind: wire.KindCheckIn, To: id, Inc: uint64(e.cfg.Incarnation), Nonce: e.cfg.Nonce,
-				Lives: slices.Clone(lives), Reject: none, Seq: e.startWrites})
+			e.send(wire.Message{Kind: wire.KindCheckIn, To: id, Incarnation: e.cfg.Incarnation, Nonce: e.cfg.Nonce,
+				Lives: slices.Clone(lives), Unconfirmed: none, StoreAge: e.startWrites})
 		}
 	}
 }
@@ -212,34 +212,34 @@ func (e *Election) vouchedQuorum() bool {
 }
 
 func (e *Election) onCheckIn(m wire.Message) error {
-	if m.Inc == 0 || m.Inc > 1<<32-1 {
+	if m.Incarnation == 0 {
 		e.stats.BadViews++
-		return fmt.Errorf("%w: check-in of incarnation %d", ErrBadView, m.Inc)
+		return fmt.Errorf("%w: check-in of incarnation 0", ErrBadView)
 	}
-	life := Life{Incarnation: uint32(m.Inc), Nonce: m.Nonce}
+	life := Life{Incarnation: m.Incarnation, Nonce: m.Nonce}
 	known, ok := e.p.Lives[m.From]
-	ack := wire.Message{Kind: wire.KindCheckInAck, To: m.From, Inc: m.Inc, Nonce: m.Nonce}
+	ack := wire.Message{Kind: wire.KindCheckInAck, To: m.From, Incarnation: m.Incarnation, Nonce: m.Nonce}
 	// The store remembers the life known here: it is one of the lives it
 	// shows, or older than the newest it had confirmed (this member missed
 	// the check-ins since).
 	remembers := slices.Contains(m.Lives, known) ||
-		!m.Reject && len(m.Lives) > 0 && known.Incarnation < m.Lives[0].Incarnation
+		!m.Unconfirmed && len(m.Lives) > 0 && known.Incarnation < m.Lives[0].Incarnation
 	if e.cfg.Mutant&MutantClimbingLives != 0 {
 		remembers = true
 	}
 	// The store is older than the age its last life told in its hellos.
 	var older mark
 	if mk, ok := e.marks[m.From]; ok && len(m.Lives) > 0 && mk.inc == m.Lives[len(m.Lives)-1].Incarnation &&
-		mk.writes > m.Seq && e.cfg.Mutant&MutantNoWriteMarks == 0 {
+		mk.writes > m.StoreAge && e.cfg.Mutant&MutantNoWriteMarks == 0 {
 		older = mk
 	}
 	switch {
 	case older.writes > 0:
 		e.stats.StaleLives++
-		ack.Reject, ack.Seq, ack.Ticket = true, uint64(older.inc), older.writes
+		ack.Reject, ack.KnownIncarnation, ack.KnownStoreAge = true, older.inc, older.writes
 		e.send(ack)
 		return fmt.Errorf("%w: node %d checked in as incarnation %d with a store of age %d, its incarnation %d told age %d",
-			ErrStale, m.From, life.Incarnation, m.Seq, older.inc, older.writes)
+			ErrStale, m.From, life.Incarnation, m.StoreAge, older.inc, older.writes)
 	case !ok || life.Incarnation > known.Incarnation && remembers:
 		if e.p.Lives == nil {
 			e.p.Lives = map[wire.NodeID]Life{}
@@ -248,7 +248,7 @@ func (e *Election) onCheckIn(m wire.Message) error {
 	case life == known:
 	default:
 		e.stats.StaleLives++
-		ack.Reject, ack.Seq = true, uint64(known.Incarnation)
+		ack.Reject, ack.KnownIncarnation = true, known.Incarnation
 		e.send(ack)
 		return fmt.Errorf("%w: node %d checked in as incarnation %d (nonce %x), it ran as %d (nonce %x) before",
 			ErrStale, m.From, life.Incarnation, life.Nonce, known.Incarnation, known.Nonce)
@@ -258,15 +258,15 @@ func (e *Election) onCheckIn(m wire.Message) error {
 }
 
 func (e *Election) onCheckInAck(m wire.Message) error {
-	if m.Inc != uint64(e.cfg.Incarnation) || m.Nonce != e.cfg.Nonce {
+	if m.Incarnation != e.cfg.Incarnation || m.Nonce != e.cfg.Nonce {
 		return nil // for an earlier life
 	}
 	if m.Reject {
 		if e.cfg.Mutant&MutantNoCheckIn != 0 {
 			return nil
 		}
-		e.stale = &StaleError{By: m.From, Knows: uint32(m.Seq), Mine: e.cfg.Incarnation, Seen: m.Ticket}
-		if m.Ticket > 0 {
+		e.stale = &StaleError{By: m.From, Knows: m.KnownIncarnation, Mine: e.cfg.Incarnation, Seen: m.KnownStoreAge}
+		if m.KnownStoreAge > 0 {
 			e.stale.Store = e.startWrites
 		}
 		e.round, e.view = nil, nil

@@ -34,10 +34,10 @@ func TestThreeHosts(t *testing.T) {
 	got := map[uint64]wire.NodeID{}
 	for range 2 {
 		m := recv(t, a)
-		got[m.Seq] = m.From
+		got[m.StoreAge] = m.From
 	}
 	m := recv(t, b)
-	got[m.Seq] = m.From
+	got[m.StoreAge] = m.From
 	if got[1] != b.Self() || got[2] != c.Self() || got[3] != c.Self() {
 		t.Fatalf("senders %v", got)
 	}
@@ -53,9 +53,9 @@ func TestThreeHosts(t *testing.T) {
 	for _, h := range hosts {
 		for range 2 {
 			m := recv(t, h)
-			i, j := int(m.Seq/10), int(m.Seq%10)
+			i, j := int(m.StoreAge/10), int(m.StoreAge%10)
 			if hosts[j] != h || hosts[i].Self() != m.From {
-				t.Fatalf("node %d got seq %d from %d", h.Self(), m.Seq, m.From)
+				t.Fatalf("node %d got seq %d from %d", h.Self(), m.StoreAge, m.From)
 			}
 		}
 	}
@@ -64,7 +64,7 @@ func TestThreeHosts(t *testing.T) {
 	spoof := msg(a.Self(), 99)
 	spoof.From = b.Self()
 	send(t, c, spoof)
-	if m := recv(t, a); m.Seq != 99 || m.From != c.Self() {
+	if m := recv(t, a); m.StoreAge != 99 || m.From != c.Self() {
 		t.Fatalf("spoofed message arrived as %v", m)
 	}
 
@@ -74,8 +74,8 @@ func TestThreeHosts(t *testing.T) {
 		send(t, b, msg(a.Self(), 1000+i))
 	}
 	for i := range uint64(n) {
-		if m := recv(t, a); m.Seq != 1000+i || m.From != b.Self() {
-			t.Fatalf("frame %d: got seq %d from %d", i, m.Seq, m.From)
+		if m := recv(t, a); m.StoreAge != 1000+i || m.From != b.Self() {
+			t.Fatalf("frame %d: got seq %d from %d", i, m.StoreAge, m.From)
 		}
 	}
 
@@ -114,7 +114,7 @@ func TestGossipLearnsThird(t *testing.T) {
 		send(t, a, msg(c.Self(), 7))
 		select {
 		case m := <-c.Inbox():
-			if m.From != a.Self() || m.Seq != 7 {
+			if m.From != a.Self() || m.StoreAge != 7 {
 				t.Fatalf("c got %v", m)
 			}
 			got = true
@@ -172,7 +172,7 @@ func TestWrongPSK(t *testing.T) {
 
 	good := start(t, Config{PSK: testPSK(1), Peers: a.Addrs()})
 	send(t, good, msg(a.Self(), 2))
-	if m := recv(t, a); m.Seq != 2 || m.From != good.Self() {
+	if m := recv(t, a); m.StoreAge != 2 || m.From != good.Self() {
 		t.Fatalf("a got %v", m)
 	}
 	if _, ok := memberOf(a, bad.Self()); ok || a.Stats().FramesIn != 1 {
@@ -219,7 +219,7 @@ func TestAllowList(t *testing.T) {
 		return c.host.Network().Connectedness(a.PeerID()) != network.Connected
 	})
 	send(t, b, msg(a.Self(), 2))
-	if m := recv(t, a); m.Seq != 2 || m.From != b.Self() {
+	if m := recv(t, a); m.StoreAge != 2 || m.From != b.Self() {
 		t.Fatalf("a got %v", m)
 	}
 }
@@ -264,7 +264,7 @@ func TestBadFrames(t *testing.T) {
 			t.Fatalf("%s: stats before %+v after %+v", tc.name, before, after)
 		}
 		send(t, b, msg(a.Self(), uint64(i)))
-		if m := recv(t, a); m.Seq != uint64(i) || m.From != b.Self() {
+		if m := recv(t, a); m.StoreAge != uint64(i) || m.From != b.Self() {
 			t.Fatalf("%s: a got %v", tc.name, m)
 		}
 	}
@@ -312,7 +312,7 @@ func TestGarbageTCP(t *testing.T) {
 		}
 		_ = conn.Close()
 		send(t, b, msg(a.Self(), 5))
-		if m := recv(t, a); m.Seq != 5 || m.From != b.Self() {
+		if m := recv(t, a); m.StoreAge != 5 || m.From != b.Self() {
 			t.Fatalf("a got %v", m)
 		}
 	}
@@ -350,14 +350,14 @@ func TestReconnect(t *testing.T) {
 		a.Send(msg(b2.Self(), 4))
 		select {
 		case m := <-b2.Inbox():
-			got = m.Seq == 4 && m.From == a.Self()
+			got = m.StoreAge == 4 && m.From == a.Self()
 		case <-tick.C:
 		case <-timeout:
 			t.Fatalf("no message reached the restarted peer; a stats %+v", a.Stats())
 		}
 	}
 	send(t, b2, msg(a.Self(), 5))
-	if m := recv(t, a); m.Seq != 5 || m.From != b2.Self() {
+	if m := recv(t, a); m.StoreAge != 5 || m.From != b2.Self() {
 		t.Fatalf("a got %v", m)
 	}
 	eventually(t, "a to see b2 connected under its new name", func() bool {
@@ -445,7 +445,7 @@ func TestRedialConfigured(t *testing.T) {
 		a.Send(msg(b2.Self(), 2))
 		select {
 		case m := <-b2.Inbox():
-			got = m.Seq == 2 && m.From == a.Self()
+			got = m.StoreAge == 2 && m.From == a.Self()
 		case <-tick.C:
 		case <-ctx.Done():
 			t.Fatalf("no message reached the restarted peer; a stats %+v", a.Stats())
@@ -471,8 +471,8 @@ func TestSendWaitNeverDrops(t *testing.T) {
 		}
 	}()
 	for i := range n {
-		if m := recv(t, a); m.Seq != uint64(i) {
-			t.Fatalf("frame %d arrived as %d", i, m.Seq)
+		if m := recv(t, a); m.StoreAge != uint64(i) {
+			t.Fatalf("frame %d arrived as %d", i, m.StoreAge)
 		}
 	}
 	if d := b.Stats().Dropped; d != 0 {

@@ -54,7 +54,7 @@ func start(t *testing.T, cfg Config) *Host {
 }
 
 func msg(to wire.NodeID, seq uint64) wire.Message {
-	return wire.Message{Kind: wire.KindHello, To: to, Seq: seq, Name: "n"}
+	return wire.Message{Kind: wire.KindHello, To: to, StoreAge: seq, ElectionID: "n"}
 }
 
 // recv returns the next message of h, failing after waitLimit.

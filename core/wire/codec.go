@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Version is the codec version, the first byte of every encoded message.
-const Version byte = 2
+// Version 3 writes each field under a tag of its own and only when it is
+// set; version 2 wrote every field in a fixed order.
+const Version byte = 3
 
 // Caps on what a peer may send. They bound memory per frame, not policy:
 // the core applies its own, smaller limits on names and waiters.
@@ -28,41 +31,144 @@ var (
 	ErrKind = fmt.Errorf("%w: unknown message kind", ErrMalformed)
 )
 
-// Encode appends the binary form of m to dst. It fails only when m breaks a
-// cap, so a peer never receives a frame it must reject for size.
-func Encode(dst []byte, m *Message) ([]byte, error) {
-	if len(m.Name) > MaxNameLen {
-		return dst, fmt.Errorf("%w: name of %d bytes", ErrTooLarge, len(m.Name))
+// A frame is the version, the kind, then the fields that are set, each as
+// its tag (a uvarint, the field's place in fields plus one) and its value,
+// in tag order. A field that is not set is not written: a frame holds only
+// what its kind uses, and a decoder takes a missing field as zero.
+
+// field is one field of Message on the wire.
+type field struct {
+	name string
+	// put appends the value; ok is false when the field is not set (zero),
+	// and then nothing was appended.
+	put func(dst []byte, m *Message) (out []byte, ok bool)
+	// get reads the value into m; errors go to d.
+	get func(d *decoder, m *Message)
+	// show is the value for Message.String; "" for fields it prints its
+	// own way.
+	show func(m *Message) string
+}
+
+// fields are the fields after the kind, in tag order. Append new fields at
+// the end: a tag never changes its meaning within a Version.
+var fields = [...]field{
+	number("from", func(m *Message) *NodeID { return &m.From }),
+	number("to", func(m *Message) *NodeID { return &m.To }),
+	number("epoch", func(m *Message) *uint64 { return &m.Epoch }),
+	number("clock", func(m *Message) *uint64 { return &m.Clock }),
+	text("name", func(m *Message) *string { return &m.Name }),
+	{name: "request", put: putReq, get: getReq},
+	{name: "mode", put: putMode, get: getMode, show: func(m *Message) string { return m.Mode.String() }},
+	number("ticket", func(m *Message) *uint64 { return &m.Ticket }),
+	number("high-water", func(m *Message) *uint64 { return &m.HighWater }),
+	number("incarnation", func(m *Message) *uint32 { return &m.Incarnation }),
+	number("lifetime", func(m *Message) *uint64 { return &m.Lifetime }),
+	flag("reject", func(m *Message) *bool { return &m.Reject }),
+	flag("held", func(m *Message) *bool { return &m.Held }),
+	{name: "code", put: putCode, get: getCode, show: func(m *Message) string { return m.Code.String() }},
+	{name: "entries", put: putEntries, get: getEntries},
+	number("watch-seq", func(m *Message) *uint64 { return &m.WatchSeq }),
+	number("report-seq", func(m *Message) *uint64 { return &m.ReportSeq }),
+	number("readers-ago", func(m *Message) *uint64 { return &m.ReadersAgo }),
+	number("round", func(m *Message) *uint64 { return &m.Round }),
+	{name: "view", put: putView, get: getView},
+	text("election-id", func(m *Message) *string { return &m.ElectionID }),
+	number("prepare-epoch", func(m *Message) *uint64 { return &m.PrepareEpoch }),
+	number("promised", func(m *Message) *uint64 { return &m.Promised }),
+	number("cluster", func(m *Message) *uint64 { return &m.Cluster }),
+	number("cluster-size", func(m *Message) *uint64 { return &m.ClusterSize }),
+	number("nonce", func(m *Message) *uint64 { return &m.Nonce }),
+	number("store-age", func(m *Message) *uint64 { return &m.StoreAge }),
+	{name: "lives", put: putLives, get: getLives},
+	flag("unconfirmed", func(m *Message) *bool { return &m.Unconfirmed }),
+	number("known-incarnation", func(m *Message) *uint32 { return &m.KnownIncarnation }),
+	number("known-store-age", func(m *Message) *uint64 { return &m.KnownStoreAge }),
+	number("snapshot", func(m *Message) *uint64 { return &m.SnapshotID }),
+	number("snapshot-since", func(m *Message) *uint64 { return &m.SnapshotSince }),
+	number("answer", func(m *Message) *uint64 { return &m.Answer }),
+	number("answer-size", func(m *Message) *uint64 { return &m.AnswerSize }),
+	number("handoff-epoch", func(m *Message) *uint64 { return &m.HandoffEpoch }),
+}
+
+// number is a field holding an unsigned integer; a value over the type's
+// range is malformed.
+func number[T ~uint32 | ~uint64](name string, at func(*Message) *T) field {
+	limit := uint64(^T(0))
+	return field{
+		name: name,
+		put: func(dst []byte, m *Message) ([]byte, bool) {
+			v := uint64(*at(m))
+			return binary.AppendUvarint(dst, v), v != 0
+		},
+		get: func(d *decoder, m *Message) {
+			if v := d.uvarint(name); v <= limit {
+				*at(m) = T(v)
+			} else {
+				d.fail(name)
+			}
+		},
+		show: func(m *Message) string { return strconv.FormatUint(uint64(*at(m)), 10) },
 	}
-	if len(m.Entries) > MaxEntries {
-		return dst, fmt.Errorf("%w: %d entries", ErrTooLarge, len(m.Entries))
+}
+
+// flag is a boolean field: its tag alone says true.
+func flag(name string, at func(*Message) *bool) field {
+	return field{
+		name: name,
+		put:  func(dst []byte, m *Message) ([]byte, bool) { return dst, *at(m) },
+		get:  func(_ *decoder, m *Message) { *at(m) = true },
+		show: func(*Message) string { return "true" },
 	}
-	if len(m.View.Leaders) > MaxLeaders || len(m.View.PrevLeaders) > MaxLeaders {
-		return dst, fmt.Errorf("%w: view of %d leaders", ErrTooLarge, max(len(m.View.Leaders), len(m.View.PrevLeaders)))
+}
+
+// text is a string field of at most MaxNameLen bytes.
+func text(name string, at func(*Message) *string) field {
+	return field{
+		name: name,
+		put: func(dst []byte, m *Message) ([]byte, bool) {
+			s := *at(m)
+			return append(binary.AppendUvarint(dst, uint64(len(s))), s...), s != ""
+		},
+		get: func(d *decoder, m *Message) {
+			n := d.uvarint(name + " length")
+			switch {
+			case d.err != nil:
+			case n > MaxNameLen:
+				d.failWith(fmt.Errorf("%w: %s of %d bytes", ErrTooLarge, name, n))
+			case uint64(len(d.b)) < n:
+				d.fail(name)
+			default:
+				*at(m) = string(d.b[:n])
+				d.b = d.b[n:]
+			}
+		},
+		show: func(m *Message) string { return strconv.Quote(*at(m)) },
 	}
-	if len(m.View.Members) > MaxMembers || len(m.View.PrevMembers) > MaxMembers {
-		return dst, fmt.Errorf("%w: view of %d members", ErrTooLarge, max(len(m.View.Members), len(m.View.PrevMembers)))
+}
+
+func putReq(dst []byte, m *Message) ([]byte, bool) {
+	return appendReq(dst, m.Req), m.Req != RequestID{}
+}
+
+func getReq(d *decoder, m *Message) { m.Req = d.req("request id") }
+
+func putMode(dst []byte, m *Message) ([]byte, bool) { return append(dst, byte(m.Mode)), m.Mode != 0 }
+
+func getMode(d *decoder, m *Message) {
+	if m.Mode = Mode(d.byte("mode")); d.err == nil && !m.Mode.Valid() {
+		d.fail("mode")
 	}
-	if len(m.Lives) > MaxLives {
-		return dst, fmt.Errorf("%w: %d lives", ErrTooLarge, len(m.Lives))
+}
+
+func putCode(dst []byte, m *Message) ([]byte, bool) { return append(dst, byte(m.Code)), m.Code != 0 }
+
+func getCode(d *decoder, m *Message) {
+	if m.Code = Code(d.byte("code")); d.err == nil && m.Code >= codeEnd {
+		d.fail("code")
 	}
-	start := len(dst)
-	dst = append(dst, Version, byte(m.Kind))
-	for _, v := range [...]uint64{uint64(m.From), uint64(m.To), m.Epoch, m.Clock} {
-		dst = binary.AppendUvarint(dst, v)
-	}
-	dst = binary.AppendUvarint(dst, uint64(len(m.Name)))
-	dst = append(dst, m.Name...)
-	dst = appendReq(dst, m.Req)
-	dst = append(dst, byte(m.Mode))
-	for _, v := range [...]uint64{m.Ticket, m.Inc, m.Seq, m.Lifetime} {
-		dst = binary.AppendUvarint(dst, v)
-	}
-	var reject byte
-	if m.Reject {
-		reject = 1
-	}
-	dst = append(dst, reject, byte(m.Event), byte(m.Code))
+}
+
+func putEntries(dst []byte, m *Message) ([]byte, bool) {
 	dst = binary.AppendUvarint(dst, uint64(len(m.Entries)))
 	for _, e := range m.Entries {
 		dst = appendReq(dst, e.Req)
@@ -73,25 +179,126 @@ func Encode(dst []byte, m *Message) ([]byte, error) {
 		}
 		dst = append(dst, byte(e.Mode), byte(e.State), flags)
 	}
-	dst = appendNodes(binary.AppendUvarint(dst, m.View.Epoch), m.View.Leaders)
-	dst = appendNodes(binary.AppendUvarint(dst, m.View.PrevEpoch), m.View.PrevLeaders)
-	dst = appendNodes(dst, m.View.Members)
-	dst = appendNodes(dst, m.View.PrevMembers)
-	for _, v := range [...]uint64{m.Cluster, m.Size, m.Nonce} {
-		dst = binary.AppendUvarint(dst, v)
+	return dst, len(m.Entries) > 0
+}
+
+func getEntries(d *decoder, m *Message) {
+	count := d.uvarint("entry count")
+	switch {
+	case d.err != nil:
+		return
+	case count > MaxEntries:
+		d.failWith(fmt.Errorf("%w: %d entries", ErrTooLarge, count))
+		return
+	case count == 0 || count > uint64(len(d.b))/6:
+		// Each entry takes at least 6 bytes; a count the frame cannot hold
+		// is a lie, and an empty list is not written.
+		d.fail("entry count")
+		return
 	}
-	// Last, and only when there are some: a frame of a node that does not
-	// know the field yet decodes as none.
-	if len(m.Lives) > 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(m.Lives)))
-		for _, l := range m.Lives {
-			dst = binary.AppendUvarint(binary.AppendUvarint(dst, uint64(l.Incarnation)), l.Nonce)
+	m.Entries = make([]Entry, count)
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		e.Req = d.req("entry request id")
+		e.Ticket = d.uvarint("entry ticket")
+		e.Mode = Mode(d.byte("entry mode"))
+		e.State = EntryState(d.byte("entry state"))
+		switch d.byte("entry flags") {
+		case 0:
+		case 1:
+			e.Active = true
+		default:
+			d.fail("entry flags")
+		}
+		if d.err == nil && (!e.Mode.Valid() || e.State == 0 || e.State >= stateEnd) {
+			d.fail("entry mode or state")
+		}
+	}
+}
+
+func putView(dst []byte, m *Message) ([]byte, bool) {
+	v := &m.View
+	dst = appendNodes(binary.AppendUvarint(dst, v.Epoch), v.Leaders)
+	dst = appendNodes(binary.AppendUvarint(dst, v.PrevEpoch), v.PrevLeaders)
+	dst = appendNodes(dst, v.Members)
+	return appendNodes(dst, v.PrevMembers), v.Epoch != 0 || v.PrevEpoch != 0 ||
+		len(v.Leaders)+len(v.PrevLeaders)+len(v.Members)+len(v.PrevMembers) > 0
+}
+
+func getView(d *decoder, m *Message) {
+	v := &m.View
+	v.Epoch = d.uvarint("view epoch")
+	v.Leaders = d.nodes("view leaders", MaxLeaders)
+	v.PrevEpoch = d.uvarint("previous view epoch")
+	v.PrevLeaders = d.nodes("previous view leaders", MaxLeaders)
+	v.Members = d.nodes("view members", MaxMembers)
+	v.PrevMembers = d.nodes("previous view members", MaxMembers)
+}
+
+func putLives(dst []byte, m *Message) ([]byte, bool) {
+	dst = binary.AppendUvarint(dst, uint64(len(m.Lives)))
+	for _, l := range m.Lives {
+		dst = binary.AppendUvarint(binary.AppendUvarint(dst, uint64(l.Incarnation)), l.Nonce)
+	}
+	return dst, len(m.Lives) > 0
+}
+
+func getLives(d *decoder, m *Message) {
+	n := d.uvarint("lives")
+	if d.err != nil {
+		return
+	}
+	// Each life takes at least two bytes; an empty list is not written.
+	if n == 0 || n > MaxLives || n > uint64(len(d.b))/2 {
+		d.fail("lives")
+		return
+	}
+	m.Lives = make([]Life, n)
+	for i := range m.Lives {
+		inc := d.uvarint("life incarnation")
+		if inc > 1<<32-1 {
+			d.fail("life incarnation")
+		}
+		m.Lives[i] = Life{Incarnation: uint32(inc), Nonce: d.uvarint("life nonce")}
+	}
+}
+
+// Encode appends the binary form of m to dst. It fails only when m breaks a
+// cap, so a peer never receives a frame it must reject for size.
+func Encode(dst []byte, m *Message) ([]byte, error) {
+	if err := checkCaps(m); err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	dst = append(dst, Version, byte(m.Kind))
+	for i := range fields {
+		mark := len(dst)
+		dst = binary.AppendUvarint(dst, uint64(i+1))
+		var set bool
+		if dst, set = fields[i].put(dst, m); !set {
+			dst = dst[:mark]
 		}
 	}
 	if len(dst)-start > MaxFrameSize {
 		return dst[:start], fmt.Errorf("%w: %d bytes", ErrTooLarge, len(dst)-start)
 	}
 	return dst, nil
+}
+
+func checkCaps(m *Message) error {
+	switch {
+	case len(m.Name) > MaxNameLen || len(m.ElectionID) > MaxNameLen:
+		return fmt.Errorf("%w: name of %d bytes", ErrTooLarge, max(len(m.Name), len(m.ElectionID)))
+	case len(m.Entries) > MaxEntries:
+		return fmt.Errorf("%w: %d entries", ErrTooLarge, len(m.Entries))
+	case len(m.View.Leaders) > MaxLeaders || len(m.View.PrevLeaders) > MaxLeaders:
+		return fmt.Errorf("%w: view of %d leaders", ErrTooLarge, max(len(m.View.Leaders), len(m.View.PrevLeaders)))
+	case len(m.View.Members) > MaxMembers || len(m.View.PrevMembers) > MaxMembers:
+		return fmt.Errorf("%w: view of %d members", ErrTooLarge, max(len(m.View.Members), len(m.View.PrevMembers)))
+	case len(m.Lives) > MaxLives:
+		return fmt.Errorf("%w: %d lives", ErrTooLarge, len(m.Lives))
+	}
+	return nil
 }
 
 func appendNodes(dst []byte, ids []NodeID) []byte {
@@ -107,17 +314,21 @@ func appendReq(dst []byte, r RequestID) []byte {
 	return binary.AppendUvarint(dst, r.Seq)
 }
 
-// decoder reads fields in order and remembers the first failure, so Decode
-// reads as a straight list of fields.
+// decoder reads fields in order and remembers the first failure, so the
+// readers of fields need not check after every read.
 type decoder struct {
 	b   []byte
 	err error
 }
 
-func (d *decoder) fail(what string) {
+func (d *decoder) failWith(err error) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated or bad %s", ErrMalformed, what)
+		d.err = err
 	}
+}
+
+func (d *decoder) fail(what string) {
+	d.failWith(fmt.Errorf("%w: truncated or bad %s", ErrMalformed, what))
 }
 
 func (d *decoder) byte(what string) byte {
@@ -159,34 +370,13 @@ func (d *decoder) nodes(what string, limit uint64) []NodeID {
 	return ids
 }
 
-func (d *decoder) lives() []Life {
-	n := d.uvarint("lives")
-	if d.err != nil {
-		return nil
-	}
-	// Each life takes at least two bytes.
-	if n == 0 || n > MaxLives || n > uint64(len(d.b))/2 {
-		d.fail("lives")
-		return nil
-	}
-	lives := make([]Life, n)
-	for i := range lives {
-		inc := d.uvarint("life incarnation")
-		if inc > 1<<32-1 {
-			d.fail("life incarnation")
-		}
-		lives[i] = Life{Incarnation: uint32(inc), Nonce: d.uvarint("life nonce")}
-	}
-	return lives
-}
-
 func (d *decoder) req(what string) RequestID {
 	return RequestID{Node: NodeID(d.uvarint(what)), Seq: d.uvarint(what)}
 }
 
 // Decode parses one message. It rejects, with an error wrapping ErrMalformed,
-// anything over a cap, any unknown version, kind, mode, state, event or code,
-// and trailing bytes.
+// anything over a cap, any unknown version, kind, field, mode, state or
+// code, fields out of tag order or written twice, and trailing bytes.
 func Decode(b []byte) (Message, error) {
 	var m Message
 	if len(b) > MaxFrameSize {
@@ -200,88 +390,20 @@ func Decode(b []byte) (Message, error) {
 	if d.err == nil && !m.Kind.Valid() {
 		return m, fmt.Errorf("%w: %d", ErrKind, uint8(m.Kind))
 	}
-	m.From = NodeID(d.uvarint("from"))
-	m.To = NodeID(d.uvarint("to"))
-	m.Epoch = d.uvarint("epoch")
-	m.Clock = d.uvarint("clock")
-	n := d.uvarint("name length")
-	if d.err == nil {
-		if n > MaxNameLen {
-			return Message{}, fmt.Errorf("%w: name of %d bytes", ErrTooLarge, n)
+	last := uint64(0)
+	for d.err == nil && len(d.b) > 0 {
+		tag := d.uvarint("field tag")
+		if d.err != nil {
+			break
 		}
-		if uint64(len(d.b)) < n {
-			d.fail("name")
-		} else {
-			m.Name = string(d.b[:n])
-			d.b = d.b[n:]
+		if tag <= last || tag > uint64(len(fields)) {
+			return Message{}, fmt.Errorf("%w: field tag %d after %d", ErrMalformed, tag, last)
 		}
-	}
-	m.Req = d.req("request id")
-	m.Mode = Mode(d.byte("mode"))
-	m.Ticket = d.uvarint("ticket")
-	m.Inc = d.uvarint("incarnation")
-	m.Seq = d.uvarint("sequence")
-	m.Lifetime = d.uvarint("lifetime")
-	switch d.byte("reject") {
-	case 0:
-	case 1:
-		m.Reject = true
-	default:
-		d.fail("reject flag")
-	}
-	m.Event = EventKind(d.byte("event"))
-	m.Code = Code(d.byte("code"))
-	count := d.uvarint("entry count")
-	if d.err == nil && count > MaxEntries {
-		return Message{}, fmt.Errorf("%w: %d entries", ErrTooLarge, count)
-	}
-	// Each entry takes at least 6 bytes; a count the frame cannot hold is a lie.
-	if d.err == nil && count > uint64(len(d.b))/6 {
-		d.fail("entry count")
-	}
-	if d.err == nil && count > 0 {
-		m.Entries = make([]Entry, count)
-		for i := range m.Entries {
-			e := &m.Entries[i]
-			e.Req = d.req("entry request id")
-			e.Ticket = d.uvarint("entry ticket")
-			e.Mode = Mode(d.byte("entry mode"))
-			e.State = EntryState(d.byte("entry state"))
-			switch d.byte("entry flags") {
-			case 0:
-			case 1:
-				e.Active = true
-			default:
-				d.fail("entry flags")
-			}
-			if d.err == nil && (!e.Mode.Valid() || e.State == 0 || e.State >= stateEnd) {
-				d.fail("entry mode or state")
-			}
-		}
-	}
-	m.View.Epoch = d.uvarint("view epoch")
-	m.View.Leaders = d.nodes("view leaders", MaxLeaders)
-	m.View.PrevEpoch = d.uvarint("previous view epoch")
-	m.View.PrevLeaders = d.nodes("previous view leaders", MaxLeaders)
-	m.View.Members = d.nodes("view members", MaxMembers)
-	m.View.PrevMembers = d.nodes("previous view members", MaxMembers)
-	m.Cluster = d.uvarint("cluster")
-	m.Size = d.uvarint("cluster size")
-	m.Nonce = d.uvarint("nonce")
-	if d.err == nil && len(d.b) > 0 {
-		m.Lives = d.lives()
+		last = tag
+		fields[tag-1].get(&d, &m)
 	}
 	if d.err != nil {
 		return Message{}, d.err
-	}
-	if len(d.b) != 0 {
-		return Message{}, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(d.b))
-	}
-	if m.Mode != 0 && !m.Mode.Valid() {
-		return Message{}, fmt.Errorf("%w: mode %d", ErrMalformed, m.Mode)
-	}
-	if m.Event >= eventEnd || m.Code >= codeEnd {
-		return Message{}, fmt.Errorf("%w: event %d code %d", ErrMalformed, m.Event, m.Code)
 	}
 	return m, nil
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"cmp"
 	"fmt"
+	"slices"
 )
 
 // NodeID names one node of the cluster. The runtime derives it from the
@@ -109,37 +110,38 @@ type Kind uint8
 const (
 	// KindEnter (master → replica): set the choosing flag of Req (phase ENTERING).
 	KindEnter Kind = iota + 1
-	// KindEnterAck (replica → master): choosing set; Inc is the replica's incarnation.
+	// KindEnterAck (replica → master): choosing set; Incarnation is the
+	// replica's. Reject with Code when the replica refuses the request.
 	KindEnterAck
 	// KindGetMax (master → replica): read the name's high-water ticket (GET_MAX_TICKET).
 	KindGetMax
-	// KindGetMaxAck: Ticket is the replica's high-water mark for Name.
+	// KindGetMaxAck: HighWater is the replica's for Name.
 	KindGetMaxAck
 	// KindAddTicket (master → replica): store Ticket for Req durably (ADD_TICKET),
-	// only if the replica is still in incarnation Inc, the one that acked
+	// only if the replica is still in Incarnation, the one that acked
 	// ENTERING, and Ticket is above the replica's high-water mark. The
 	// choosing flag stays set: the master may still raise the number.
 	KindAddTicket
-	// KindAddTicketAck: the ticket is on disk. With Reject, Seq is the
-	// replica's high-water mark when the ticket was too low (the master
-	// raises it), or 0 when the choosing flag it rests on is gone.
+	// KindAddTicketAck: Ticket is on disk. With Reject, HighWater is the
+	// replica's when the ticket was too low (the master raises it), or 0
+	// when the choosing flag it rests on is gone.
 	KindAddTicketAck
-	// KindWatch (master → replica): push reports of Name to me; Ticket carries
-	// the watch sequence that reports must echo.
+	// KindWatch (master → replica): push reports of Name to me for
+	// Lifetime ticks; reports echo WatchSeq.
 	KindWatch
-	// KindUnwatch (master → replica): stop pushing Name to me.
+	// KindUnwatch (master → replica): stop pushing Name to me, for the
+	// watches up to WatchSeq.
 	KindUnwatch
-	// KindReport (replica → master): the entries of Name at the replica.
-	// Inc/Seq order reports of one replica; Ticket echoes the highest watch
-	// sequence the replica has seen from that master for Name; Lifetime is
-	// how many ticks ago a READ_ONLY ticket of Name was last in the table
-	// (0 while one is).
+	// KindReport (replica → master): the Entries of Name at the replica,
+	// with ReadersAgo. Incarnation and ReportSeq order reports of one
+	// replica; WatchSeq echoes the highest the replica has seen from that
+	// master for Name.
 	KindReport
 	// KindRelease (master → replica): Req is gone; drop it durably, and
 	// keep its tombstone for at least Lifetime ticks.
 	KindRelease
-	// KindReleaseAck: the release is on disk; Seq is 1 when the request
-	// was held there (confirmed, renewed, or restored: may be held).
+	// KindReleaseAck: the release is on disk; Held when the request was
+	// held there (confirmed, renewed, or restored: may be held).
 	// Reject when the replica did not have Req (an operator's force-unlock
 	// of an unknown lease).
 	KindReleaseAck
@@ -147,11 +149,9 @@ const (
 	KindRenew
 	// KindRenewAck: the renewal is on disk; Reject when Req has no ticket there.
 	KindRenewAck
-	// KindRestarted (any node → all): From restarted as incarnation Inc. Replicas
+	// KindRestarted (any node → all): From restarted as Incarnation. Replicas
 	// drop From's requests of older incarnations; masters re-send pending work.
 	KindRestarted
-	// KindLeaseEvent (master → origin): an event of a lease, for forwarded requests.
-	KindLeaseEvent
 	// KindExit (master → replica): Req's number Ticket is durable at a
 	// quorum and final; clear its choosing flag (EXITING).
 	KindExit
@@ -159,17 +159,20 @@ const (
 	// Election (see package election). Messages of the election carry the
 	// epoch they are about in View.Epoch, not in Epoch.
 
-	// KindHello (any → all): From is alive; Name is its election id; View
-	// is the valid view it knows (how late joiners learn the leaders).
+	// KindHello (any → all): From is alive; ElectionID is its id; View is
+	// the valid view it knows (how late joiners learn the leaders);
+	// Incarnation, Nonce and StoreAge tell its life and its store's age.
 	KindHello
 	// KindPrepare (coordinator → all): promise no view below View.Epoch.
 	KindPrepare
-	// KindPromise: the promise for epoch Ticket, with the view this node
-	// accepted last in View; Reject with Ticket = the epoch it promised.
+	// KindPromise: the promise for PrepareEpoch, with the view this node
+	// accepted last in View; Reject when it promised a higher one
+	// (Promised).
 	KindPromise
 	// KindAccept (coordinator → all): accept View.
 	KindAccept
-	// KindAccepted: View.Epoch was accepted; Reject when it was not.
+	// KindAccepted: View.Epoch was accepted; Reject when it was not, for
+	// the sender promised a higher epoch (Promised).
 	KindAccepted
 	// KindCommit (coordinator → all): View is valid: a quorum accepted it.
 	KindCommit
@@ -177,44 +180,42 @@ const (
 	// Leader handoff (package core).
 
 	// KindSnapshotRequest (new leader → leader of the previous view): View
-	// is the new view, Nonce numbers the request, and Seq is the first
-	// request whose answer the asker still takes. The receiver first
-	// fences: it refuses lock work of any epoch below View.Epoch, durably;
-	// then it sends its lock table, every message with the request's Nonce
-	// and, in Seq, a number of its own for this answer: a request delivered
-	// twice is answered twice, and the two answers must not be mixed.
+	// is the new view, SnapshotID numbers the request, and SnapshotSince is
+	// the first request whose answer the asker still takes. The receiver
+	// first fences: it refuses lock work of any epoch below View.Epoch,
+	// durably; then it sends its lock table, every message with the
+	// request's SnapshotID and an Answer number of its own: a request
+	// delivered twice is answered twice, and the two answers must not be
+	// mixed.
 	KindSnapshotRequest
 	// KindSnapshot: one entry of the table: Name, Req, Ticket, Mode and
-	// Lifetime of a ticket, or, with a zero Req, Name's high-water mark in
-	// Ticket. View.Epoch is the epoch of the request it answers.
+	// Lifetime of a ticket, or, with a zero Req, Name's HighWater.
+	// View.Epoch is the epoch of the request it answers.
 	KindSnapshot
-	// KindSnapshotDone: the answer Seq was Size entries; Inc is the epoch
-	// of the last view the sender completed a handoff for.
+	// KindSnapshotDone: the Answer was AnswerSize entries; HandoffEpoch is
+	// the epoch of the last view the sender completed a handoff for.
 	KindSnapshotDone
 
 	// KindActivate (master → replica): mark Req active (Reject unset) or
-	// not active any more (Reject set), as of the master's round Seq; a
+	// not active any more (Reject set), as of the master's Round; a
 	// replica ignores rounds older than the newest it has seen.
 	KindActivate
-	// KindActivateAck: the mark of round Seq is set.
+	// KindActivateAck: the mark of Round is set.
 	KindActivateAck
 
 	// Membership (package election).
 
-	// KindCheckIn (node → members): From runs as life Inc with boot nonce
-	// Nonce; Lives are the earlier lives its store remembers: the newest
-	// one a majority confirmed (when Reject is unset; a store that never
-	// had one confirmed sets Reject), then every later one. A member
-	// records the newest life of every node durably and answers; a node
-	// votes and serves only once a majority of the other members
-	// confirmed that its store remembers the life they know.
+	// KindCheckIn (node → members): From runs as life Incarnation with
+	// boot Nonce and a store of StoreAge; Lives are the earlier lives its
+	// store remembers: the newest one a majority confirmed (a store that
+	// never had one confirmed says Unconfirmed), then every later one. A member records the newest life of every node durably
+	// and answers; a node votes and serves only once a majority of the
+	// other members confirmed that its store remembers the life they know.
 	KindCheckIn
-	// KindCheckInAck: the life Inc/Nonce is recorded; Reject when the
-	// member knows a newer life of From (Seq is then the one it knows), or
-	// heard From's last life tell an age of its store (Ticket) above the
-	// one the check-in shows (Seq of KindCheckIn): From's store was rolled
-	// back or lost. Hellos tell the sender's life in Inc and the age of its
-	// store in Seq.
+	// KindCheckInAck: the life Incarnation/Nonce is recorded; Reject when
+	// the member knows a newer life of To (KnownIncarnation), or heard its
+	// last life tell a store age (KnownStoreAge) above the one the
+	// check-in shows: To's store was rolled back or lost.
 	KindCheckInAck
 
 	// KindRevoked (replica → master; package core): an operator's forced
@@ -289,7 +290,7 @@ type View struct {
 
 var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"add-ticket", "add-ticket-ack", "watch", "unwatch", "report", "release",
-	"release-ack", "renew", "renew-ack", "restarted", "lease-event", "exit",
+	"release-ack", "renew", "renew-ack", "restarted", "exit",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
 	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
 	"check-in", "check-in-ack", "revoked", "former", "holds", "holds-ack",
@@ -382,65 +383,116 @@ func ParseCode(s string) (Code, bool) {
 	return CodeNone, false
 }
 
-// Message is every message of the lock protocol. Every message carries the
-// epoch of the sender's view and its Lamport clock.
+// Message is every message of the protocol: the lock core's, the
+// election's and the handoff's. Each field means one thing in every kind
+// that carries it; the Kind constants say which fields a kind uses, and a
+// kind leaves the others zero. The header (Kind to Clock) is in every
+// message.
 type Message struct {
-	Kind  Kind
-	From  NodeID
-	To    NodeID
+	Kind Kind
+	From NodeID
+	To   NodeID
+	// Epoch is the epoch of the sender's view.
 	Epoch uint64
+	// Clock is the sender's Lamport clock.
 	Clock uint64
-	Name  string
-	Req   RequestID
-	Mode  Mode
-	// Ticket is a ticket number, a high-water mark, a watch sequence or a
-	// fencing token, depending on Kind (see the Kind constants).
+
+	// Lock requests (package core).
+
+	// Name is the lock's name.
+	Name string
+	Req  RequestID
+	Mode Mode
+	// Ticket is Req's ticket number (its fencing token once granted).
 	Ticket uint64
-	// Inc is an incarnation: the replica's in acks and reports, the one that
-	// acked ENTERING in KindAddTicket, the sender's in KindRestarted.
-	Inc uint64
-	// Seq orders the reports of one replica incarnation; it numbers a
-	// snapshot's answer.
-	Seq uint64
-	// Lifetime is a span in ticks: how long a replica keeps the request.
+	// HighWater is a replica's highest ticket of Name.
+	HighWater uint64
+	// Incarnation is a life of the sender (acks, reports, restarts,
+	// hellos, check-ins) or of the addressee (ADD_TICKET: the one that
+	// acked ENTERING; check-in acks: the life recorded).
+	Incarnation uint32
+	// Lifetime is how many ticks the receiver keeps Req (or a watch).
 	Lifetime uint64
-	Reject   bool
-	Event    EventKind
-	Code     Code
-	Entries  []Entry
-	View     View
-	// Cluster is the id of the sender's cluster (election messages): a
-	// hash of its bootstrap members, so that nodes of two clusters never
-	// count each other. Size is the number of bootstrap members, for the
-	// log line that says what differs (in KindSnapshotDone: the number of
-	// entries of the answer).
-	Cluster uint64
-	Size    uint64
-	// Nonce is a random number drawn at every start (KindCheckIn): two
-	// lives with the same incarnation, one of them from a restored copy of
-	// the store, never pass for one. In the handoff it numbers a snapshot
-	// request, and every message of the answer echoes it.
+	// Reject: the receiver refused what the message acks.
+	Reject bool
+	// Held: a released request was held at the replica (confirmed,
+	// renewed, or restored: it may have been granted).
+	Held bool
+	// Code is why a request was refused.
+	Code Code
+	// Entries are requests of Name (reports, holds).
+	Entries []Entry
+	// WatchSeq numbers a master's watches of Name; reports echo the
+	// highest one the replica has seen.
+	WatchSeq uint64
+	// ReportSeq orders the reports of one replica incarnation.
+	ReportSeq uint64
+	// ReadersAgo is how many ticks ago a READ_ONLY ticket of Name was last
+	// in the reporting replica's table (0 while one is).
+	ReadersAgo uint64
+	// Round numbers a master's activation marks of Req.
+	Round uint64
+
+	// The election and membership (package election).
+
+	// View is a view of the election: the one proposed, accepted,
+	// committed or known.
+	View View
+	// ElectionID is the sender's election id (see election.ID).
+	ElectionID string
+	// PrepareEpoch is the epoch of the prepare a promise answers.
+	PrepareEpoch uint64
+	// Promised is the highest epoch the sender promised (in a refusal:
+	// the one above what was asked).
+	Promised uint64
+	// Cluster is the id of the sender's cluster, a hash of its bootstrap
+	// members, so that nodes of two clusters never count each other;
+	// ClusterSize is the number of those members, for the log line that
+	// says what differs.
+	Cluster     uint64
+	ClusterSize uint64
+	// Nonce is drawn at random at every start of the sender: with
+	// Incarnation it names one life, so two lives with the same
+	// incarnation, one from a restored copy of the store, never pass for
+	// one.
 	Nonce uint64
-	// Lives are a check-in's earlier lives of the sender (KindCheckIn).
-	Lives []Life
+	// StoreAge is how many changes the sender's store holds.
+	StoreAge uint64
+	// Lives are a check-in's earlier lives of the sender; Unconfirmed
+	// when its store never had one confirmed by a majority.
+	Lives       []Life
+	Unconfirmed bool
+	// KnownIncarnation and KnownStoreAge are the newest life of the
+	// addressee the sender knows, and the store age that life told.
+	KnownIncarnation uint32
+	KnownStoreAge    uint64
+
+	// The leader handoff (package core).
+
+	// SnapshotID numbers a new leader's snapshot requests; every message
+	// of an answer echoes the request's. SnapshotSince is the first
+	// request whose answer the asker still takes.
+	SnapshotID    uint64
+	SnapshotSince uint64
+	// Answer numbers the sender's answers, so that two answers to one
+	// request are never mixed; AnswerSize is how many entries an answer
+	// had.
+	Answer     uint64
+	AnswerSize uint64
+	// HandoffEpoch is the epoch of the last view the sender completed a
+	// handoff for.
+	HandoffEpoch uint64
 }
+
+// header are the fields Message.String prints first.
+var header = []string{"from", "to", "epoch", "name"}
 
 func (m Message) String() string {
 	s := fmt.Sprintf("%s %d->%d e%d %q req=%s", m.Kind, m.From, m.To, m.Epoch, m.Name, m.Req)
-	if m.Ticket != 0 {
-		s += fmt.Sprintf(" t=%d", m.Ticket)
-	}
-	if m.Inc != 0 {
-		s += fmt.Sprintf(" inc=%d", m.Inc)
-	}
-	if m.Reject {
-		s += " reject"
-	}
-	if m.Seq != 0 {
-		s += fmt.Sprintf(" seq=%d", m.Seq)
-	}
-	if m.Nonce != 0 {
-		s += fmt.Sprintf(" nonce=%#x", m.Nonce)
+	for _, f := range fields {
+		if _, set := f.put(nil, &m); set && f.show != nil && !slices.Contains(header, f.name) {
+			s += " " + f.name + "=" + f.show(&m)
+		}
 	}
 	if m.View.Epoch != 0 {
 		s += fmt.Sprintf(" view=%d", m.View.Epoch)

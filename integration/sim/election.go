@@ -996,12 +996,12 @@ func (s *electionSim) vote(n *electionNode, m wire.Message) {
 	switch {
 	case m.Reject:
 	case m.Kind == wire.KindPromise:
-		if m.Ticket <= n.hiPromised || m.View.Epoch < n.hiAccepted {
+		if m.PrepareEpoch <= n.hiPromised || m.View.Epoch < n.hiAccepted {
 			s.failf("node %d (incarnation %d) promises epoch %d carrying its accepted view of epoch %d, "+
 				"but it promised epoch %d and accepted a view of epoch %d before: it votes with less than it acknowledged%s",
-				n.id, n.inc, m.Ticket, m.View.Epoch, n.hiPromised, n.hiAccepted, s.history(n))
+				n.id, n.inc, m.PrepareEpoch, m.View.Epoch, n.hiPromised, n.hiAccepted, s.history(n))
 		}
-		n.hiPromised = m.Ticket
+		n.hiPromised = m.PrepareEpoch
 	case m.Kind == wire.KindAccepted:
 		if m.View.Epoch < n.hiPromised || m.View.Epoch <= n.hiAccepted {
 			s.failf("node %d (incarnation %d) accepts epoch %d, but it promised epoch %d and accepted a view of epoch %d before: "+

@@ -245,7 +245,7 @@ func (n *Node) Run(ctx context.Context) error {
 			// A peer learned late may have missed this node's restart
 			// announcement: replicas drop an old life's requests on it.
 			n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
-				Inc: uint64(n.cfg.State.Incarnation)})
+				Incarnation: n.cfg.State.Incarnation})
 		case op := <-n.ops:
 			op()
 		}
@@ -458,14 +458,11 @@ func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 			case <-loop.Done():
 			}
 		}()
-		msg := wire.Message{Kind: wire.KindSnapshot, From: n.cfg.Self, To: due.To, Nonce: due.Nonce,
-			Seq: due.Answer, View: wire.View{Epoch: due.Epoch}}
-		var count uint64
 		// To itself (a leader of both views): the messages go back into
 		// the loop, in one op, once the table is read.
 		var local []wire.Message
 		send := func(m wire.Message) error {
-			count++
+			m.From = n.cfg.Self
 			if due.To == n.cfg.Self {
 				local = append(local, m)
 				return ctx.Err()
@@ -473,43 +470,19 @@ func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 			// Waiting for room: a big table is more than a peer's queue.
 			return n.cfg.Transport.SendWait(ctx, m)
 		}
+		answer := core.SnapshotAnswer{Due: due}
 		err := n.cfg.Store.Snapshot(func(name string, highWater uint64, tickets []core.DurableTicket) error {
-			msg.Name = name
-			if highWater > 0 {
-				msg.Req, msg.Ticket, msg.Mode, msg.Lifetime = wire.RequestID{}, highWater, 0, 0
-				if err := send(msg); err != nil {
-					return err
-				}
-			}
-			for _, t := range tickets {
-				msg.Req, msg.Ticket, msg.Mode, msg.Lifetime = t.Entry.Req, t.Entry.Ticket, t.Entry.Mode, uint64(max(t.Lifetime, 0))
-				if t.Entry.State == wire.StateReleased {
-					tomb := msg // a tombstone: Req was released
-					tomb.Kind, tomb.Ticket, tomb.Mode = wire.KindSnapshotTomb, 0, 0
-					if err := send(tomb); err != nil {
-						return err
-					}
-					continue
-				}
-				if err := send(msg); err != nil {
-					return err
-				}
-			}
-			return nil
+			return answer.Name(name, highWater, tickets, send)
 		})
+		if err == nil {
+			err = send(answer.Done())
+		}
 		if err != nil {
 			// The new leader asks again after its retry period.
 			n.log.Warn("snapshot not sent", "to", uint64(due.To), "epoch", due.Epoch, "err", err)
 			return
 		}
-		done := wire.Message{Kind: wire.KindSnapshotDone, From: n.cfg.Self, To: due.To, Size: count,
-			Inc: due.Complete, Nonce: due.Nonce, Seq: due.Answer, View: wire.View{Epoch: due.Epoch}}
-		if due.To != n.cfg.Self {
-			if err := n.cfg.Transport.SendWait(ctx, done); err != nil {
-				return
-			}
-		} else {
-			local = append(local, done)
+		if len(local) > 0 {
 			select {
 			case n.ops <- func() {
 				for _, m := range local {
@@ -520,7 +493,7 @@ func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 				return
 			}
 		}
-		n.log.Info("snapshot sent", "to", uint64(due.To), "epoch", due.Epoch, "entries", count)
+		n.log.Info("snapshot sent", "to", uint64(due.To), "epoch", due.Epoch, "entries", answer.Done().AnswerSize)
 	})
 }
 

@@ -265,7 +265,7 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Node 2 leads the next view and asks node 1, the last view's leader.
-	tr.in <- wire.Message{Kind: wire.KindSnapshotRequest, From: 2, To: 1, Nonce: 1, Seq: 1,
+	tr.in <- wire.Message{Kind: wire.KindSnapshotRequest, From: 2, To: 1, SnapshotID: 1, SnapshotSince: 1,
 		View: wire.View{Epoch: s.View.Epoch + 1, Leaders: []wire.NodeID{2}, PrevEpoch: s.View.Epoch, PrevLeaders: []wire.NodeID{1}}}
 	var answer []wire.Message
 	deadline := time.After(settle)
@@ -298,7 +298,7 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 		}
 	}
 	// The high-water mark, the tombstone, and no ticket.
-	if kinds[wire.KindSnapshot] != 1 || kinds[wire.KindSnapshotTomb] != 1 || answer[len(answer)-1].Size != 2 {
+	if kinds[wire.KindSnapshot] != 1 || kinds[wire.KindSnapshotTomb] != 1 || answer[len(answer)-1].AnswerSize != 2 {
 		t.Fatalf("answer: %+v", answer)
 	}
 }
