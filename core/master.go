@@ -21,6 +21,8 @@ const (
 	phaseReleasing              // gone for the client; telling the replicas
 )
 
+// request is one of this node's requests, through all its phases. Its
+// fields are grouped by the phase that uses them.
 type request struct {
 	id wire.RequestID // of the current doorway attempt, on the wire
 	// handle is the id Acquire returned, which events carry. A doorway that
@@ -34,14 +36,28 @@ type request struct {
 	sentAt int64 // last send of the current phase's messages
 	// acks of the current phase, by leader; in phaseEnter the value is the
 	// leader's incarnation.
-	acks map[wire.NodeID]uint32
+	acks    map[wire.NodeID]uint32
+	resends int // retransmits of the current phase
+	doorway
+	waiting
+	holding
+	releasing
+}
+
+// doorway is what the bakery's doorway (ENTERING to ADD_TICKET) gathers.
+type doorway struct {
 	// enterInc: the leaders whose ENTERING ack arrived before GET_MAX went
 	// out, with their incarnation. ADD_TICKET goes to these only.
 	enterInc map[wire.NodeID]uint32
 	rejects  map[wire.NodeID]bool // refused ADD_TICKET for good (choosing flag lost)
 	tooLow   map[wire.NodeID]bool // refused the current number as too low
 	raises   uint64
-	resends  int // retransmits of the current phase
+	max      uint64
+	ticket   uint64 // the number: the fencing token once granted
+}
+
+// waiting is what a request with a ticket waits on (phaseWait).
+type waiting struct {
 	// Activation (see Decision.Activate): activating while the mark is on
 	// its way to a quorum, activated once it is there; marked once any
 	// mark was sent, so refreshes repeat the current one.
@@ -54,8 +70,6 @@ type request struct {
 	confirm *confirmation
 	// retryAt: when the policy asked to be asked again (0: not asked).
 	retryAt  int64
-	max      uint64
-	ticket   uint64
 	watchSeq uint64
 	// firstSeen: the replicas whose first report made after the ticket was
 	// durable has been read; first: those reports. Once firstSeen is a
@@ -65,11 +79,19 @@ type request struct {
 	// for each process choosing when it looked).
 	firstSeen map[wire.NodeID]bool
 	first     []*report
+}
+
+// holding is a granted lease's (phaseHeld).
+type holding struct {
 	// leaseStart is the tick the lease's duration is counted from: the grant,
 	// or the call of the last confirmed renewal.
-	leaseStart   int64
-	unlocking    bool
-	renew        *renewal
+	leaseStart int64
+	unlocking  bool
+	renew      *renewal
+}
+
+// releasing is a request on its way out (phaseReleasing).
+type releasing struct {
 	releaseUntil int64
 	// releaseOf and forceOf are the ids a Release and a ForceRelease call
 	// asked to drop (both may wait on one request: a client releasing as
@@ -269,7 +291,9 @@ func (n *Node) notAcked(r *request) func(wire.NodeID) bool {
 	return func(l wire.NodeID) bool { _, ok := r.acks[l]; return ok }
 }
 
-// masterStep handles replies addressed to this node's requests.
+// masterStep handles replies addressed to this node's requests: one
+// handler a reply, each for the phase that waits for it. A reply no phase
+// waits for any more is stale.
 func (n *Node) masterStep(m wire.Message) {
 	if m.Kind == wire.KindReport {
 		n.onReport(m)
@@ -282,43 +306,11 @@ func (n *Node) masterStep(m wire.Message) {
 	}
 	switch {
 	case m.Kind == wire.KindEnterAck && r.phase == phaseEnter:
-		if m.Reject {
-			n.fail(r, m.Code)
-			return
-		}
-		r.acks[m.From] = m.Incarnation
-		if len(r.acks) >= n.quorum() {
-			r.enterInc, r.acks = maps.Clone(r.acks), map[wire.NodeID]uint32{}
-			r.phase, r.sentAt, r.resends = phaseGetMax, n.now, 0
-			n.sendPhase(r, nil)
-		}
+		n.onEnterAck(r, m)
 	case m.Kind == wire.KindGetMaxAck && r.phase == phaseGetMax:
-		r.acks[m.From] = 0
-		r.max = max(r.max, m.HighWater)
-		if len(r.acks) >= n.quorum() {
-			r.ticket = r.max + 1
-			r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
-			r.phase, r.sentAt, r.resends = phaseAddTicket, n.now, 0
-			n.sendPhase(r, nil)
-		}
+		n.onGetMaxAck(r, m)
 	case m.Kind == wire.KindAddTicketAck && r.phase == phaseAddTicket && m.Ticket == r.ticket:
-		if _, ok := r.enterInc[m.From]; !ok {
-			return
-		}
-		if m.Reject {
-			if m.HighWater == 0 {
-				r.rejects[m.From] = true // its choosing flag is gone: for good
-			} else {
-				r.tooLow[m.From] = true
-				r.max = max(r.max, m.HighWater)
-			}
-			n.checkTicketQuorum(r)
-			return
-		}
-		r.acks[m.From] = 0
-		if len(r.acks) >= n.quorum() {
-			n.startWait(r)
-		}
+		n.onAddTicketAck(r, m)
 	case m.Kind == wire.KindActivateAck && r.phase == phaseWait && r.activating:
 		if !m.Reject && m.Round == r.actRound {
 			r.actAcks[m.From] = true
@@ -329,55 +321,111 @@ func (n *Node) masterStep(m wire.Message) {
 	case m.Kind == wire.KindActivateAck:
 		// An ack of a mark that is over, or of a clearing: nothing to do.
 	case m.Kind == wire.KindConfirmAck && r.phase == phaseWait && r.confirm != nil && m.Ticket == r.ticket:
-		if m.Reject {
-			r.confirm.rejects[m.From] = true
-			if len(n.cfg.View.Leaders)-len(r.confirm.rejects) < n.quorum() {
-				n.fail(r, wire.CodeLost) // force-unlocked: the operator's word stands
-			}
-			return
-		}
-		r.confirm.acks[m.From] = true
-		if len(r.confirm.acks) >= n.quorum() {
-			n.grant(r)
-		}
+		n.onConfirmAck(r, m)
 	case m.Kind == wire.KindConfirmAck:
 	case m.Kind == wire.KindRevoked:
 		n.revoke(r)
 	case m.Kind == wire.KindReleaseAck && r.phase == phaseReleasing:
-		r.acks[m.From] = 0
-		r.had = r.had || !m.Reject
-		r.held = r.held || m.Held
-		if len(r.acks) >= n.quorum() {
-			forced := wire.CodeNone
-			if !r.had {
-				forced = wire.CodeUnknownLease
-			}
-			n.released(r, wire.CodeNone, forced)
-		}
-		if len(r.acks) == len(n.cfg.View.Leaders) {
-			n.forget(r)
-		}
+		n.onReleaseAck(r, m)
 	case m.Kind == wire.KindRenewAck && r.renew != nil:
-		if m.Reject {
-			r.renew.rejects[m.From] = true
-			if len(n.cfg.View.Leaders)-len(r.renew.rejects) < n.quorum() {
-				r.renew = nil
-				n.event(r, wire.EventRenewFailed, wire.CodeLost)
-			}
-			return
-		}
-		r.renew.acks[m.From] = true
-		if len(r.renew.acks) >= n.quorum() {
-			r.leaseStart, r.unlocking = r.renew.start, false
-			ttl := r.a.Duration
-			if n.cfg.Mutant&MutantRenewFromDecision != 0 {
-				ttl += n.now - r.renew.start // the old formula: counted from the confirmation
-			}
-			n.emit(r, Event{Kind: wire.EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration, TTL: ttl})
-			r.renew = nil
-		}
+		n.onRenewAck(r, m)
 	default:
 		n.stats.StaleReplies++
+	}
+}
+
+func (n *Node) onEnterAck(r *request, m wire.Message) {
+	if m.Reject {
+		n.fail(r, m.Code)
+		return
+	}
+	r.acks[m.From] = m.Incarnation
+	if len(r.acks) >= n.quorum() {
+		r.enterInc, r.acks = maps.Clone(r.acks), map[wire.NodeID]uint32{}
+		r.phase, r.sentAt, r.resends = phaseGetMax, n.now, 0
+		n.sendPhase(r, nil)
+	}
+}
+
+func (n *Node) onGetMaxAck(r *request, m wire.Message) {
+	r.acks[m.From] = 0
+	r.max = max(r.max, m.HighWater)
+	if len(r.acks) >= n.quorum() {
+		r.ticket = r.max + 1
+		r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
+		r.phase, r.sentAt, r.resends = phaseAddTicket, n.now, 0
+		n.sendPhase(r, nil)
+	}
+}
+
+func (n *Node) onAddTicketAck(r *request, m wire.Message) {
+	if _, ok := r.enterInc[m.From]; !ok {
+		return
+	}
+	if m.Reject {
+		if m.HighWater == 0 {
+			r.rejects[m.From] = true // its choosing flag is gone: for good
+		} else {
+			r.tooLow[m.From] = true
+			r.max = max(r.max, m.HighWater)
+		}
+		n.checkTicketQuorum(r)
+		return
+	}
+	r.acks[m.From] = 0
+	if len(r.acks) >= n.quorum() {
+		n.startWait(r)
+	}
+}
+
+func (n *Node) onConfirmAck(r *request, m wire.Message) {
+	if m.Reject {
+		r.confirm.rejects[m.From] = true
+		if len(n.cfg.View.Leaders)-len(r.confirm.rejects) < n.quorum() {
+			n.fail(r, wire.CodeLost) // force-unlocked: the operator's word stands
+		}
+		return
+	}
+	r.confirm.acks[m.From] = true
+	if len(r.confirm.acks) >= n.quorum() {
+		n.grant(r)
+	}
+}
+
+func (n *Node) onReleaseAck(r *request, m wire.Message) {
+	r.acks[m.From] = 0
+	r.had = r.had || !m.Reject
+	r.held = r.held || m.Held
+	if len(r.acks) >= n.quorum() {
+		forced := wire.CodeNone
+		if !r.had {
+			forced = wire.CodeUnknownLease
+		}
+		n.released(r, wire.CodeNone, forced)
+	}
+	if len(r.acks) == len(n.cfg.View.Leaders) {
+		n.forget(r)
+	}
+}
+
+func (n *Node) onRenewAck(r *request, m wire.Message) {
+	if m.Reject {
+		r.renew.rejects[m.From] = true
+		if len(n.cfg.View.Leaders)-len(r.renew.rejects) < n.quorum() {
+			r.renew = nil
+			n.event(r, wire.EventRenewFailed, wire.CodeLost)
+		}
+		return
+	}
+	r.renew.acks[m.From] = true
+	if len(r.renew.acks) >= n.quorum() {
+		r.leaseStart, r.unlocking = r.renew.start, false
+		ttl := r.a.Duration
+		if n.cfg.Mutant&MutantRenewFromDecision != 0 {
+			ttl += n.now - r.renew.start // the old formula: counted from the confirmation
+		}
+		n.emit(r, Event{Kind: wire.EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration, TTL: ttl})
+		r.renew = nil
 	}
 }
 
@@ -534,16 +582,28 @@ func (n *Node) evaluate(r *request) {
 		return
 	}
 	merged := mn.merged(from)
-	for _, e := range merged.choosing {
-		// A relevant request still choosing may end below us, unless a
-		// number it proposed is above ours already: proposals only grow.
+	if n.waitsOnChoosing(r, merged.choosing) {
+		return
+	}
+	n.decide(r, n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
+		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, merged.ticketed))
+}
+
+// waitsOnChoosing reports whether a relevant request still choosing may
+// end below r, unless a number it proposed is above r's already:
+// proposals only grow.
+func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) bool {
+	for _, e := range choosing {
 		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
 		if e.Req != r.id && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) {
-			return
+			return true
 		}
 	}
-	d := n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
-		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, merged.ticketed)
+	return false
+}
+
+// decide carries out the policy's decision on r.
+func (n *Node) decide(r *request, d Decision) {
 	switch {
 	case d.Grant && d.Activate && !r.activated && n.cfg.Mutant&MutantNoConfirm == 0:
 		if !r.activating {
@@ -695,76 +755,90 @@ func (n *Node) masterTick() {
 		if r == nil {
 			continue
 		}
-		since := n.now - r.sentAt
 		switch r.phase {
 		case phaseQueued, phaseEnter, phaseGetMax, phaseAddTicket, phaseWait:
-			if n.now > r.dead {
-				n.fail(r, wire.CodeTimedOut)
-				continue
-			}
-			if r.phase == phaseWait && r.confirm != nil && n.now-r.confirm.sentAt >= n.cfg.RetransmitTicks {
-				n.sendConfirm(r)
-			}
-			if r.phase == phaseWait && r.activating && n.now-r.actSentAt >= n.cfg.RetransmitTicks {
-				r.actSentAt = n.now
-				n.sendMark(r, true, func(l wire.NodeID) bool { return r.actAcks[l] })
-			}
-			if r.phase == phaseWait && since >= n.cfg.RefreshTicks && r.marked && !r.activating {
-				n.sendMark(r, r.activated, func(wire.NodeID) bool { return false })
-			}
-			if r.phase == phaseWait && r.retryAt > 0 && n.now >= r.retryAt {
-				// The wait the policy timed may be over: fresh reports.
-				r.retryAt, r.sentAt = 0, n.now
-				n.watchCounter++
-				r.watchSeq = n.watchCounter
-				n.sendPhase(r, nil)
-				continue
-			}
-			if r.phase == phaseWait && since >= n.cfg.RefreshTicks ||
-				r.phase != phaseWait && r.phase != phaseQueued && since >= n.cfg.RetransmitTicks {
-				r.sentAt = n.now
-				r.resends++
-				if r.phase == phaseAddTicket && r.resends > addTicketResends {
-					// A leader that acked ENTERING is gone and does not come
-					// back: only a new doorway can use the leaders still up.
-					r.rejects = maps.Clone(r.tooLow)
-					for l := range r.enterInc {
-						if _, ok := r.acks[l]; !ok {
-							r.rejects[l] = true
-						}
-					}
-					r.tooLow = map[wire.NodeID]bool{}
-					n.checkTicketQuorum(r)
-					continue
-				}
-				n.stats.Retransmits++
-				n.sendPhase(r, n.notAcked(r))
-			}
+			n.tickWaiting(r)
 		case phaseHeld:
-			end := r.leaseStart + r.a.Duration
-			if n.now >= end+r.a.Grace {
-				n.event(r, wire.EventUnlocked, wire.CodeTimedOut)
-				n.startRelease(r)
-				continue
-			}
-			if !r.unlocking && n.now >= end {
-				r.unlocking = true
-				n.event(r, wire.EventUnlocking, wire.CodeNone)
-			}
-			if r.renew != nil && n.now-r.renew.sentAt >= n.cfg.RetransmitTicks {
-				n.sendRenew(r, r.renew.acks)
-			}
+			n.tickHeld(r)
 		case phaseReleasing:
 			if n.now > r.releaseUntil {
 				// The replicas forgot the request by themselves; a force
 				// of another's request has nobody's word for that.
 				n.released(r, wire.CodeNone, wire.CodeNotReady)
 				n.forget(r)
-			} else if since >= n.cfg.RetransmitTicks {
+			} else if n.now-r.sentAt >= n.cfg.RetransmitTicks {
 				r.sentAt = n.now
 				n.sendPhase(r, n.notAcked(r))
 			}
 		}
+	}
+}
+
+// tickWaiting times a request not granted yet out, and sends again what
+// is due: confirmations, marks, watches and the doorway's messages.
+func (n *Node) tickWaiting(r *request) {
+	since := n.now - r.sentAt
+	if n.now > r.dead {
+		n.fail(r, wire.CodeTimedOut)
+		return
+	}
+	if r.phase == phaseWait {
+		if r.confirm != nil && n.now-r.confirm.sentAt >= n.cfg.RetransmitTicks {
+			n.sendConfirm(r)
+		}
+		if r.activating && n.now-r.actSentAt >= n.cfg.RetransmitTicks {
+			r.actSentAt = n.now
+			n.sendMark(r, true, func(l wire.NodeID) bool { return r.actAcks[l] })
+		}
+		if since >= n.cfg.RefreshTicks && r.marked && !r.activating {
+			n.sendMark(r, r.activated, func(wire.NodeID) bool { return false })
+		}
+		if r.retryAt > 0 && n.now >= r.retryAt {
+			// The wait the policy timed may be over: fresh reports.
+			r.retryAt, r.sentAt = 0, n.now
+			n.watchCounter++
+			r.watchSeq = n.watchCounter
+			n.sendPhase(r, nil)
+			return
+		}
+	}
+	if r.phase == phaseWait && since >= n.cfg.RefreshTicks ||
+		r.phase != phaseWait && r.phase != phaseQueued && since >= n.cfg.RetransmitTicks {
+		r.sentAt = n.now
+		r.resends++
+		if r.phase == phaseAddTicket && r.resends > addTicketResends {
+			// A leader that acked ENTERING is gone and does not come
+			// back: only a new doorway can use the leaders still up.
+			r.rejects = maps.Clone(r.tooLow)
+			for l := range r.enterInc {
+				if _, ok := r.acks[l]; !ok {
+					r.rejects[l] = true
+				}
+			}
+			r.tooLow = map[wire.NodeID]bool{}
+			n.checkTicketQuorum(r)
+			return
+		}
+		n.stats.Retransmits++
+		n.sendPhase(r, n.notAcked(r))
+	}
+}
+
+// tickHeld ends a lease at its duration and grace, and sends a renewal
+// again while it is unconfirmed.
+func (n *Node) tickHeld(r *request) {
+	end := r.leaseStart + r.a.Duration
+	if n.now >= end+r.a.Grace {
+		n.event(r, wire.EventUnlocked, wire.CodeTimedOut)
+		n.startRelease(r)
+		return
+	}
+	if !r.unlocking && n.now >= end {
+		r.unlocking = true
+		n.event(r, wire.EventUnlocking, wire.CodeNone)
+	}
+	if r.renew != nil && n.now-r.renew.sentAt >= n.cfg.RetransmitTicks {
+		n.sendRenew(r, r.renew.acks)
 	}
 }
 

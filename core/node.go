@@ -339,24 +339,8 @@ func (n *Node) check(m wire.Message) error {
 		}
 		return nil // about lives too: the restarted node may have no view yet
 	case wire.KindSnapshotRequest, wire.KindSnapshot, wire.KindSnapshotTomb, wire.KindSnapshotDone:
-		// About the handoff between epochs: View.Epoch says which.
-		entry := m.Kind == wire.KindSnapshot || m.Kind == wire.KindSnapshotTomb
-		if m.View.Epoch == 0 || entry && (m.Name == "" || len(m.Name) > n.cfg.MaxNameLen) {
-			return bad("%s without an epoch or a name", m.Kind)
-		}
-		if entry && m.Lifetime > maxSpan*4 {
-			return bad("lifetime %d", m.Lifetime)
-		}
-		if m.Kind == wire.KindSnapshotTomb && m.Req.Node == 0 {
-			return bad("tombstone without a request")
-		}
-		// Only a leader of the view it names may ask, and only a leader of
-		// that view's previous view is asked: a stray request must not
-		// fence this node.
-		if m.Kind == wire.KindSnapshotRequest && (!slices.Contains(m.View.Leaders, m.From) ||
-			!slices.Contains(m.View.PrevLeaders, n.cfg.ID) || m.View.PrevEpoch >= m.View.Epoch) {
-			return bad("snapshot request from %d for view %d %v after %d %v", m.From, m.View.Epoch,
-				m.View.Leaders, m.View.PrevEpoch, m.View.PrevLeaders)
+		if why := n.checkHandoff(m); why != "" {
+			return bad("%s", why)
 		}
 		return nil
 	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindExit, wire.KindWatch,
@@ -389,6 +373,28 @@ func (n *Node) check(m wire.Message) error {
 		return fmt.Errorf("%w: epoch %d, fenced at %d, complete for %d", ErrNotServing, n.cfg.View.Epoch, n.fence, n.complete)
 	}
 	return nil
+}
+
+// checkHandoff says what is wrong with a message of the handoff between
+// epochs (View.Epoch says which), or "".
+func (n *Node) checkHandoff(m wire.Message) string {
+	entry := m.Kind == wire.KindSnapshot || m.Kind == wire.KindSnapshotTomb
+	switch {
+	case m.View.Epoch == 0 || entry && (m.Name == "" || len(m.Name) > n.cfg.MaxNameLen):
+		return fmt.Sprintf("%s without an epoch or a name", m.Kind)
+	case entry && m.Lifetime > maxSpan*4:
+		return fmt.Sprintf("lifetime %d", m.Lifetime)
+	case m.Kind == wire.KindSnapshotTomb && m.Req.Node == 0:
+		return "tombstone without a request"
+	// Only a leader of the view it names may ask, and only a leader of
+	// that view's previous view is asked: a stray request must not fence
+	// this node.
+	case m.Kind == wire.KindSnapshotRequest && (!slices.Contains(m.View.Leaders, m.From) ||
+		!slices.Contains(m.View.PrevLeaders, n.cfg.ID) || m.View.PrevEpoch >= m.View.Epoch):
+		return fmt.Sprintf("snapshot request from %d for view %d %v after %d %v", m.From, m.View.Epoch,
+			m.View.Leaders, m.View.PrevEpoch, m.View.PrevLeaders)
+	}
+	return ""
 }
 
 func replicaKind(k wire.Kind) bool {
