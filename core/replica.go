@@ -176,6 +176,14 @@ func (n *Node) onEnter(m wire.Message) {
 	n.send(reply)
 }
 
+// ticketOf is the replica's table of m.Name, its record of m.Req, and
+// whether that record has a ticket.
+func (n *Node) ticketOf(m wire.Message) (*replicaName, *record, bool) {
+	t := n.replicaName(m.Name)
+	r := t.recs[m.Req]
+	return t, r, r != nil && r.entry.Ticket != 0
+}
+
 // onAddTicket stores Req's number durably (ADD_TICKET), if the choosing
 // flag it rests on is still here and the number is above every other.
 func (n *Node) onAddTicket(m wire.Message) {
@@ -213,9 +221,8 @@ func (n *Node) onAddTicket(m wire.Message) {
 func (n *Node) onConfirm(m wire.Message) {
 	reply := n.replyTo(m, wire.KindConfirmAck)
 	reply.Ticket = m.Ticket
-	t := n.replicaName(m.Name)
-	r := t.recs[m.Req]
-	if r == nil || r.entry.Ticket == 0 {
+	t, r, ticketed := n.ticketOf(m)
+	if !ticketed {
 		reply.Reject = true
 	} else {
 		n.exit(t, r, m.Ticket)
@@ -257,10 +264,9 @@ func (n *Node) onRelease(m wire.Message) {
 func (n *Node) onActivate(m wire.Message) {
 	reply := n.replyTo(m, wire.KindActivateAck)
 	reply.Round = m.Round
-	t := n.replicaName(m.Name)
-	r := t.recs[m.Req]
+	t, r, ticketed := n.ticketOf(m)
 	switch {
-	case r == nil || r.entry.Ticket == 0:
+	case !ticketed:
 		reply.Reject = true
 	case m.Round < r.markRound:
 		return // a mark the master has since replaced, arriving late
@@ -276,9 +282,7 @@ func (n *Node) onActivate(m wire.Message) {
 
 func (n *Node) onRenew(m wire.Message) {
 	reply := n.replyTo(m, wire.KindRenewAck)
-	t := n.replicaName(m.Name)
-	r := t.recs[m.Req]
-	if r == nil || r.entry.Ticket == 0 {
+	if _, r, ticketed := n.ticketOf(m); !ticketed {
 		reply.Reject = true
 	} else {
 		r.held = true
