@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
-	"github.com/sluicehq/sluice/election"
 )
 
 var (
@@ -73,7 +72,7 @@ type Config struct {
 type State struct {
 	Durable *core.Durable // never nil
 	// Election is nil if it was never persisted.
-	Election *election.Persisted
+	Election *ElectionRecord
 	// Incarnation: from Open, the new incarnation (1 on a first start);
 	// from Load, the stored one.
 	Incarnation uint32
@@ -89,7 +88,23 @@ type State struct {
 // record if it changed.
 type Batch struct {
 	Writes   []core.Write
-	Election *election.Persisted // nil: unchanged
+	Election *ElectionRecord // nil: unchanged
+}
+
+// ElectionRecord is the election's persistent state ("m:election"). Its
+// fields are election.Persisted's, field for field: the daemon converts one
+// into the other, a conversion that stops compiling if they part. The
+// store keeps its own type because the election sits above it.
+type ElectionRecord struct {
+	Cluster   uint64
+	Bootstrap []wire.NodeID
+	Promised  uint64
+	Accepted  wire.View
+	Valid     wire.View
+	Lives     map[wire.NodeID]wire.Life
+	Confirmed wire.Life
+	Since     []wire.Life
+	Writes    uint64
 }
 
 // Stats counts the writer's work.
