@@ -153,23 +153,9 @@ type Host struct {
 // New starts a host: it listens, joins the membership topic and starts
 // dialing Config.Peers. ctx bounds start-up only.
 func New(ctx context.Context, cfg Config) (*Host, error) {
-	if cfg.Key == nil {
-		return nil, fmt.Errorf("%w: no key", ErrConfig)
-	}
-	if cfg.PSK != nil && len(cfg.PSK) != 32 {
-		return nil, fmt.Errorf("%w: PSK of %d bytes, want 32", ErrConfig, len(cfg.PSK))
-	}
-	if cfg.MaxFrame <= 0 {
-		cfg.MaxFrame = wire.MaxFrameSize + 64
-	}
-	if cfg.QueueLen <= 0 {
-		cfg.QueueLen = defaultQueueLen
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if len(cfg.Listen) == 0 {
-		cfg.Listen = []string{defaultListen}
+	cfg, err := checkConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
 	peers, err := parsePeers(cfg.Peers)
 	if err != nil {
@@ -178,38 +164,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-
-	rm, err := resourceManager()
+	lh, allow, err := startLibp2p(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("p2p: resource manager: %w", err)
-	}
-	opts := []libp2p.Option{
-		libp2p.Identity(cfg.Key),
-		libp2p.ListenAddrStrings(cfg.Listen...),
-		libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.Security(noise.ID, noise.New),
-		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
-		libp2p.ResourceManager(rm),
-		libp2p.DisableRelay(),
-		libp2p.DisableMetrics(), // metrics would register in the global prometheus registry
-		libp2p.Ping(false),
-		libp2p.WithDialTimeout(dialTimeout),
-	}
-	if cfg.PSK != nil {
-		opts = append(opts, libp2p.PrivateNetwork(cfg.PSK))
-	}
-	var allow map[peer.ID]struct{}
-	if len(cfg.AllowList) > 0 {
-		allow = make(map[peer.ID]struct{}, len(cfg.AllowList))
-		for _, p := range cfg.AllowList {
-			allow[p] = struct{}{}
-		}
-		opts = append(opts, libp2p.ConnectionGater(allowGater{allow}))
-	}
-	lh, err := libp2p.New(opts...)
-	if err != nil {
-		rm.Close()
-		return nil, fmt.Errorf("p2p: start libp2p: %w", err)
+		return nil, err
 	}
 
 	hctx, cancel := context.WithCancel(context.Background())
@@ -240,24 +197,92 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		return fail(err)
 	}
 	lh.SetStreamHandler(LockProtocol, h.handleStream)
-	for _, ai := range peers {
-		if ai.ID == lh.ID() {
-			continue // a shared peer list may name this node too
-		}
-		if _, ok := allow[ai.ID]; allow != nil && !ok {
-			h.log.Warn("p2p: configured peer is not on the allow-list, ignored", "peer", ai.ID)
-			continue
-		}
-		// Configured addresses never expire: they are how we find the cluster again.
-		lh.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
-		h.addMember(ai.ID, "", ai.Addrs, false) // AddAddrs never shortens the permanent TTL
-	}
+	h.addConfiguredPeers(peers)
 	h.wg.Add(3)
 	go h.maintain()
 	go h.announce()
 	go h.readAnnouncements()
 	h.poke()
 	return h, nil
+}
+
+// checkConfig refuses a config New cannot run with and fills in the
+// defaults.
+func checkConfig(cfg Config) (Config, error) {
+	if cfg.Key == nil {
+		return cfg, fmt.Errorf("%w: no key", ErrConfig)
+	}
+	if cfg.PSK != nil && len(cfg.PSK) != 32 {
+		return cfg, fmt.Errorf("%w: PSK of %d bytes, want 32", ErrConfig, len(cfg.PSK))
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = wire.MaxFrameSize + 64
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = defaultQueueLen
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Listen) == 0 {
+		cfg.Listen = []string{defaultListen}
+	}
+	return cfg, nil
+}
+
+// startLibp2p starts the libp2p host of cfg and returns it with its
+// allow-list (nil: every peer allowed).
+func startLibp2p(cfg Config) (host.Host, map[peer.ID]struct{}, error) {
+	rm, err := resourceManager()
+	if err != nil {
+		return nil, nil, fmt.Errorf("p2p: resource manager: %w", err)
+	}
+	opts := []libp2p.Option{
+		libp2p.Identity(cfg.Key),
+		libp2p.ListenAddrStrings(cfg.Listen...),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Security(noise.ID, noise.New),
+		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
+		libp2p.ResourceManager(rm),
+		libp2p.DisableRelay(),
+		libp2p.DisableMetrics(), // metrics would register in the global prometheus registry
+		libp2p.Ping(false),
+		libp2p.WithDialTimeout(dialTimeout),
+	}
+	if cfg.PSK != nil {
+		opts = append(opts, libp2p.PrivateNetwork(cfg.PSK))
+	}
+	var allow map[peer.ID]struct{}
+	if len(cfg.AllowList) > 0 {
+		allow = make(map[peer.ID]struct{}, len(cfg.AllowList))
+		for _, p := range cfg.AllowList {
+			allow[p] = struct{}{}
+		}
+		opts = append(opts, libp2p.ConnectionGater(allowGater{allow}))
+	}
+	lh, err := libp2p.New(opts...)
+	if err != nil {
+		rm.Close()
+		return nil, nil, fmt.Errorf("p2p: start libp2p: %w", err)
+	}
+	return lh, allow, nil
+}
+
+// addConfiguredPeers makes members of the configured peers, but not of
+// this node or of peers off the allow-list.
+func (h *Host) addConfiguredPeers(peers []peer.AddrInfo) {
+	for _, ai := range peers {
+		if ai.ID == h.host.ID() {
+			continue // a shared peer list may name this node too
+		}
+		if _, ok := h.allow[ai.ID]; h.allow != nil && !ok {
+			h.log.Warn("p2p: configured peer is not on the allow-list, ignored", "peer", ai.ID)
+			continue
+		}
+		// Configured addresses never expire: they are how we find the cluster again.
+		h.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+		h.addMember(ai.ID, "", ai.Addrs, false) // AddAddrs never shortens the permanent TTL
+	}
 }
 
 func parsePeers(addrs []string) ([]peer.AddrInfo, error) {

@@ -121,44 +121,18 @@ func (h *Host) writeLoop(m *member) {
 		case f = <-m.queue:
 		}
 		if s == nil {
-			h.stats.dials.Add(1)
-			ctx, cancel := context.WithTimeout(h.ctx, streamTimeout)
-			st, err := h.host.NewStream(ctx, m.id, LockProtocol)
-			cancel()
+			st, err := h.openLockStream(m)
 			if err != nil {
-				h.stats.dialFailures.Add(1)
-				// The peer is unreachable: what is queued is stale by the
-				// time it comes back, and the core retransmits what matters.
-				h.stats.dropped.Add(1 + drain(m.queue))
-				if h.ctx.Err() == nil {
-					h.log.Debug("p2p: open lock stream failed", "peer", m.id, "err", err)
-				}
 				if !h.sleep(bo.next()) {
 					return
 				}
 				continue
 			}
-			// We never read this stream; tell the peer so.
-			_ = st.CloseRead()
 			s = st
 			bw.Reset(s)
 		}
 		_ = s.SetWriteDeadline(time.Now().Add(writeTimeout))
-		n := uint64(1)
-		_, err := bw.Write(f)
-	batch:
-		for err == nil && bw.Buffered() < writerBatch {
-			select {
-			case f = <-m.queue:
-				n++
-				_, err = bw.Write(f)
-			default:
-				break batch
-			}
-		}
-		if err == nil {
-			err = bw.Flush()
-		}
+		n, err := writeBatch(bw, f, m.queue)
 		if err == nil {
 			h.stats.framesOut.Add(n)
 			bo.reset()
@@ -175,6 +149,49 @@ func (h *Host) writeLoop(m *member) {
 			return
 		}
 	}
+}
+
+// openLockStream opens the outbound lock stream to m. When that fails it
+// drops the frame in hand and the queue behind it: the peer is unreachable,
+// what is queued is stale by the time it comes back, and the core
+// retransmits what matters.
+func (h *Host) openLockStream(m *member) (network.Stream, error) {
+	h.stats.dials.Add(1)
+	ctx, cancel := context.WithTimeout(h.ctx, streamTimeout)
+	st, err := h.host.NewStream(ctx, m.id, LockProtocol)
+	cancel()
+	if err != nil {
+		h.stats.dialFailures.Add(1)
+		h.stats.dropped.Add(1 + drain(m.queue))
+		if h.ctx.Err() == nil {
+			h.log.Debug("p2p: open lock stream failed", "peer", m.id, "err", err)
+		}
+		return nil, err
+	}
+	// We never read this stream; tell the peer so.
+	_ = st.CloseRead()
+	return st, nil
+}
+
+// writeBatch writes f and the frames queued behind it, until writerBatch
+// bytes are buffered, with one flush; it returns how many frames it took.
+func writeBatch(bw *bufio.Writer, f []byte, queue chan []byte) (uint64, error) {
+	n := uint64(1)
+	_, err := bw.Write(f)
+batch:
+	for err == nil && bw.Buffered() < writerBatch {
+		select {
+		case f = <-queue:
+			n++
+			_, err = bw.Write(f)
+		default:
+			break batch
+		}
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	return n, err
 }
 
 // drain empties q without blocking and returns how many frames it dropped.
@@ -223,43 +240,12 @@ func (h *Host) handleStream(s network.Stream) {
 	br := bufio.NewReaderSize(s, writerBatch)
 	var buf []byte
 	for {
-		n, err := h.readLen(br)
-		if err != nil {
-			switch {
-			case errors.Is(err, errOversized):
-				h.stats.oversized.Add(1)
-				h.reset(s, "oversized frame", remote)
-			case errors.Is(err, errBadLength):
-				h.stats.malformed.Add(1)
-				h.reset(s, "malformed frame length", remote)
-			case errors.Is(err, io.EOF):
-				_ = s.Close() // the peer closed its side cleanly
-			default:
-				_ = s.Reset()
-			}
-			return
-		}
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
-		// A peer that announced a body must deliver it; the deadline costs a
-		// timer, so only pay it when the body is not buffered already.
-		timed := br.Buffered() < n
-		if timed {
-			_ = s.SetReadDeadline(time.Now().Add(bodyTimeout))
-		}
-		if _, err := io.ReadFull(br, buf); err != nil {
-			_ = s.Reset()
-			return
-		}
-		if timed {
-			_ = s.SetReadDeadline(time.Time{})
-		}
-		msg, err := wire.Decode(buf)
-		if err != nil {
-			h.stats.malformed.Add(1)
-			h.reset(s, "malformed frame", remote)
+		var (
+			msg wire.Message
+			ok  bool
+		)
+		msg, buf, ok = h.readFrame(s, br, buf)
+		if !ok {
 			return
 		}
 		msg.From = from // the authenticated sender, whatever the frame says
@@ -270,6 +256,59 @@ func (h *Host) handleStream(s network.Stream) {
 			_ = s.Reset()
 			return
 		}
+	}
+}
+
+// readFrame reads and decodes the next frame of s, in buf (grown when it
+// is too small; the grown one is returned for the next frame). When the
+// stream ends or the frame is bad it closes or resets s and returns false.
+func (h *Host) readFrame(s network.Stream, br *bufio.Reader, buf []byte) (wire.Message, []byte, bool) {
+	n, err := h.readLen(br)
+	if err != nil {
+		h.endOnLength(s, err)
+		return wire.Message{}, buf, false
+	}
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	// A peer that announced a body must deliver it; the deadline costs a
+	// timer, so only pay it when the body is not buffered already.
+	timed := br.Buffered() < n
+	if timed {
+		_ = s.SetReadDeadline(time.Now().Add(bodyTimeout))
+	}
+	if _, err := io.ReadFull(br, buf); err != nil {
+		_ = s.Reset()
+		return wire.Message{}, buf, false
+	}
+	if timed {
+		_ = s.SetReadDeadline(time.Time{})
+	}
+	msg, err := wire.Decode(buf)
+	if err != nil {
+		h.stats.malformed.Add(1)
+		h.reset(s, "malformed frame", s.Conn().RemotePeer())
+		return wire.Message{}, buf, false
+	}
+	return msg, buf, true
+}
+
+// endOnLength ends s after readLen failed with err: a clean end of the
+// stream closes it, anything else resets it.
+func (h *Host) endOnLength(s network.Stream, err error) {
+	remote := s.Conn().RemotePeer()
+	switch {
+	case errors.Is(err, errOversized):
+		h.stats.oversized.Add(1)
+		h.reset(s, "oversized frame", remote)
+	case errors.Is(err, errBadLength):
+		h.stats.malformed.Add(1)
+		h.reset(s, "malformed frame length", remote)
+	case errors.Is(err, io.EOF):
+		_ = s.Close() // the peer closed its side cleanly
+	default:
+		_ = s.Reset()
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
-	"github.com/sluicehq/sluice/election"
 )
 
 // version is the first byte of every value.
@@ -209,7 +208,7 @@ func decodeLed(k, v []byte) (core.View, error) {
 	return view, nil
 }
 
-func encodeElection(p *election.Persisted) []byte {
+func encodeElection(p *ElectionRecord) []byte {
 	b := binary.AppendUvarint([]byte{electionV3}, p.Cluster)
 	b = appendNodes(b, p.Bootstrap)
 	b = binary.AppendUvarint(b, p.Promised)
@@ -234,10 +233,10 @@ func encodeElection(p *election.Persisted) []byte {
 	return binary.AppendUvarint(b, p.Writes)
 }
 
-func decodeElection(k, v []byte) (*election.Persisted, error) {
+func decodeElection(k, v []byte) (*ElectionRecord, error) {
 	r := reader{k: k, b: v}
 	ver := r.versionOf(electionV1, electionV2, electionV3)
-	p := &election.Persisted{}
+	p := &ElectionRecord{}
 	if ver >= electionV2 {
 		p.Cluster = r.uvarint()
 		p.Bootstrap = r.nodes()
@@ -363,15 +362,15 @@ func (r *reader) nodes() []wire.NodeID {
 
 // lives reads the lives of an election record: node ids strictly
 // increasing, so that a record has one encoding and no node twice.
-func (r *reader) life() election.Life {
+func (r *reader) life() wire.Life {
 	inc, nonce := r.uvarint(), r.uvarint()
 	if inc > math.MaxUint32 {
 		r.fail("incarnation over 32 bits")
 	}
-	return election.Life{Incarnation: uint32(inc), Nonce: nonce}
+	return wire.Life{Incarnation: uint32(inc), Nonce: nonce}
 }
 
-func (r *reader) lives() map[wire.NodeID]election.Life {
+func (r *reader) lives() map[wire.NodeID]wire.Life {
 	n := r.uvarint()
 	// Each life takes at least three bytes: see nodes.
 	if n > uint64(len(r.b))/3 {
@@ -381,7 +380,7 @@ func (r *reader) lives() map[wire.NodeID]election.Life {
 	if n == 0 {
 		return nil
 	}
-	lives := make(map[wire.NodeID]election.Life, n)
+	lives := make(map[wire.NodeID]wire.Life, n)
 	var last wire.NodeID
 	for i := range n {
 		id := wire.NodeID(r.uvarint())
@@ -397,7 +396,7 @@ func (r *reader) lives() map[wire.NodeID]election.Life {
 			r.fail("incarnation over 32 bits")
 			return nil
 		}
-		lives[id], last = election.Life{Incarnation: uint32(inc), Nonce: nonce}, id
+		lives[id], last = wire.Life{Incarnation: uint32(inc), Nonce: nonce}, id
 	}
 	return lives
 }

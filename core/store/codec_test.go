@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
-	"github.com/sluicehq/sluice/election"
 )
 
 // TestCodecRoundTrip: every field survives encoding, and keys parse back to
@@ -46,7 +45,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		// The first version, as records written before it changed hold
 		// them, loads with the fields it lacked empty.
 		got, err = decodeElection(keyElection, encodeElectionV1(p))
-		old := &election.Persisted{Promised: p.Promised, Accepted: p.Accepted, Valid: p.Valid}
+		old := &ElectionRecord{Promised: p.Promised, Accepted: p.Accepted, Valid: p.Valid}
 		old.Accepted.Members, old.Accepted.PrevMembers, old.Valid.Members, old.Valid.PrevMembers = nil, nil, nil, nil
 		if err != nil || !reflect.DeepEqual(normalElection(got), normalElection(old)) {
 			t.Fatalf("election version 1 %+v: got %+v, %v", old, got, err)
@@ -55,7 +54,7 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 // encodeElectionV1 is the encoding of the election record before version 2.
-func encodeElectionV1(p *election.Persisted) []byte {
+func encodeElectionV1(p *ElectionRecord) []byte {
 	b := binary.AppendUvarint([]byte{1}, p.Promised)
 	a, v := p.Accepted, p.Valid
 	b = appendView(b, a.Epoch, a.Leaders, a.PrevEpoch, a.PrevLeaders)
@@ -67,7 +66,7 @@ func encodeElectionV1(p *election.Persisted) []byte {
 func TestElectionVersions(t *testing.T) {
 	v1 := []byte{1, 4, 3, 2, 1, 2, 1, 1, 5, 2, 1, 7, 0, 0}
 	got, err := decodeElection(keyElection, v1)
-	want := &election.Persisted{Promised: 4,
+	want := &ElectionRecord{Promised: 4,
 		Accepted: wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 2}, PrevEpoch: 1, PrevLeaders: []wire.NodeID{5}},
 		Valid:    wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}
 	if err != nil || !reflect.DeepEqual(got, want) {
@@ -76,7 +75,7 @@ func TestElectionVersions(t *testing.T) {
 	want.Cluster, want.Bootstrap = 300, []wire.NodeID{1, 2, 5}
 	want.Accepted.Members, want.Accepted.PrevMembers = []wire.NodeID{1, 2, 5}, []wire.NodeID{1, 2, 5}
 	want.Valid.Members, want.Valid.PrevMembers = []wire.NodeID{7}, []wire.NodeID{1, 2, 5}
-	want.Lives = map[wire.NodeID]election.Life{5: {Incarnation: 2, Nonce: 9}, 1: {Incarnation: 1, Nonce: 128}}
+	want.Lives = map[wire.NodeID]wire.Life{5: {Incarnation: 2, Nonce: 9}, 1: {Incarnation: 1, Nonce: 128}}
 	v2 := []byte{2, 0xac, 0x02, 3, 1, 2, 5, 4,
 		3, 2, 1, 2, 1, 1, 5, 3, 1, 2, 5, 3, 1, 2, 5,
 		2, 1, 7, 0, 0, 1, 7, 3, 1, 2, 5,
@@ -84,7 +83,7 @@ func TestElectionVersions(t *testing.T) {
 	if got, err := decodeElection(keyElection, v2); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("version 2: got %+v, %v", got, err)
 	}
-	want.Confirmed, want.Since = election.Life{Incarnation: 2, Nonce: 9}, []election.Life{{Incarnation: 3, Nonce: 1}, {Incarnation: 4, Nonce: 200}}
+	want.Confirmed, want.Since = wire.Life{Incarnation: 2, Nonce: 9}, []wire.Life{{Incarnation: 3, Nonce: 1}, {Incarnation: 4, Nonce: 200}}
 	want.Writes = 300
 	v3 := append(append([]byte{3}, v2[1:]...), 2, 9, 2, 3, 1, 4, 0xc8, 0x01, 0xac, 0x02)
 	if enc := encodeElection(want); !bytes.Equal(enc, v3) {
@@ -130,11 +129,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add(ticketKey("a\x00b", wire.RequestID{Node: 1, Seq: 2}), encodeTicket(wire.Entry{Ticket: 3, Mode: 1, State: 2, Active: true}, -4))
 	f.Add(highKey("\x00"), encodeUint(9))
 	f.Add(ledKey(5), encodeLed(core.View{Epoch: 5, Leaders: []wire.NodeID{1, 2}, PrevLeaders: []wire.NodeID{3}}))
-	f.Add(keyElection, encodeElection(&election.Persisted{Promised: 4, Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}))
-	f.Add(keyElection, encodeElection(&election.Persisted{Cluster: 9, Bootstrap: []wire.NodeID{1, 7}, Promised: 4,
+	f.Add(keyElection, encodeElection(&ElectionRecord{Promised: 4, Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}))
+	f.Add(keyElection, encodeElection(&ElectionRecord{Cluster: 9, Bootstrap: []wire.NodeID{1, 7}, Promised: 4,
 		Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}, Members: []wire.NodeID{1, 7}, PrevMembers: []wire.NodeID{1}},
-		Lives: map[wire.NodeID]election.Life{1: {Incarnation: 3, Nonce: 1 << 60}, 7: {Incarnation: 1}}}))
-	f.Add(keyElection, encodeElectionV1(&election.Persisted{Promised: 4, Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}))
+		Lives: map[wire.NodeID]wire.Life{1: {Incarnation: 3, Nonce: 1 << 60}, 7: {Incarnation: 1}}}))
+	f.Add(keyElection, encodeElectionV1(&ElectionRecord{Promised: 4, Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}))
 	f.Add([]byte("n\x00"), []byte{1, 0x80})
 	f.Fuzz(func(t *testing.T, k, v []byte) {
 		check := func(err error) {

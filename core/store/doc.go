@@ -1,5 +1,6 @@
 // Package store keeps a node's durable state in Badger v4: the lock table of
-// core.Durable, the election's Persisted record and the node's incarnation.
+// core.Durable, the election's record (ElectionRecord, election.Persisted as
+// the store keeps it) and the node's incarnation.
 //
 // Contract:
 //   - Open loads everything in one transaction, bumps the stored incarnation
@@ -48,7 +49,7 @@
 //	"m:inc"                                the incarnation of the last Open
 //	"m:age"                                transactions that changed the store
 //	"m:identity"                           the node id the store belongs to
-//	"m:election"                           election.Persisted
+//	"m:election"                           ElectionRecord
 //
 // Numbers in keys are big-endian so that key order is numeric order. Names
 // are arbitrary bytes, so each 0x00 of a name is stored as 0x00 0xFF and the

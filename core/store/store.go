@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
-	"github.com/sluicehq/sluice/election"
 )
 
 var (
@@ -73,7 +72,7 @@ type Config struct {
 type State struct {
 	Durable *core.Durable // never nil
 	// Election is nil if it was never persisted.
-	Election *election.Persisted
+	Election *ElectionRecord
 	// Incarnation: from Open, the new incarnation (1 on a first start);
 	// from Load, the stored one.
 	Incarnation uint32
@@ -89,7 +88,23 @@ type State struct {
 // record if it changed.
 type Batch struct {
 	Writes   []core.Write
-	Election *election.Persisted // nil: unchanged
+	Election *ElectionRecord // nil: unchanged
+}
+
+// ElectionRecord is the election's persistent state ("m:election"). Its
+// fields are election.Persisted's, field for field: the daemon converts one
+// into the other, a conversion that stops compiling if they part. The
+// store keeps its own type because the election sits above it.
+type ElectionRecord struct {
+	Cluster   uint64
+	Bootstrap []wire.NodeID
+	Promised  uint64
+	Accepted  wire.View
+	Valid     wire.View
+	Lives     map[wire.NodeID]wire.Life
+	Confirmed wire.Life
+	Since     []wire.Life
+	Writes    uint64
 }
 
 // Stats counts the writer's work.
@@ -148,55 +163,15 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, State{}, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	maxBatch := cfg.MaxBatch
-	if maxBatch <= 0 {
-		maxBatch = defaultMaxBatch
-	}
-	minFree := cfg.MinFree
-	if minFree == 0 {
-		minFree = defaultMinFree
-	}
-	if cfg.InMemory {
-		minFree = 0
-	}
-	var opts badger.Options
+	cfg = withDefaults(cfg)
 	path := "(in memory)"
-	if cfg.InMemory {
-		opts = badger.DefaultOptions("").WithInMemory(true)
-	} else {
-		if cfg.Dir == "" {
-			return nil, State{}, errors.New("store: Config.Dir is required unless InMemory")
-		}
-		path = filepath.Join(cfg.Dir, "badger")
-		if err := os.MkdirAll(path, 0o700); err != nil {
-			return nil, State{}, fmt.Errorf("store: open %s: %w", path, err)
-		}
-		opts = badger.DefaultOptions(path).WithSyncWrites(true)
-		if minFree > 0 {
-			if free, err := freeSpace(path); err == nil && free >= 0 && free < minFree {
-				return nil, State{}, fmt.Errorf("%w: %s: disk nearly full: %d bytes free, the store keeps %d free",
-					ErrFailed, path, free, minFree)
-			}
+	if !cfg.InMemory {
+		var err error
+		if path, err = prepareDir(cfg.Dir, cfg.MinFree); err != nil {
+			return nil, State{}, err
 		}
 	}
-	opts = opts.WithLogger(badgerLogger{log}).
-		// One writer goroutine does every update: nothing can conflict.
-		WithDetectConflicts(false).
-		// The lock table is small: 16 MiB memtables (default 64) bound
-		// memory and restart replay, and still fit thousands of writes
-		// per transaction (Badger allows 15% of a memtable).
-		WithMemTableSize(16 << 20).
-		// Values are tiny and all stay in the LSM tree (below
-		// ValueThreshold); the value log file, mapped at twice its size,
-		// need not be the default 1 GiB.
-		WithValueLogFileSize(16 << 20).
-		WithBlockCacheSize(32 << 20)
-
-	db, err := openBadger(opts, path)
+	db, err := openBadger(badgerOptions(cfg, path), path)
 	if err != nil {
 		return nil, State{}, err
 	}
@@ -210,19 +185,79 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 	}
 	s := &Store{
 		db:        db,
-		log:       log,
+		log:       cfg.Logger,
 		path:      path,
-		maxBatch:  maxBatch,
-		minFree:   minFree,
+		maxBatch:  cfg.MaxBatch,
+		minFree:   cfg.MinFree,
 		freeSpace: freeSpace,
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		age:       st.Age,
 	}
 	go s.run()
-	log.Info("store opened", "path", path, "identity", st.Identity, "incarnation", st.Incarnation,
+	s.log.Info("store opened", "path", path, "identity", st.Identity, "incarnation", st.Incarnation,
 		"names", len(st.Durable.HighWater), "fence", st.Durable.Fence, "complete", st.Durable.Complete)
 	return s, st, nil
+}
+
+// withDefaults fills in Logger, MaxBatch and MinFree; in memory MinFree is
+// 0, no check: there is no disk to fill.
+func withDefaults(cfg Config) Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = defaultMaxBatch
+	}
+	if cfg.MinFree == 0 {
+		cfg.MinFree = defaultMinFree
+	}
+	if cfg.InMemory {
+		cfg.MinFree = 0
+	}
+	return cfg
+}
+
+// prepareDir creates Badger's directory under dir and returns it. It
+// refuses a disk with less than minFree bytes free (minFree > 0): Badger
+// would die of SIGBUS filling it (see Config.MinFree).
+func prepareDir(dir string, minFree int64) (string, error) {
+	if dir == "" {
+		return "", errors.New("store: Config.Dir is required unless InMemory")
+	}
+	path := filepath.Join(dir, "badger")
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return "", fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if minFree > 0 {
+		if free, err := freeSpace(path); err == nil && free >= 0 && free < minFree {
+			return "", fmt.Errorf("%w: %s: disk nearly full: %d bytes free, the store keeps %d free",
+				ErrFailed, path, free, minFree)
+		}
+	}
+	return path, nil
+}
+
+// badgerOptions are Badger's options for the store at path.
+func badgerOptions(cfg Config, path string) badger.Options {
+	var opts badger.Options
+	if cfg.InMemory {
+		opts = badger.DefaultOptions("").WithInMemory(true)
+	} else {
+		opts = badger.DefaultOptions(path).WithSyncWrites(true)
+	}
+	return opts.WithLogger(badgerLogger{cfg.Logger}).
+		// One writer goroutine does every update: nothing can conflict.
+		WithDetectConflicts(false).
+		// The lock table is small: 16 MiB memtables (default 64) bound
+		// memory and restart replay, and still fit thousands of writes
+		// per transaction (Badger allows 15% of a memtable).
+		WithMemTableSize(16 << 20).
+		// Values are tiny and all stay in the LSM tree (below
+		// ValueThreshold); the value log file, mapped at twice its size,
+		// need not be the default 1 GiB.
+		WithValueLogFileSize(16 << 20).
+		WithBlockCacheSize(32 << 20)
 }
 
 // openBadger turns a Badger panic on a damaged directory into an error:

@@ -25,7 +25,6 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
-	"github.com/sluicehq/sluice/election"
 )
 
 // childEnv makes the test binary a child that opens the store in the
@@ -126,8 +125,8 @@ func randWrite(r *rand.Rand) core.Write {
 	return w
 }
 
-func randElection(r *rand.Rand) *election.Persisted {
-	p := &election.Persisted{Cluster: r.Uint64() >> r.IntN(64), Bootstrap: randNodes(r), Promised: r.Uint64()}
+func randElection(r *rand.Rand) *ElectionRecord {
+	p := &ElectionRecord{Cluster: r.Uint64() >> r.IntN(64), Bootstrap: randNodes(r), Promised: r.Uint64()}
 	a, v := randView(r), randView(r)
 	p.Accepted = wire.View{Epoch: a.Epoch, Leaders: a.Leaders, PrevEpoch: a.PrevEpoch, PrevLeaders: a.PrevLeaders,
 		Members: randNodes(r), PrevMembers: randNodes(r)}
@@ -136,21 +135,21 @@ func randElection(r *rand.Rand) *election.Persisted {
 	switch n := r.IntN(6); n {
 	case 0:
 	case 1:
-		p.Lives = map[wire.NodeID]election.Life{} // loads as nil: compared normalized
+		p.Lives = map[wire.NodeID]wire.Life{} // loads as nil: compared normalized
 	default:
-		p.Lives = map[wire.NodeID]election.Life{}
+		p.Lives = map[wire.NodeID]wire.Life{}
 		for range n {
 			id := wire.NodeID(r.Uint64() >> r.IntN(64))
-			p.Lives[id] = election.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)}
+			p.Lives[id] = wire.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)}
 		}
 		if r.IntN(4) == 0 { // the extremes
-			p.Lives[0] = election.Life{}
-			p.Lives[math.MaxUint64] = election.Life{Incarnation: math.MaxUint32, Nonce: math.MaxUint64}
+			p.Lives[0] = wire.Life{}
+			p.Lives[math.MaxUint64] = wire.Life{Incarnation: math.MaxUint32, Nonce: math.MaxUint64}
 		}
 	}
-	p.Confirmed = election.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)}
+	p.Confirmed = wire.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)}
 	for range r.IntN(4) {
-		p.Since = append(p.Since, election.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)})
+		p.Since = append(p.Since, wire.Life{Incarnation: r.Uint32() >> r.IntN(32), Nonce: r.Uint64() >> r.IntN(64)})
 	}
 	p.Writes = r.Uint64() >> r.IntN(64)
 	return p
@@ -166,7 +165,7 @@ func normal(d *core.Durable) *core.Durable {
 	return c
 }
 
-func normalElection(p *election.Persisted) *election.Persisted {
+func normalElection(p *ElectionRecord) *ElectionRecord {
 	if p == nil {
 		return nil
 	}
@@ -189,7 +188,7 @@ func nilEmpty(ids []wire.NodeID) []wire.NodeID {
 	return slices.Clone(ids)
 }
 
-func checkState(t *testing.T, what string, got State, want *core.Durable, wantElection *election.Persisted, wantInc uint32) {
+func checkState(t *testing.T, what string, got State, want *core.Durable, wantElection *ElectionRecord, wantInc uint32) {
 	t.Helper()
 	if !reflect.DeepEqual(normal(got.Durable), normal(want)) {
 		t.Fatalf("%s: durable state differs\n got: %+v\nwant: %+v", what, got.Durable, want)
@@ -248,7 +247,7 @@ func TestMatchesDurableApply(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 0x5eed))
 			dir := t.TempDir()
 			want := core.NewDurable()
-			var wantElection *election.Persisted
+			var wantElection *ElectionRecord
 			s, st := open(t, Config{Dir: dir, MaxBatch: 1 + r.IntN(64)})
 			checkState(t, "first open", st, want, nil, 1)
 			for round := range rounds {
@@ -398,7 +397,7 @@ func TestCorruptValue(t *testing.T) {
 		{"led view epoch mismatch", ledKey(3), encodeLed(core.View{Epoch: 4})},
 		{"led view huge leader count", ledKey(3), []byte{1, 3, 0xff, 0xff, 0x03}},
 		{"led key length", []byte("l\x00\x00"), encodeLed(core.View{})},
-		{"election truncated", keyElection, encodeElection(&election.Persisted{Promised: 3})[:3]},
+		{"election truncated", keyElection, encodeElection(&ElectionRecord{Promised: 3})[:3]},
 		{"unknown key", []byte("x"), []byte{1}},
 	}
 	for _, c := range cases {
@@ -901,7 +900,7 @@ func TestIdentityAdopted(t *testing.T) {
 	if st.Identity != 0 {
 		t.Fatalf("identity %d recorded without one", st.Identity)
 	}
-	p := &election.Persisted{Promised: 6, Accepted: wire.View{Epoch: 6, Leaders: []wire.NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []wire.NodeID{1}}}
+	p := &ElectionRecord{Promised: 6, Accepted: wire.View{Epoch: 6, Leaders: []wire.NodeID{1, 2, 3}, PrevEpoch: 2, PrevLeaders: []wire.NodeID{1}}}
 	p.Valid = p.Accepted
 	must(t, s.db.Update(func(txn *badger.Txn) error { return txn.Set(keyElection, encodeElectionV1(p)) }))
 	must(t, s.Close())

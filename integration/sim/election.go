@@ -269,6 +269,33 @@ type electionSim struct {
 // unless too few healthy members are left for a majority or to lead
 // (counted in NoQuorum). LeaveOut leaves out the known gaps (see Gap).
 func RunElection(o ElectionOptions) (ElectionResult, error) {
+	s := newElectionSim(o)
+	for i, n := range s.nodes {
+		if n.startAt == 0 {
+			s.start(i)
+		}
+	}
+	s.runTicks()
+	if s.fail == nil {
+		s.settled(s.settle)
+	}
+	if s.fail != nil {
+		return s.res, s.fail
+	}
+	for i := range s.nodes {
+		s.stop(i)
+	}
+	for _, vs := range s.valid {
+		s.res.ValidViews += len(vs)
+	}
+	return s.res, nil
+}
+
+// newElectionSim sets up the world of o, nothing started yet: the
+// bootstrap members (some off), the joiners and when they start, the
+// stray node, and whether links stay slow while the cluster settles. The
+// seeded PRNG draws in this order; a change to it changes every seed's run.
+func newElectionSim(o ElectionOptions) *electionSim {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0xe1ec7))
 	if o.Nodes <= 0 {
 		o.Nodes = 3 + rng.IntN(5)
@@ -313,20 +340,20 @@ func RunElection(o ElectionOptions) (ElectionResult, error) {
 		s.res.Stray++
 	}
 	s.slowSettle = !o.NoSlowLinks && rng.IntN(5) == 0
-	settle := o.SettleTicks
+	s.settle = o.SettleTicks
 	if s.slowSettle {
 		// Rounds that run out double their time, from RetryTicks (15) up:
 		// on links this slow an election takes some 500 ticks.
-		settle *= 3
+		s.settle *= 3
 		s.res.SlowSettle++
 	}
-	s.settle = settle
-	for i, n := range s.nodes {
-		if n.startAt == 0 {
-			s.start(i)
-		}
-	}
-	for s.tick = 1; s.tick <= o.FaultTicks+settle && s.fail == nil; s.tick++ {
+	return s
+}
+
+// runTicks runs the faults, then the settling, until a failure.
+func (s *electionSim) runTicks() {
+	o := s.o
+	for s.tick = 1; s.tick <= o.FaultTicks+s.settle && s.fail == nil; s.tick++ {
 		if s.tick <= o.FaultTicks {
 			s.world()
 		} else if s.tick == o.FaultTicks+1 {
@@ -343,19 +370,6 @@ func RunElection(o ElectionOptions) (ElectionResult, error) {
 			}
 		}
 	}
-	if s.fail == nil {
-		s.settled(settle)
-	}
-	if s.fail != nil {
-		return s.res, s.fail
-	}
-	for i := range s.nodes {
-		s.stop(i)
-	}
-	for _, vs := range s.valid {
-		s.res.ValidViews += len(vs)
-	}
-	return s.res, nil
 }
 
 func (s *electionSim) add(k nodeKind) *electionNode {
@@ -533,6 +547,7 @@ func (s *electionSim) world() {
 	}
 }
 
+// network draws at most one fault of the machines and links per tick.
 func (s *electionSim) network() {
 	down, running := 0, 0
 	for _, n := range s.nodes {
@@ -545,62 +560,82 @@ func (s *electionSim) network() {
 	}
 	switch {
 	case s.rng.Float64() < 0.01 && down < running/2:
-		i := s.rng.IntN(len(s.nodes))
-		if n := s.nodes[i]; n.e != nil {
-			s.stop(i)
-			s.res.Crashes++
-			s.tracef("node %d crashes", i+1)
-			if s.o.LeaveOut&GapLostStoreRestarts != 0 && s.lost(n) {
-				s.replaceLater(i) // it will not start again: the runbook
-			}
-		}
+		s.crashOne()
 	case down > 0 && s.rng.Float64() < 0.03:
-		// A machine comes back, stale or not: nothing stops a reboot.
-		for i, n := range s.nodes {
-			if n.e == nil && n.started && !n.retired && !(s.o.LeaveOut&GapLostStoreRestarts != 0 && s.lost(n)) {
-				s.start(i)
-				break
-			}
-		}
+		s.restartOne()
 	case s.rng.Float64() < 0.005:
-		// A clean partition: a random side against the rest.
-		side := make([]bool, len(s.nodes))
-		for i := range side {
-			side[i] = s.rng.IntN(2) == 0
-		}
-		for a := range s.nodes {
-			for b := range s.nodes {
-				if side[a] != side[b] {
-					s.cut[[2]int{a, b}] = true
-				}
-			}
-		}
-		s.tracef("partition %v", side)
+		s.partition()
 	case s.rng.Float64() < 0.02:
 		// One link goes down one way: connectivity stops being transitive.
 		a, b := s.rng.IntN(len(s.nodes)), s.rng.IntN(len(s.nodes))
 		s.cut[[2]int{a, b}] = true
 		s.tracef("link %d->%d cut", a+1, b+1)
 	case !s.o.NoSlowLinks && s.rng.Float64() < 0.01:
-		// Slow links: one link one way, or every link of one node, get
-		// up to three times RetryTicks (15) of extra delay for a while.
-		sl := slowLink{extra: 15 + s.rng.Int64N(31), until: s.tick + 50 + s.rng.Int64N(200)}
-		a := s.rng.IntN(len(s.nodes))
-		if s.rng.IntN(3) == 0 {
-			for b := range s.nodes {
-				s.slow[[2]int{a, b}], s.slow[[2]int{b, a}] = sl, sl
-			}
-			s.tracef("node %d slow (+%d) until t%d", a+1, sl.extra, sl.until)
-		} else {
-			b := s.rng.IntN(len(s.nodes))
-			s.slow[[2]int{a, b}] = sl
-			s.tracef("link %d->%d slow (+%d) until t%d", a+1, b+1, sl.extra, sl.until)
-		}
-		s.res.SlowLinks++
+		s.slowDown()
 	case len(s.cut) > 0 && s.rng.Float64() < 0.03:
 		clear(s.cut)
 		s.tracef("heal")
 	}
+}
+
+// crashOne crashes a random node, if it is up.
+func (s *electionSim) crashOne() {
+	i := s.rng.IntN(len(s.nodes))
+	n := s.nodes[i]
+	if n.e == nil {
+		return
+	}
+	s.stop(i)
+	s.res.Crashes++
+	s.tracef("node %d crashes", i+1)
+	if s.o.LeaveOut&GapLostStoreRestarts != 0 && s.lost(n) {
+		s.replaceLater(i) // it will not start again: the runbook
+	}
+}
+
+// restartOne brings the first machine that is down back, stale or not:
+// nothing stops a reboot.
+func (s *electionSim) restartOne() {
+	for i, n := range s.nodes {
+		if n.e == nil && n.started && !n.retired && !(s.o.LeaveOut&GapLostStoreRestarts != 0 && s.lost(n)) {
+			s.start(i)
+			return
+		}
+	}
+}
+
+// partition cuts a clean partition: a random side against the rest.
+func (s *electionSim) partition() {
+	side := make([]bool, len(s.nodes))
+	for i := range side {
+		side[i] = s.rng.IntN(2) == 0
+	}
+	for a := range s.nodes {
+		for b := range s.nodes {
+			if side[a] != side[b] {
+				s.cut[[2]int{a, b}] = true
+			}
+		}
+	}
+	s.tracef("partition %v", side)
+}
+
+// slowDown makes one link one way, or every link of one node, slow: up to
+// three times RetryTicks (15) of extra delay for a while.
+func (s *electionSim) slowDown() {
+	sl := slowLink{extra: 15 + s.rng.Int64N(31), until: s.tick + 50 + s.rng.Int64N(200)}
+	a := s.rng.IntN(len(s.nodes))
+	if s.rng.IntN(3) == 0 {
+		for b := range s.nodes {
+			s.slow[[2]int{a, b}], s.slow[[2]int{b, a}] = sl, sl
+		}
+		s.tracef("node %d slow (+%d) until t%d", a+1, sl.extra, sl.until)
+	} else {
+		b := s.rng.IntN(len(s.nodes))
+		s.slow[[2]int{a, b}] = sl
+		s.tracef("link %d->%d slow (+%d) until t%d", a+1, b+1, sl.extra, sl.until)
+	}
+	s.res.SlowLinks++
 }
 
 // disks copies stores now and then, and sometimes wipes one or rolls it
@@ -622,21 +657,31 @@ func (s *electionSim) disks() {
 		}
 	}
 	// A rollback, to a copy this node has, or a wipe.
-	copies := func(n *electionNode) []storeCopy {
-		if s.o.LeaveOut&GapNewestLifeRollbacks == 0 {
-			return n.copies
-		}
-		return slices.DeleteFunc(slices.Clone(n.copies), func(c storeCopy) bool { return c.inc >= n.checkedIn })
+	rollback := s.rng.IntN(2) == 0
+	if i := s.diskVictim(members, rollback); i >= 0 {
+		s.damageDisk(i, rollback)
 	}
-	// unknown: members were added since n's life started, which never
-	// learned it.
+}
+
+// copiesOf are the copies of n's store a rollback may restore.
+func (s *electionSim) copiesOf(n *electionNode) []storeCopy {
+	if s.o.LeaveOut&GapNewestLifeRollbacks == 0 {
+		return n.copies
+	}
+	return slices.DeleteFunc(slices.Clone(n.copies), func(c storeCopy) bool { return c.inc >= n.checkedIn })
+}
+
+// diskVictim picks the node whose store is damaged next (-1: none may
+// be). A node whose life some members never learned (they were added
+// since it started) is the gap's case: when it is modelled, it is aimed
+// at.
+func (s *electionSim) diskVictim(members []wire.NodeID, rollback bool) int {
 	unknown := func(n *electionNode) bool {
 		return slices.ContainsFunc(members, func(id wire.NodeID) bool { return s.memberSince[id] > n.since })
 	}
-	rollback := s.rng.IntN(2) == 0
 	var cands, unknowns []int
 	for i, n := range s.nodes {
-		if !n.started || n.retired || n.kind == stray || !s.healthy(n.id) || rollback && len(copies(n)) == 0 {
+		if !n.started || n.retired || n.kind == stray || !s.healthy(n.id) || rollback && len(s.copiesOf(n)) == 0 {
 			continue
 		}
 		switch {
@@ -650,13 +695,13 @@ func (s *electionSim) disks() {
 		cands = unknowns // the gap is modelled: aim at it
 	}
 	if len(cands) == 0 {
-		return
+		return -1
 	}
 	i := cands[s.rng.IntN(len(cands))]
 	n := s.nodes[i]
 	if slices.Contains(members, n.id) {
 		if len(members)-1 < election.Quorum(len(members)) {
-			return // it would leave no healthy majority
+			return -1 // it would leave no healthy majority
 		}
 		// Before the first view no operator can remove a lost member: it
 		// must not leave too few candidates to elect one.
@@ -667,13 +712,20 @@ func (s *electionSim) disks() {
 			}
 		}
 		if s.current().Epoch == 0 && cands < min(3, len(members)) {
-			return
+			return -1
 		}
 	}
+	return i
+}
+
+// damageDisk rolls node i's store back to one of its copies, or wipes
+// it, and restarts the node on it.
+func (s *electionSim) damageDisk(i int, rollback bool) {
+	n := s.nodes[i]
 	s.lastDisk = s.tick
 	s.stop(i)
 	n.starts, n.diskLife = 0, n.since
-	if cs := copies(n); rollback {
+	if cs := s.copiesOf(n); rollback {
 		c := cs[s.rng.IntN(len(cs))]
 		same := c.inc >= n.checkedIn
 		n.persisted, n.inc = c.persisted, c.inc
@@ -719,32 +771,7 @@ func (s *electionSim) operator(faulty bool) {
 		}
 	}
 	if len(s.ops) > 0 {
-		if s.tick < s.opsNext {
-			return
-		}
-		s.opsNext = s.tick + 30 + s.rng.Int64N(50)
-		op := &s.ops[0]
-		// The operator stays logged into one machine while it serves.
-		i := s.opsAt
-		if i < 0 || i >= len(s.nodes) || !s.serves(i) {
-			if i = s.console(); i < 0 {
-				return
-			}
-			s.opsAt = i
-		}
-		if s.done(i, op.c) {
-			s.ops = s.ops[1:]
-			s.opsNext = s.tick + 5 + s.rng.Int64N(20)
-			return
-		}
-		s.ask(i, op.c)
-		// After a few tries that did not commit the operator reads the
-		// errors and tries the other step first (adding before removing
-		// keeps enough candidates to lead when some members are off).
-		if op.tries++; op.tries >= 3 && len(s.ops) > 1 {
-			op.tries = 0
-			s.ops = append(s.ops[1:], *op)
-		}
+		s.nextStep()
 		return
 	}
 	if !faulty || s.rng.Float64() >= 0.006 {
@@ -759,17 +786,60 @@ func (s *electionSim) operator(faulty bool) {
 		return
 	}
 	if s.rng.IntN(2) == 0 {
-		var cands []wire.NodeID
-		for _, n := range s.nodes {
-			if n.e != nil && n.e.Cluster() == s.main && !n.stale && !slices.Contains(cur.Members, n.id) {
-				cands = append(cands, n.id)
-			}
-		}
-		if len(cands) > 0 && len(cur.Members) < 9 {
-			s.ask(i, election.Change{Add: cands[s.rng.IntN(len(cands))]})
-		}
+		s.askAdd(i, cur)
+	} else {
+		s.askRemove(i, cur)
+	}
+}
+
+// nextStep carries on with the runbook's first step, from the machine the
+// operator is logged into: done, it moves on to the next.
+func (s *electionSim) nextStep() {
+	if s.tick < s.opsNext {
 		return
 	}
+	s.opsNext = s.tick + 30 + s.rng.Int64N(50)
+	op := &s.ops[0]
+	// The operator stays logged into one machine while it serves.
+	i := s.opsAt
+	if i < 0 || i >= len(s.nodes) || !s.serves(i) {
+		if i = s.console(); i < 0 {
+			return
+		}
+		s.opsAt = i
+	}
+	if s.done(i, op.c) {
+		s.ops = s.ops[1:]
+		s.opsNext = s.tick + 5 + s.rng.Int64N(20)
+		return
+	}
+	s.ask(i, op.c)
+	// After a few tries that did not commit the operator reads the
+	// errors and tries the other step first (adding before removing
+	// keeps enough candidates to lead when some members are off).
+	if op.tries++; op.tries >= 3 && len(s.ops) > 1 {
+		op.tries = 0
+		s.ops = append(s.ops[1:], *op)
+	}
+}
+
+// askAdd asks node i to add a random node of the main cluster that is up
+// and not a member of cur, while cur has fewer than nine members.
+func (s *electionSim) askAdd(i int, cur wire.View) {
+	var cands []wire.NodeID
+	for _, n := range s.nodes {
+		if n.e != nil && n.e.Cluster() == s.main && !n.stale && !slices.Contains(cur.Members, n.id) {
+			cands = append(cands, n.id)
+		}
+	}
+	if len(cands) > 0 && len(cur.Members) < 9 {
+		s.ask(i, election.Change{Add: cands[s.rng.IntN(len(cands))]})
+	}
+}
+
+// askRemove asks node i to remove a member of cur: mostly a dead one (down
+// or stale) if there is one, else any while more than three are left.
+func (s *electionSim) askRemove(i int, cur wire.View) {
 	var dead []wire.NodeID
 	for _, id := range cur.Members {
 		if n := s.node(id); n.e == nil || n.stale {
@@ -1035,16 +1105,7 @@ func (s *electionSim) history(n *electionNode) string {
 // accepted records a durable accept and checks the valid views it makes.
 func (s *electionSim) accepted(i int, cluster uint64, v wire.View) {
 	key := viewKey(v)
-	ck := fmt.Sprintf("%016x/%s", cluster, key)
-	if s.accepts[ck] == nil {
-		s.accepts[ck] = map[int]bool{}
-	}
-	s.accepts[ck][i] = true
-	votes := map[wire.NodeID]bool{}
-	for j := range s.accepts[ck] {
-		votes[wire.NodeID(j+1)] = true
-	}
-	if !election.Valid(v, votes, 0) {
+	if !s.countAccept(i, cluster, v, key) {
 		return
 	}
 	valid := s.valid[cluster]
@@ -1058,6 +1119,39 @@ func (s *electionSim) accepted(i int, cluster uint64, v wire.View) {
 		}
 		return
 	}
+	// A new valid view: every check runs, the first failure is the one
+	// reported.
+	s.checkChain(cluster, v, key, valid)
+	s.checkLeaders(v, key)
+	s.checkMemberChange(cluster, v, key)
+	if cluster == s.main && v.Epoch > s.top[cluster] {
+		s.countMemberChange(v)
+	}
+	valid[v.Epoch] = v
+	s.top[cluster] = max(s.top[cluster], v.Epoch)
+	s.tracef("valid: %s", key)
+}
+
+// countAccept records that node i persisted v (key) of cluster as
+// accepted, and reports whether v is valid now.
+func (s *electionSim) countAccept(i int, cluster uint64, v wire.View, key string) bool {
+	ck := fmt.Sprintf("%016x/%s", cluster, key)
+	if s.accepts[ck] == nil {
+		s.accepts[ck] = map[int]bool{}
+	}
+	s.accepts[ck][i] = true
+	votes := map[wire.NodeID]bool{}
+	for j := range s.accepts[ck] {
+		votes[wire.NodeID(j+1)] = true
+	}
+	return election.Valid(v, votes, 0)
+}
+
+// checkChain checks the new valid view v (key) against the valid views of
+// its cluster: it covers the lower epochs' and is covered by the higher
+// ones', and its previous view is valid (or, for the first, its previous
+// members are the bootstrap members).
+func (s *electionSim) checkChain(cluster uint64, v wire.View, key string, valid map[uint64]wire.View) {
 	for _, e := range slices.Sorted(maps.Keys(valid)) {
 		w := valid[e]
 		if e < v.Epoch && !covers(v, w) {
@@ -1074,6 +1168,11 @@ func (s *electionSim) accepted(i int, cluster uint64, v wire.View) {
 	} else if boot := s.bootOf[cluster]; !slices.Equal(v.PrevMembers, boot) {
 		s.failf("valid view %s is the first of cluster %016x, but its previous members are not the bootstrap members %v", key, cluster, boot)
 	}
+}
+
+// checkLeaders checks v's leaders: members, never off, three (or all
+// members).
+func (s *electionSim) checkLeaders(v wire.View, key string) {
 	for _, l := range v.Leaders {
 		if !slices.Contains(v.Members, l) {
 			s.failf("view %s makes the non-member %d a leader", key, l)
@@ -1085,7 +1184,12 @@ func (s *electionSim) accepted(i int, cluster uint64, v wire.View) {
 	if want := min(3, len(v.Members)); len(v.Leaders) != want {
 		s.failf("view %s has %d leaders, want %d", key, len(v.Leaders), want)
 	}
-	// Members change one at a time, as the operator asked.
+}
+
+// checkMemberChange checks that v changes members one at a time, as the
+// operator asked, and never makes the stray node a member of the main
+// cluster.
+func (s *electionSim) checkMemberChange(cluster uint64, v wire.View, key string) {
 	var added, removed []wire.NodeID
 	for _, id := range v.Members {
 		if !slices.Contains(v.PrevMembers, id) {
@@ -1115,24 +1219,24 @@ func (s *electionSim) accepted(i int, cluster uint64, v wire.View) {
 			s.failf("valid view %s of the main cluster counts the stray node %d", key, id)
 		}
 	}
-	if cluster == s.main && v.Epoch > s.top[cluster] {
-		// The members now, against those of the newest valid view before.
-		before := s.members()
-		for _, id := range v.Members {
-			if !slices.Contains(before, id) {
-				s.res.Added++
-				s.memberSince[id] = s.tick
-			}
-		}
-		for _, id := range before {
-			if !slices.Contains(v.Members, id) {
-				s.res.Removed++
-			}
+}
+
+// countMemberChange counts the members the newest valid view v of the main
+// cluster added and removed, against those of the newest valid view
+// before it.
+func (s *electionSim) countMemberChange(v wire.View) {
+	before := s.members()
+	for _, id := range v.Members {
+		if !slices.Contains(before, id) {
+			s.res.Added++
+			s.memberSince[id] = s.tick
 		}
 	}
-	valid[v.Epoch] = v
-	s.top[cluster] = max(s.top[cluster], v.Epoch)
-	s.tracef("valid: %s", key)
+	for _, id := range before {
+		if !slices.Contains(v.Members, id) {
+			s.res.Removed++
+		}
+	}
 }
 
 // covers reports whether later, a valid view, knows where the lock table of

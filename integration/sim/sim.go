@@ -365,6 +365,34 @@ func Run(o Options) (Result, error) {
 }
 
 func run(o Options) (*Sim, error) {
+	s := newSim(o)
+	for i := range s.nodes {
+		s.start(i)
+	}
+	s.runTicks()
+	if s.fail == nil {
+		s.final()
+	}
+	if s.fail == nil {
+		s.checkHistory()
+	}
+	if s.fail != nil {
+		return s, s.fail
+	}
+	s.res.Operations = len(s.hist.ops)
+	s.res.Views = len(s.views)
+	for _, n := range s.nodes {
+		if n.core != nil {
+			s.res.Handoffs += int(n.core.Stats().Handoffs)
+		}
+	}
+	return s, nil
+}
+
+// newSim sets up the cluster of o, nothing started yet: its nodes with
+// their clocks' drift, names and clients. The seeded PRNG draws in this
+// order; a change to it changes every seed's run.
+func newSim(o Options) *Sim {
 	o.defaults()
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed))
 	if o.Names <= 0 {
@@ -410,9 +438,12 @@ func run(o Options) (*Sim, error) {
 		s.clients = append(s.clients, &client{id: i, node: i % o.Nodes, renewAt: -1, op: -1})
 	}
 	s.cut = make([]bool, o.Nodes)
-	for i := range s.nodes {
-		s.start(i)
-	}
+	return s
+}
+
+// runTicks runs the faults, then the settling, until a failure.
+func (s *Sim) runTicks() {
+	o := s.o
 	end := o.FaultTicks + o.SettleTicks
 	for s.tick = 1; s.tick <= end && s.fail == nil; s.tick++ {
 		settling := s.tick > o.FaultTicks
@@ -434,23 +465,6 @@ func run(o Options) (*Sim, error) {
 			s.settle()
 		}
 	}
-	if s.fail == nil {
-		s.final()
-	}
-	if s.fail == nil {
-		s.checkHistory()
-	}
-	if s.fail != nil {
-		return s, s.fail
-	}
-	s.res.Operations = len(s.hist.ops)
-	s.res.Views = len(s.views)
-	for _, n := range s.nodes {
-		if n.core != nil {
-			s.res.Handoffs += int(n.core.Stats().Handoffs)
-		}
-	}
-	return s, nil
 }
 
 // driftRate draws a machine's clock rate: within ±5 % with faults on,
@@ -844,19 +858,7 @@ type force struct {
 // through any agent that is up.
 func (s *Sim) forceUnlock() {
 	name := s.names[s.rng.IntN(len(s.names))]
-	var from, by *core.Node
-	byIdx := -1
-	for _, k := range s.rng.Perm(len(s.nodes)) {
-		n := s.nodes[k]
-		if n.core == nil || n.paused(s.tick) {
-			continue
-		}
-		if from == nil && n.core.View().IsLeader(n.id) {
-			from = n.core
-		} else if by == nil {
-			by, byIdx = n.core, k
-		}
-	}
+	from, by, byIdx := s.forceNodes()
 	if from == nil || by == nil {
 		return
 	}
@@ -880,9 +882,34 @@ func (s *Sim) forceUnlock() {
 		s.forces[e.Req] = &force{by: byIdx}
 	}
 	s.res.Forced++
-	// The client holding the forced lease, by its token or its request's
-	// id on the wire: its hold ends here. A waiter is judged when it is
-	// granted and when the unlock answers (onForceAnswer).
+	s.endForcedHold(name, e)
+	s.tracef("operator force-unlocks %s ticket %d on %s through node %d", e.Req, e.Ticket, name, byIdx+1)
+	s.handle(byIdx)
+}
+
+// forceNodes picks, among the agents up and not paused, a leader whose
+// table the operator reads (from) and another agent to force the unlock
+// through (by, node byIdx); nil when there is none.
+func (s *Sim) forceNodes() (from, by *core.Node, byIdx int) {
+	byIdx = -1
+	for _, k := range s.rng.Perm(len(s.nodes)) {
+		n := s.nodes[k]
+		if n.core == nil || n.paused(s.tick) {
+			continue
+		}
+		if from == nil && n.core.View().IsLeader(n.id) {
+			from = n.core
+		} else if by == nil {
+			by, byIdx = n.core, k
+		}
+	}
+	return from, by, byIdx
+}
+
+// endForcedHold ends the hold of the client holding the forced lease e of
+// name, found by its token or its request's id on the wire. A waiter is
+// judged when it is granted and when the unlock answers (onForceAnswer).
+func (s *Sim) endForcedHold(name string, e wire.Entry) {
 	var handle wire.RequestID
 	node := -1
 	for i, n := range s.nodes {
@@ -907,8 +934,6 @@ func (s *Sim) forceUnlock() {
 			}
 		}
 	}
-	s.tracef("operator force-unlocks %s ticket %d on %s through node %d", e.Req, e.Ticket, name, byIdx+1)
-	s.handle(byIdx)
 }
 
 // electionFaults are the faults that matter to views: two leaders of the
@@ -983,68 +1008,92 @@ func (s *Sim) stepTick(settling bool) {
 			s.clientAct(s.clients[k-len(due)], settling)
 			continue
 		}
-		e := due[k]
-		to := int(e.m.To) - 1
-		if to < 0 || to >= len(s.nodes) || s.nodes[to].core == nil {
-			continue
-		}
-		if s.nodes[to].paused(s.tick) {
-			e.at = s.nodes[to].pausedUntil // the kernel keeps it for the agent
-			s.net = append(s.net, e)
-			continue
-		}
-		if e.m.Kind == wire.KindRevoked && s.o.LoseRevocations {
-			continue
-		}
-		if faulty && e.m.From != e.m.To {
-			if s.split && s.cut[int(e.m.From)-1] != s.cut[to] || s.chance(0.03) {
-				continue
-			}
-			if s.chance(0.03) {
-				s.seq++
-				s.net = append(s.net, envelope{at: s.tick + s.delay(), seq: s.seq, m: e.m})
-			}
-		}
-		if s.o.TraceMessages {
-			s.tracef("deliver %v", e.m)
-		}
-		// Every message crosses the wire codec, as on the mesh, which
-		// drops a frame the codec refuses (and resets its stream).
-		m, err := codecRoundTrip(e.m)
-		if err != nil {
-			s.failf("the wire codec refuses %v: %v", e.m, err)
+		if !s.deliver(due[k], faulty) {
 			return
 		}
-		e.m = m
-		if e.m.Kind.Election() {
-			if el := s.nodes[to].elect; el != nil {
-				_ = el.Step(e.m)
-				if st := el.Stale(); st != nil {
-					s.stale(to, st)
-					continue
-				}
-				s.handleElection(to)
-			}
-			continue
-		}
-		if el := s.nodes[to].elect; el != nil && !el.CheckedIn() && e.m.Kind == wire.KindSnapshotRequest {
-			continue // the runtime hands no table over until the node checked in
-		}
-		if err := s.nodes[to].core.Step(e.m); errors.Is(err, core.ErrBadMessage) {
-			s.failf("node %d rejected a valid message %v: %v", to+1, e.m, err)
-			return
-		}
-		s.nodes[to].stepped++
-		if !s.o.Batch || s.chance(0.5) {
-			s.handle(to)
-		}
-		s.checkInvariants()
 	}
 	for i, n := range s.nodes {
 		if n.stepped > 0 && n.core != nil {
 			s.handle(i)
 		}
 	}
+}
+
+// deliver steps e's message at its node, if it arrives (see arrives);
+// false when that broke an invariant, which ends the tick at once.
+func (s *Sim) deliver(e envelope, faulty bool) bool {
+	to := int(e.m.To) - 1
+	if to < 0 || to >= len(s.nodes) || s.nodes[to].core == nil {
+		return true
+	}
+	if !s.arrives(e, to, faulty) {
+		return true
+	}
+	if s.o.TraceMessages {
+		s.tracef("deliver %v", e.m)
+	}
+	// Every message crosses the wire codec, as on the mesh, which
+	// drops a frame the codec refuses (and resets its stream).
+	m, err := codecRoundTrip(e.m)
+	if err != nil {
+		s.failf("the wire codec refuses %v: %v", e.m, err)
+		return false
+	}
+	if m.Kind.Election() {
+		s.stepElection(to, m)
+		return true
+	}
+	if el := s.nodes[to].elect; el != nil && !el.CheckedIn() && m.Kind == wire.KindSnapshotRequest {
+		return true // the runtime hands no table over until the node checked in
+	}
+	if err := s.nodes[to].core.Step(m); errors.Is(err, core.ErrBadMessage) {
+		s.failf("node %d rejected a valid message %v: %v", to+1, m, err)
+		return false
+	}
+	s.nodes[to].stepped++
+	if !s.o.Batch || s.chance(0.5) {
+		s.handle(to)
+	}
+	s.checkInvariants()
+	return true
+}
+
+// arrives says whether e reaches node to now. A paused agent's kernel
+// keeps it until the pause ends; with faults on, a partition or loss drops
+// it, and it may also arrive again later (a duplicate).
+func (s *Sim) arrives(e envelope, to int, faulty bool) bool {
+	if s.nodes[to].paused(s.tick) {
+		e.at = s.nodes[to].pausedUntil // the kernel keeps it for the agent
+		s.net = append(s.net, e)
+		return false
+	}
+	if e.m.Kind == wire.KindRevoked && s.o.LoseRevocations {
+		return false
+	}
+	if faulty && e.m.From != e.m.To {
+		if s.split && s.cut[int(e.m.From)-1] != s.cut[to] || s.chance(0.03) {
+			return false
+		}
+		if s.chance(0.03) {
+			s.seq++
+			s.net = append(s.net, envelope{at: s.tick + s.delay(), seq: s.seq, m: e.m})
+		}
+	}
+	return true
+}
+
+// stepElection steps an election message at node to, if it is up.
+func (s *Sim) stepElection(to int, m wire.Message) {
+	el := s.nodes[to].elect
+	if el == nil {
+		return
+	}
+	_ = el.Step(m)
+	if st := el.Stale(); st != nil {
+		s.stale(to, st)
+		return
+	}
+	s.handleElection(to)
 }
 
 func (s *Sim) clientAct(c *client, settling bool) {
@@ -1171,81 +1220,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 	s.tracef("node %d event %s %s code=%s token=%d for client %d", node+1, e.Kind, e.Name, e.Code, e.Token, c.id)
 	switch e.Kind {
 	case wire.EventGranted:
-		if c.state != waiting {
-			s.failf("client %d granted while %v", c.id, c.state)
-			return
-		}
-		if at := s.nodes[node].lifeStart + s.nodes[node].ticks; at > c.deadline {
-			s.failf("client %d granted at clock %d after its obtain deadline %d", c.id, at, c.deadline)
-			return
-		}
-		if expiry := semaphore.LeaseOf(e, c.mode, c.sent).Expiry; expiry <= s.nodes[node].clock {
-			// Decided by an agent whose clock was behind (it woke from a
-			// pause): the lease is over by the client's timer before the
-			// answer comes, and the agent answers timed out.
-			s.tracef("client %d granted %s token %d already over (expiry %d, clock %d)", c.id, c.name, e.Token, expiry, s.nodes[node].clock)
-			s.res.Failures++
-			s.finishOp(c, false, 0)
-			c.state = idle
-			s.release(c, s.nodes[node].core)
-			return
-		}
-		if f := s.forces[s.wireID(node, e.Req)]; f != nil {
-			if f.waiting {
-				s.failf("client %d granted %s token %d after an operator's force-unlock found its request waiting",
-					c.id, c.name, e.Token)
-				return
-			}
-			// Granted while the unlock was on its way, or after a leader
-			// that dropped it had confirmed its grant: the unlock took a
-			// holder, whose token may be below the next grant's.
-			f.granted = true
-			c.forced = true
-			s.res.ForcedHolders++
-		}
-		// Every token is above every earlier writer's. A hard writer's is
-		// above every earlier grant's; readers that passed a waiting soft
-		// writer may hold higher tokens than it, by design.
-		last := s.lastWriterToken[c.name]
-		if c.mode == semaphore.ReadWritePriority || c.mode == semaphore.Exclusive {
-			last = s.lastToken[c.name]
-		}
-		if e.Token <= last && !c.forced {
-			s.failf("fencing token %d of a %s grant on %s is not above the previous %d", e.Token, c.mode, c.name, last)
-			return
-		}
-		s.lastToken[c.name] = max(s.lastToken[c.name], e.Token)
-		if c.mode == semaphore.ReadWriteGentle {
-			if since := s.tick - s.lastReaderEvent[c.name]; since < c.quiet {
-				s.failf("gentle writer client %d granted %s %d ticks after a reader came or went, quiet period %d",
-					c.id, c.name, since, c.quiet)
-				return
-			}
-		}
-		if c.mode != semaphore.ReadOnly {
-			s.lastWriterToken[c.name] = e.Token
-		} else {
-			s.lastReaderEvent[c.name] = s.tick
-			s.checkReaderBehindWriters(c, e.Token)
-			for _, o := range s.clients {
-				if o != c && o.name == c.name && o.mode == semaphore.ReadOnly && s.holds(o) {
-					s.res.SharedGrants++
-					break
-				}
-			}
-		}
-		s.idleWait[c.name] = 0 // a grant is progress, even one released at once
-		c.state, c.token = holding, e.Token
-		c.epoch = s.nodes[node].core.View().Epoch
-		// The agent's own arithmetic, counted from the call as the agent's
-		// clock saw it, on the machine's scale (see client.sent).
-		c.expiry = semaphore.LeaseOf(e, c.mode, c.sent).Expiry
-		s.res.Grants++
-		s.finishOp(c, true, e.Token)
-		if c.forced {
-			s.closeHold(c)
-		}
-		s.checkInvariants()
+		s.onGranted(node, c, e)
 	case wire.EventFailed:
 		if c.state != waiting {
 			s.failf("client %d failed while %v", c.id, c.state)
@@ -1274,6 +1249,106 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			c.state = idle
 		}
 	}
+}
+
+// onGranted makes waiting client c the holder of e's grant at node, once
+// the grant passed the checks a grant alone can fail: in time, above the
+// earlier tokens, after the quiet period.
+func (s *Sim) onGranted(node int, c *client, e core.Event) {
+	if c.state != waiting {
+		s.failf("client %d granted while %v", c.id, c.state)
+		return
+	}
+	if at := s.nodes[node].lifeStart + s.nodes[node].ticks; at > c.deadline {
+		s.failf("client %d granted at clock %d after its obtain deadline %d", c.id, at, c.deadline)
+		return
+	}
+	if expiry := semaphore.LeaseOf(e, c.mode, c.sent).Expiry; expiry <= s.nodes[node].clock {
+		// Decided by an agent whose clock was behind (it woke from a
+		// pause): the lease is over by the client's timer before the
+		// answer comes, and the agent answers timed out.
+		s.tracef("client %d granted %s token %d already over (expiry %d, clock %d)", c.id, c.name, e.Token, expiry, s.nodes[node].clock)
+		s.res.Failures++
+		s.finishOp(c, false, 0)
+		c.state = idle
+		s.release(c, s.nodes[node].core)
+		return
+	}
+	if !s.grantRacedForce(node, c, e) || !s.checkGrantToken(c, e) {
+		return
+	}
+	s.idleWait[c.name] = 0 // a grant is progress, even one released at once
+	c.state, c.token = holding, e.Token
+	c.epoch = s.nodes[node].core.View().Epoch
+	// The agent's own arithmetic, counted from the call as the agent's
+	// clock saw it, on the machine's scale (see client.sent).
+	c.expiry = semaphore.LeaseOf(e, c.mode, c.sent).Expiry
+	s.res.Grants++
+	s.finishOp(c, true, e.Token)
+	if c.forced {
+		s.closeHold(c)
+	}
+	s.checkInvariants()
+}
+
+// grantRacedForce marks c forced when an operator's force-unlock of its
+// request was on its way; false (a failure) when the unlock had found the
+// request waiting, which is then never granted.
+func (s *Sim) grantRacedForce(node int, c *client, e core.Event) bool {
+	f := s.forces[s.wireID(node, e.Req)]
+	if f == nil {
+		return true
+	}
+	if f.waiting {
+		s.failf("client %d granted %s token %d after an operator's force-unlock found its request waiting",
+			c.id, c.name, e.Token)
+		return false
+	}
+	// Granted while the unlock was on its way, or after a leader
+	// that dropped it had confirmed its grant: the unlock took a
+	// holder, whose token may be below the next grant's.
+	f.granted = true
+	c.forced = true
+	s.res.ForcedHolders++
+	return true
+}
+
+// checkGrantToken checks c's grant of token e.Token against the earlier
+// grants of its name (fencing, the gentle writer's quiet period) and
+// records it; false on a failure.
+func (s *Sim) checkGrantToken(c *client, e core.Event) bool {
+	// Every token is above every earlier writer's. A hard writer's is
+	// above every earlier grant's; readers that passed a waiting soft
+	// writer may hold higher tokens than it, by design.
+	last := s.lastWriterToken[c.name]
+	if c.mode == semaphore.ReadWritePriority || c.mode == semaphore.Exclusive {
+		last = s.lastToken[c.name]
+	}
+	if e.Token <= last && !c.forced {
+		s.failf("fencing token %d of a %s grant on %s is not above the previous %d", e.Token, c.mode, c.name, last)
+		return false
+	}
+	s.lastToken[c.name] = max(s.lastToken[c.name], e.Token)
+	if c.mode == semaphore.ReadWriteGentle {
+		if since := s.tick - s.lastReaderEvent[c.name]; since < c.quiet {
+			s.failf("gentle writer client %d granted %s %d ticks after a reader came or went, quiet period %d",
+				c.id, c.name, since, c.quiet)
+			return false
+		}
+	}
+	if c.mode != semaphore.ReadOnly {
+		s.lastWriterToken[c.name] = e.Token
+		return true
+	}
+	s.lastReaderEvent[c.name] = s.tick
+	s.checkReaderBehindWriters(c, e.Token)
+	for _, o := range s.clients {
+		if o != c && o.name == c.name && o.mode == semaphore.ReadOnly && s.holds(o) {
+			s.res.SharedGrants++
+			break
+		}
+	}
+	return true
 }
 
 // measureIdleWait counts, per name, the ticks it stays free while a client

@@ -100,52 +100,16 @@ type Agent struct {
 // StartAgent opens the store, joins the mesh, starts the node's loop and
 // serves the API. ctx bounds the start only.
 func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.ClusterSize < 0 || cfg.ClusterSize > wire.MaxMembers {
-		return nil, fmt.Errorf("%w: cluster size %d is not 1..%d", ErrConfig, cfg.ClusterSize, wire.MaxMembers)
-	}
-	if cfg.InMemory && cfg.DataDir != "" {
-		return nil, fmt.Errorf("%w: --in-memory keeps no state, so with --data it would bring a persisted identity back "+
-			"without its votes and lock table; use --data alone, or --in-memory alone (a new identity at every start)", ErrConfig)
-	}
-	if cfg.Join && len(cfg.InitialMembers) > 0 {
-		return nil, fmt.Errorf("%w: --join and --initial-members exclude each other: members bootstrap a cluster, others join it", ErrConfig)
-	}
-	if cfg.ElectionTimeout < 0 {
-		return nil, fmt.Errorf("%w: negative election timeout", ErrConfig)
-	}
-	if cfg.Priority == 0 {
-		cfg.Priority = election.DefaultPriority
-	}
-	if cfg.DataDir == "" && !cfg.InMemory {
-		return nil, fmt.Errorf("%w: a data directory is needed (or in-memory mode)", ErrConfig)
-	}
-	if cfg.Name == "" {
-		cfg.Name, _ = os.Hostname()
-		if cfg.Name == "" {
-			cfg.Name = "sluice"
-		}
-	}
-	if strings.Contains(cfg.Name, "|") {
-		return nil, fmt.Errorf("%w: node name %q contains '|'", ErrConfig, cfg.Name)
+	if cfg, err = checkAgentConfig(cfg); err != nil {
+		return nil, err
 	}
 	allow, err := p2p.ParsePeerIDs(cfg.AllowList)
 	if err != nil {
 		return nil, fmt.Errorf("%w: allow-list: %w", ErrConfig, err)
 	}
-	peers, err := p2p.NodeIDsOf(cfg.Peers)
+	peers, err := checkAddrs(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: peers: %w", ErrConfig, err)
-	}
-	if err := p2p.CheckListen(cfg.Listen); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if cfg.API != "" {
-		if err := checkAPI(cfg.API, cfg.APIToken); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	a := &Agent{log: cfg.Logger}
 	defer func() {
@@ -158,56 +122,9 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pid, err := p2p.PeerIDOf(key)
+	state, boot, err := a.openStore(ctx, cfg, key, fresh)
 	if err != nil {
 		return nil, err
-	}
-	self := p2p.NodeIDOf(pid)
-	boot, err := bootstrap(cfg, self)
-	if err != nil {
-		return nil, err
-	}
-	if fresh && len(boot) > 0 && !slices.Contains(boot, self) {
-		// A fresh identity has no cluster in its store yet: say so before
-		// opening it.
-		return nil, notListed(pid)
-	}
-	st, state, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, InMemory: cfg.InMemory, Logger: cfg.Logger,
-		Identity: uint64(self), Fresh: fresh})
-	if err != nil {
-		return nil, err
-	}
-	a.store = st
-	if fresh && cfg.DataDir != "" {
-		// The store now records this identity: from here on, an empty
-		// store beside this key means a lost disk.
-		if err := p2p.MarkIdentityUsed(cfg.DataDir); err != nil {
-			return nil, err
-		}
-	}
-	if e := state.Election; e != nil && e.Cluster != 0 {
-		// The store rules after the first start: the flags may stay in a
-		// unit file, but they must describe this cluster.
-		if len(boot) > 0 && election.ClusterID(boot) != e.Cluster {
-			return nil, fmt.Errorf("%w: this data directory belongs to cluster %016x, --initial-members describe cluster %016x",
-				ErrConfig, e.Cluster, election.ClusterID(boot))
-		}
-		boot = nil
-	} else {
-		switch {
-		case len(boot) > 0 && !slices.Contains(boot, self):
-			return nil, notListed(pid)
-		case len(boot) > 0 || cfg.Join:
-		case len(cfg.Peers) > 0:
-			return nil, fmt.Errorf("%w: this node has --peers but no cluster to belong to: give the first members' peer ids "+
-				"with --initial-members on each of them (`sluice id --data DIR` prints one), or --join to join a running "+
-				"cluster as a non-member; a node that bootstrapped alone would grant locks the others also grant", ErrConfig)
-		case cfg.ClusterSize > 1:
-			return nil, fmt.Errorf("%w: --cluster-size %d alone cannot bootstrap safely: list the members with --initial-members",
-				ErrConfig, cfg.ClusterSize)
-		default:
-			boot = []wire.NodeID{self} // a cluster of one
-		}
 	}
 	host, err := p2p.New(ctx, p2p.Config{Key: key, Listen: cfg.Listen, Peers: cfg.Peers, PSK: cfg.PSK,
 		AllowList: allow, Logger: cfg.Logger, Name: cfg.Name})
@@ -215,18 +132,153 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 		return nil, err
 	}
 	a.host = host
+	if err := a.startNode(cfg, state, boot, peers); err != nil {
+		return nil, err
+	}
+	if cfg.API != "" {
+		if err := a.serveAPI(cfg); err != nil {
+			return nil, err
+		}
+	}
+	a.log.Info("agent started", "node", uint64(host.Self()), "peer", host.PeerID().String(), "addrs", host.Addrs(),
+		"incarnation", state.Incarnation, "api", a.apiURL)
+	return a, nil
+}
+
+// checkAgentConfig refuses flags that contradict each other and fills in
+// the defaults (logger, priority, name).
+func checkAgentConfig(cfg AgentConfig) (AgentConfig, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ClusterSize < 0 || cfg.ClusterSize > wire.MaxMembers {
+		return cfg, fmt.Errorf("%w: cluster size %d is not 1..%d", ErrConfig, cfg.ClusterSize, wire.MaxMembers)
+	}
+	if cfg.InMemory && cfg.DataDir != "" {
+		return cfg, fmt.Errorf("%w: --in-memory keeps no state, so with --data it would bring a persisted identity back "+
+			"without its votes and lock table; use --data alone, or --in-memory alone (a new identity at every start)", ErrConfig)
+	}
+	if cfg.Join && len(cfg.InitialMembers) > 0 {
+		return cfg, fmt.Errorf("%w: --join and --initial-members exclude each other: members bootstrap a cluster, others join it", ErrConfig)
+	}
+	if cfg.ElectionTimeout < 0 {
+		return cfg, fmt.Errorf("%w: negative election timeout", ErrConfig)
+	}
+	if cfg.Priority == 0 {
+		cfg.Priority = election.DefaultPriority
+	}
+	if cfg.DataDir == "" && !cfg.InMemory {
+		return cfg, fmt.Errorf("%w: a data directory is needed (or in-memory mode)", ErrConfig)
+	}
+	if cfg.Name == "" {
+		cfg.Name, _ = os.Hostname()
+		if cfg.Name == "" {
+			cfg.Name = "sluice"
+		}
+	}
+	if strings.Contains(cfg.Name, "|") {
+		return cfg, fmt.Errorf("%w: node name %q contains '|'", ErrConfig, cfg.Name)
+	}
+	return cfg, nil
+}
+
+// checkAddrs returns the node ids of the configured peers, and checks the
+// listen and API addresses.
+func checkAddrs(cfg AgentConfig) ([]wire.NodeID, error) {
+	peers, err := p2p.NodeIDsOf(cfg.Peers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: peers: %w", ErrConfig, err)
+	}
+	if err := p2p.CheckListen(cfg.Listen); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.API != "" {
+		if err := checkAPI(cfg.API, cfg.APIToken); err != nil {
+			return nil, err
+		}
+	}
+	return peers, nil
+}
+
+// openStore opens the store of the node with key (fresh: an identity that
+// never served) and returns what it holds with the members the election
+// bootstraps with (see bootMembers).
+func (a *Agent) openStore(ctx context.Context, cfg AgentConfig, key p2p.PrivKey, fresh bool) (store.State, []wire.NodeID, error) {
+	pid, err := p2p.PeerIDOf(key)
+	if err != nil {
+		return store.State{}, nil, err
+	}
+	self := p2p.NodeIDOf(pid)
+	boot, err := bootstrap(cfg, self)
+	if err != nil {
+		return store.State{}, nil, err
+	}
+	if fresh && len(boot) > 0 && !slices.Contains(boot, self) {
+		// A fresh identity has no cluster in its store yet: say so before
+		// opening it.
+		return store.State{}, nil, notListed(pid)
+	}
+	st, state, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, InMemory: cfg.InMemory, Logger: cfg.Logger,
+		Identity: uint64(self), Fresh: fresh})
+	if err != nil {
+		return store.State{}, nil, err
+	}
+	a.store = st
+	if fresh && cfg.DataDir != "" {
+		// The store now records this identity: from here on, an empty
+		// store beside this key means a lost disk.
+		if err := p2p.MarkIdentityUsed(cfg.DataDir); err != nil {
+			return store.State{}, nil, err
+		}
+	}
+	boot, err = bootMembers(cfg, state, boot, self, pid)
+	return state, boot, err
+}
+
+// bootMembers are the members the election bootstraps with: boot (from
+// --initial-members, this node among them) or this node alone on a first
+// start; none when joining, or once the store knows its cluster.
+func bootMembers(cfg AgentConfig, state store.State, boot []wire.NodeID, self wire.NodeID, pid fmt.Stringer) ([]wire.NodeID, error) {
+	if e := state.Election; e != nil && e.Cluster != 0 {
+		// The store rules after the first start: the flags may stay in a
+		// unit file, but they must describe this cluster.
+		if len(boot) > 0 && election.ClusterID(boot) != e.Cluster {
+			return nil, fmt.Errorf("%w: this data directory belongs to cluster %016x, --initial-members describe cluster %016x",
+				ErrConfig, e.Cluster, election.ClusterID(boot))
+		}
+		return nil, nil
+	}
+	switch {
+	case len(boot) > 0 && !slices.Contains(boot, self):
+		return nil, notListed(pid)
+	case len(boot) > 0 || cfg.Join:
+		return boot, nil
+	case len(cfg.Peers) > 0:
+		return nil, fmt.Errorf("%w: this node has --peers but no cluster to belong to: give the first members' peer ids "+
+			"with --initial-members on each of them (`sluice id --data DIR` prints one), or --join to join a running "+
+			"cluster as a non-member; a node that bootstrapped alone would grant locks the others also grant", ErrConfig)
+	case cfg.ClusterSize > 1:
+		return nil, fmt.Errorf("%w: --cluster-size %d alone cannot bootstrap safely: list the members with --initial-members",
+			ErrConfig, cfg.ClusterSize)
+	default:
+		return []wire.NodeID{self}, nil // a cluster of one
+	}
+}
+
+// startNode starts the node on a.host and a.store, and its loop.
+func (a *Agent) startNode(cfg AgentConfig, state store.State, boot, peers []wire.NodeID) error {
 	addr := "p2p"
-	if as := host.Addrs(); len(as) > 0 {
+	if as := a.host.Addrs(); len(as) > 0 {
 		addr = as[0]
 	}
 	id := election.ID{Priority: cfg.Priority, Random: rand.Uint32(), Address: addr,
 		PID: uint32(os.Getpid()), Name: cfg.Name}
 	tick := cmp.Or(cfg.Tick, DefaultTick)
-	node, err := NewNode(NodeConfig{Self: host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
+	node, err := NewNode(NodeConfig{Self: a.host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
 		ElectionTicks: int64(cfg.ElectionTimeout / tick),
-		State:         state, Transport: host, Store: st, Tick: cfg.Tick, Logger: cfg.Logger, Broken: cfg.Broken})
+		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, Logger: cfg.Logger, Broken: cfg.Broken})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.node = node
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -238,14 +290,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 			a.log.Error("node loop", "err", err)
 		}
 	}()
-	if cfg.API != "" {
-		if err := a.serveAPI(cfg); err != nil {
-			return nil, err
-		}
-	}
-	a.log.Info("agent started", "node", uint64(host.Self()), "peer", host.PeerID().String(), "addrs", host.Addrs(),
-		"incarnation", state.Incarnation, "api", a.apiURL)
-	return a, nil
+	return nil
 }
 
 // identity is the node's key: kept in dataDir, given, or new. fresh says

@@ -186,7 +186,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	e, err := election.New(election.Config{Node: cfg.Self, ID: cfg.ID, Bootstrap: cfg.Bootstrap, Peers: peers,
 		Incarnation: cfg.State.Incarnation, Nonce: cfg.Nonce, StoreAge: cfg.State.Age,
-		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: cfg.ElectionTicks}, cfg.State.Election)
+		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: cfg.ElectionTicks},
+		(*election.Persisted)(cfg.State.Election)) // the store's copy of the same fields
 	if err != nil {
 		if errors.Is(err, election.ErrBadConfig) {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -336,7 +337,7 @@ func (n *Node) collect() {
 			rd := n.elect.Ready()
 			p := pendingReady{msgs: rd.Messages}
 			if rd.Persist != nil {
-				p.durable = n.cfg.Store.Submit(store.Batch{Election: rd.Persist})
+				p.durable = n.cfg.Store.Submit(store.Batch{Election: (*store.ElectionRecord)(rd.Persist)})
 				n.stats.Persists++
 				n.metrics.persists.Inc()
 			}

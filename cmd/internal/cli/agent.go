@@ -58,14 +58,17 @@ var brokenBuilds = map[string]core.Mutant{
 	"not-durable":   core.MutantNotDurable,  // leaders acknowledge tickets they never persist
 }
 
+// agentFlags are the flags of `sluice agent`.
+type agentFlags struct {
+	name, data, priority, pskFile, api, tokenFile, logLevel, config, broken string
+	listen, peers, allow, initial                                           []string
+	size                                                                    int
+	inMemory, join                                                          bool
+	electionTimeout                                                         time.Duration
+}
+
 func newAgentCmd() *cobra.Command {
-	var (
-		name, data, priority, pskFile, api, tokenFile, logLevel, config, broken string
-		listen, peers, allow, initial                                           []string
-		size                                                                    int
-		inMemory, join                                                          bool
-		electionTimeout                                                         time.Duration
-	)
+	var f agentFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run this machine's node of the cluster",
@@ -77,88 +80,108 @@ func newAgentCmd() *cobra.Command {
 			"flag names, lists for --peers/--listen/--allow).",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := applySettings(cmd, config); err != nil {
+			if err := applySettings(cmd, f.config); err != nil {
 				return err
 			}
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+			log, err := newLogger(cmd.ErrOrStderr(), f.logLevel)
 			if err != nil {
 				return err
 			}
-			if data == "" && !inMemory {
-				return usageErrorf("agent: --data DIR is required (or --in-memory)")
-			}
-			if size < 0 {
-				return usageErrorf("agent: --cluster-size must be at least 1, got %d", size)
-			}
-			if electionTimeout < 0 {
-				return usageErrorf("agent: --election-timeout must not be negative, got %s", electionTimeout)
-			}
-			prio, err := election.ParsePriority(priority)
+			cfg, err := f.agentConfig(log)
 			if err != nil {
-				return usageErrorf("agent: --priority: %v", err)
+				return err
 			}
-			if name == "" {
-				name, _ = os.Hostname()
-			}
-			mutant, ok := brokenBuilds[broken]
-			if !ok {
-				return usageErrorf("agent: --broken: unknown %q", broken)
-			}
-			if mutant != 0 {
-				log.Error("THIS AGENT IS BROKEN ON PURPOSE: it may grant a lock twice; only tests start it so", "broken", broken)
-			}
-			cfg := daemon.AgentConfig{Name: name, DataDir: data, InMemory: inMemory, Listen: listen, Peers: peers,
-				ClusterSize: size, InitialMembers: initial, Join: join, ElectionTimeout: electionTimeout,
-				Priority: prio, AllowList: allow, API: api, Logger: log, Broken: mutant}
-			if pskFile != "" {
-				if cfg.PSK, err = p2p.ReadPSK(pskFile); err != nil {
-					return usageErrorf("agent: --psk-file: %v", err)
-				}
-			}
-			if tokenFile != "" {
-				b, err := os.ReadFile(tokenFile)
-				if err != nil {
-					return usageErrorf("agent: --api-token-file: %v", err)
-				}
-				cfg.APIToken = strings.TrimSpace(string(b))
-				if cfg.APIToken == "" {
-					return usageErrorf("agent: --api-token-file %s is empty", tokenFile)
-				}
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			a, err := daemon.StartAgent(ctx, cfg)
-			if err != nil {
-				return startError(err)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: node %s, peer id %s\n  listening on %s\n  API on %s\n",
-				name, a.Host().PeerID(), strings.Join(a.Host().Addrs(), " "), a.APIAddr())
-			<-ctx.Done()
-			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			return a.Stop(stopCtx)
+			return runAgent(cmd, cfg)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&name, "name", "", "node name (default: the host name)")
-	f.StringVar(&data, "data", "", "data directory: identity key and lock table")
-	f.StringSliceVar(&listen, "listen", []string{"/ip4/0.0.0.0/tcp/4001"}, "libp2p listen multiaddrs")
-	f.StringSliceVar(&peers, "peers", nil, "other nodes, as multiaddrs ending in /p2p/ID")
-	f.StringSliceVar(&initial, "initial-members", nil, "peer ids of the cluster's first members, this node's among them (first start only)")
-	f.BoolVar(&join, "join", false, "join the running cluster of --peers as a non-member (then: sluice members add ID)")
-	f.IntVar(&size, "cluster-size", 0, "number of initial members, as a check of --initial-members (optional)")
-	f.DurationVar(&electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
-	f.StringVar(&priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
-	f.StringVar(&pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
-	f.StringSliceVar(&allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
-	f.StringVar(&api, "api", daemon.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
-	f.StringVar(&tokenFile, "api-token-file", "", "bearer token for a TCP API address")
-	f.BoolVar(&inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&broken, "broken", "", "")
-	_ = f.MarkHidden("broken")
-	f.StringVar(&config, "config", "", "YAML file with any of these settings (keys: the flag names); flags win over SLUICE_* environment variables, which win over the file")
+	f.add(cmd)
 	return cmd
+}
+
+func (f *agentFlags) add(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "name", "", "node name (default: the host name)")
+	fl.StringVar(&f.data, "data", "", "data directory: identity key and lock table")
+	fl.StringSliceVar(&f.listen, "listen", []string{"/ip4/0.0.0.0/tcp/4001"}, "libp2p listen multiaddrs")
+	fl.StringSliceVar(&f.peers, "peers", nil, "other nodes, as multiaddrs ending in /p2p/ID")
+	fl.StringSliceVar(&f.initial, "initial-members", nil, "peer ids of the cluster's first members, this node's among them (first start only)")
+	fl.BoolVar(&f.join, "join", false, "join the running cluster of --peers as a non-member (then: sluice members add ID)")
+	fl.IntVar(&f.size, "cluster-size", 0, "number of initial members, as a check of --initial-members (optional)")
+	fl.DurationVar(&f.electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
+	fl.StringVar(&f.priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
+	fl.StringVar(&f.pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
+	fl.StringSliceVar(&f.allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
+	fl.StringVar(&f.api, "api", daemon.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
+	fl.StringVar(&f.tokenFile, "api-token-file", "", "bearer token for a TCP API address")
+	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.broken, "broken", "", "")
+	_ = fl.MarkHidden("broken")
+	fl.StringVar(&f.config, "config", "", "YAML file with any of these settings (keys: the flag names); flags win over SLUICE_* environment variables, which win over the file")
+}
+
+// agentConfig checks the flags and turns them into the agent's config,
+// reading the secret and the token from their files.
+func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
+	var none daemon.AgentConfig
+	if f.data == "" && !f.inMemory {
+		return none, usageErrorf("agent: --data DIR is required (or --in-memory)")
+	}
+	if f.size < 0 {
+		return none, usageErrorf("agent: --cluster-size must be at least 1, got %d", f.size)
+	}
+	if f.electionTimeout < 0 {
+		return none, usageErrorf("agent: --election-timeout must not be negative, got %s", f.electionTimeout)
+	}
+	prio, err := election.ParsePriority(f.priority)
+	if err != nil {
+		return none, usageErrorf("agent: --priority: %v", err)
+	}
+	if f.name == "" {
+		f.name, _ = os.Hostname()
+	}
+	mutant, ok := brokenBuilds[f.broken]
+	if !ok {
+		return none, usageErrorf("agent: --broken: unknown %q", f.broken)
+	}
+	if mutant != 0 {
+		log.Error("THIS AGENT IS BROKEN ON PURPOSE: it may grant a lock twice; only tests start it so", "broken", f.broken)
+	}
+	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, Listen: f.listen, Peers: f.peers,
+		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
+		Priority: prio, AllowList: f.allow, API: f.api, Logger: log, Broken: mutant}
+	if f.pskFile != "" {
+		if cfg.PSK, err = p2p.ReadPSK(f.pskFile); err != nil {
+			return none, usageErrorf("agent: --psk-file: %v", err)
+		}
+	}
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return none, usageErrorf("agent: --api-token-file: %v", err)
+		}
+		cfg.APIToken = strings.TrimSpace(string(b))
+		if cfg.APIToken == "" {
+			return none, usageErrorf("agent: --api-token-file %s is empty", f.tokenFile)
+		}
+	}
+	return cfg, nil
+}
+
+// runAgent runs the agent of cfg until SIGINT or SIGTERM, then stops it.
+func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig) error {
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	a, err := daemon.StartAgent(ctx, cfg)
+	if err != nil {
+		return startError(err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: node %s, peer id %s\n  listening on %s\n  API on %s\n",
+		cfg.Name, a.Host().PeerID(), strings.Join(a.Host().Addrs(), " "), a.APIAddr())
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return a.Stop(stopCtx)
 }
 
 func newIDCmd() *cobra.Command {

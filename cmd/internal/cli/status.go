@@ -255,35 +255,9 @@ func newUnlockCmd() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			var released []string
-			if token == 0 && lease == "" {
-				tab, err := c.Locks(ctx, name)
-				if err != nil {
-					return apiError("unlock", err)
-				}
-				for _, l := range tab.Locks {
-					if l.Name != name {
-						continue
-					}
-					for _, e := range l.Entries {
-						if e.Ticket == 0 {
-							continue
-						}
-						r, err := c.ForceUnlock(ctx, name, e.Request, 0, user())
-						if err != nil {
-							return apiError("unlock", err)
-						}
-						released = append(released, r...)
-					}
-				}
-				if len(released) == 0 {
-					return &exitError{code: ExitFailure, msg: fmt.Sprintf("unlock: no ticket of %q in the agent's table", name)}
-				}
-			} else {
-				released, err = c.ForceUnlock(ctx, name, lease, token, user())
-				if err != nil {
-					return apiError("unlock", err)
-				}
+			released, err := release(ctx, c, name, token, lease)
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -301,4 +275,41 @@ func newUnlockCmd() *cobra.Command {
 	cmd.Flags().StringVar(&lease, "lease", "", "the holder's lease id")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// release force-unlocks the ticket of name with token or lease or, with
+// neither, every ticket of name in the agent's table, one by one; it
+// returns the leases released.
+func release(ctx context.Context, c *client.Client, name string, token uint64, lease string) ([]string, error) {
+	if token != 0 || lease != "" {
+		released, err := c.ForceUnlock(ctx, name, lease, token, user())
+		if err != nil {
+			return nil, apiError("unlock", err)
+		}
+		return released, nil
+	}
+	tab, err := c.Locks(ctx, name)
+	if err != nil {
+		return nil, apiError("unlock", err)
+	}
+	var released []string
+	for _, l := range tab.Locks {
+		if l.Name != name {
+			continue
+		}
+		for _, e := range l.Entries {
+			if e.Ticket == 0 {
+				continue
+			}
+			r, err := c.ForceUnlock(ctx, name, e.Request, 0, user())
+			if err != nil {
+				return nil, apiError("unlock", err)
+			}
+			released = append(released, r...)
+		}
+	}
+	if len(released) == 0 {
+		return nil, &exitError{code: ExitFailure, msg: fmt.Sprintf("unlock: no ticket of %q in the agent's table", name)}
+	}
+	return released, nil
 }
