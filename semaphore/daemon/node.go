@@ -459,43 +459,48 @@ func (n *Node) sendSnapshot(ctx context.Context, due core.SnapshotDue) {
 			case <-loop.Done():
 			}
 		}()
-		// To itself (a leader of both views): the messages go back into
-		// the loop, in one op, once the table is read.
-		var local []wire.Message
-		send := func(m wire.Message) error {
-			m.From = n.cfg.Self
-			if due.To == n.cfg.Self {
-				local = append(local, m)
-				return ctx.Err()
+		n.streamSnapshot(ctx, due)
+	})
+}
+
+// streamSnapshot reads the table and sends it as one answer.
+func (n *Node) streamSnapshot(ctx context.Context, due core.SnapshotDue) {
+	// To itself (a leader of both views): the messages go back into the
+	// loop, in one op, once the table is read.
+	var local []wire.Message
+	send := func(m wire.Message) error {
+		m.From = n.cfg.Self
+		if due.To == n.cfg.Self {
+			local = append(local, m)
+			return ctx.Err()
+		}
+		// Waiting for room: a big table is more than a peer's queue.
+		return n.cfg.Transport.SendWait(ctx, m)
+	}
+	answer := core.SnapshotAnswer{Due: due}
+	err := n.cfg.Store.Snapshot(func(name string, highWater uint64, tickets []core.DurableTicket) error {
+		return answer.Name(name, highWater, tickets, send)
+	})
+	if err == nil {
+		err = send(answer.Done())
+	}
+	if err != nil {
+		// The new leader asks again after its retry period.
+		n.log.Warn("snapshot not sent", "to", uint64(due.To), "epoch", due.Epoch, "err", err)
+		return
+	}
+	if len(local) > 0 {
+		select {
+		case n.ops <- func() {
+			for _, m := range local {
+				n.step(m)
 			}
-			// Waiting for room: a big table is more than a peer's queue.
-			return n.cfg.Transport.SendWait(ctx, m)
-		}
-		answer := core.SnapshotAnswer{Due: due}
-		err := n.cfg.Store.Snapshot(func(name string, highWater uint64, tickets []core.DurableTicket) error {
-			return answer.Name(name, highWater, tickets, send)
-		})
-		if err == nil {
-			err = send(answer.Done())
-		}
-		if err != nil {
-			// The new leader asks again after its retry period.
-			n.log.Warn("snapshot not sent", "to", uint64(due.To), "epoch", due.Epoch, "err", err)
+		}:
+		case <-ctx.Done():
 			return
 		}
-		if len(local) > 0 {
-			select {
-			case n.ops <- func() {
-				for _, m := range local {
-					n.step(m)
-				}
-			}:
-			case <-ctx.Done():
-				return
-			}
-		}
-		n.log.Info("snapshot sent", "to", uint64(due.To), "epoch", due.Epoch, "entries", answer.Done().AnswerSize)
-	})
+	}
+	n.log.Info("snapshot sent", "to", uint64(due.To), "epoch", due.Epoch, "entries", answer.Done().AnswerSize)
 }
 
 // fail stops serving after a failed write: what the core holds in memory
