@@ -67,33 +67,6 @@ func ErrorOf(c wire.Code) error {
 	return nil
 }
 
-// View is the set of leaders of one epoch, given by the caller (the election
-// supplies it in the runtime; tests and the simulator may fix it), and the
-// previous view, whose leaders hand the lock table over to these. A view
-// with PrevEpoch 0 starts from the leaders' own tables.
-type View struct {
-	Epoch       uint64
-	Leaders     []wire.NodeID
-	PrevEpoch   uint64
-	PrevLeaders []wire.NodeID
-}
-
-// ViewOf converts the election's view.
-func ViewOf(v wire.View) View {
-	return View{Epoch: v.Epoch, Leaders: slices.Clone(v.Leaders), PrevEpoch: v.PrevEpoch, PrevLeaders: slices.Clone(v.PrevLeaders)}
-}
-
-func (v View) clone() View {
-	v.Leaders, v.PrevLeaders = slices.Clone(v.Leaders), slices.Clone(v.PrevLeaders)
-	return v
-}
-
-// Quorum is the number of distinct leaders that make a quorum.
-func (v View) Quorum() int { return len(v.Leaders)/2 + 1 }
-
-// IsLeader reports whether id is one of the view's leaders.
-func (v View) IsLeader(id wire.NodeID) bool { return slices.Contains(v.Leaders, id) }
-
 // Config configures a Node. The zero value of every field but ID and
 // Incarnation is usable and means the documented default.
 type Config struct {
@@ -102,9 +75,14 @@ type Config struct {
 	// Incarnation is this life of the node: persisted by the caller and
 	// increased before every start. Required, non-zero. Request ids embed it.
 	Incarnation uint32
-	// View is the initial view. An empty view means not ready: requests wait
-	// for SetView until their obtain timeout.
-	View View
+	// View is the initial view: its leaders, and the previous view's,
+	// whose leaders hand the lock table over to these (PrevEpoch 0: the
+	// leaders start from their own tables); the core keeps only that part
+	// (wire.View.Leadership). Given by the caller: the election supplies it
+	// in the runtime; tests and the simulator may fix it. An empty view
+	// means not ready: requests wait for SetView until their obtain
+	// timeout.
+	View wire.View
 	// Peers are all nodes of the cluster; a restarted node tells them so.
 	Peers []wire.NodeID
 	// RetransmitTicks is how long a phase message waits for its ack before it
@@ -214,7 +192,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Admit == nil {
 		out.Admit = Exclusive
 	}
-	out.View = out.View.clone()
+	out.View = out.View.Leadership()
 	out.Peers = slices.Clone(out.Peers)
 	return out, nil
 }

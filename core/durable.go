@@ -48,7 +48,7 @@ type Write struct {
 	// Epoch is the epoch of WriteFence and WriteComplete.
 	Epoch uint64
 	// View is the view of WriteLedView.
-	View View
+	View wire.View
 }
 
 // DurableTicket is a ticket as stored, or a tombstone: a released request,
@@ -69,12 +69,12 @@ type Durable struct {
 	// Complete: the epoch of the last view whose handoff this node finished.
 	Complete uint64
 	// Led: views this node leads whose handoff it has not finished.
-	Led map[uint64]View
+	Led map[uint64]wire.View
 }
 
 // NewDurable returns an empty durable state.
 func NewDurable() *Durable {
-	return &Durable{HighWater: map[string]uint64{}, Tickets: map[string]map[wire.RequestID]DurableTicket{}, Led: map[uint64]View{}}
+	return &Durable{HighWater: map[string]uint64{}, Tickets: map[string]map[wire.RequestID]DurableTicket{}, Led: map[uint64]wire.View{}}
 }
 
 // Apply makes the writes part of d, in order.
@@ -111,7 +111,7 @@ func (d *Durable) Apply(ws []Write) {
 			}
 		case WriteLedView:
 			if w.View.Epoch > d.Complete {
-				d.Led[w.View.Epoch] = w.View.clone()
+				d.Led[w.View.Epoch] = w.View.Leadership()
 			}
 		}
 	}
@@ -131,7 +131,7 @@ func (d *Durable) Clone() *Durable {
 	c := NewDurable()
 	c.Fence, c.Complete = d.Fence, d.Complete
 	for e, v := range d.Led {
-		c.Led[e] = v.clone()
+		c.Led[e] = v.Leadership()
 	}
 	maps.Copy(c.HighWater, d.HighWater)
 	for name, t := range d.Tickets {

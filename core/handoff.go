@@ -58,7 +58,7 @@ type pull struct {
 // syncState is one handoff in progress: taking view's table over from the
 // leaders of view's previous view.
 type syncState struct {
-	view  View
+	view  wire.View
 	from  map[wire.NodeID]*pull
 	nonce uint64 // of the last request sent
 }
@@ -81,10 +81,10 @@ func (n *Node) Serving() bool {
 }
 
 // lead records, durably, a view this node leads and has not taken over yet.
-func (n *Node) lead(v View) {
+func (n *Node) lead(v wire.View) {
 	if v.IsLeader(n.cfg.ID) && v.Epoch > n.complete && n.adopted[v.Epoch].Epoch == 0 {
-		n.adopted[v.Epoch] = v.clone()
-		n.persist(Write{Kind: WriteLedView, View: v.clone()})
+		n.adopted[v.Epoch] = v.Leadership()
+		n.persist(Write{Kind: WriteLedView, View: v.Leadership()})
 	}
 }
 
@@ -92,7 +92,7 @@ func (n *Node) lead(v View) {
 // and is not complete for it yet. A node keeps every such handoff going,
 // even after it adopted a newer view: the newer view's leaders may need it
 // to be complete for this one.
-func (n *Node) startSync(v View) {
+func (n *Node) startSync(v wire.View) {
 	if !v.IsLeader(n.cfg.ID) || n.complete >= v.Epoch || n.syncs[v.Epoch] != nil {
 		return
 	}
@@ -102,7 +102,7 @@ func (n *Node) startSync(v View) {
 	}
 	// Request numbers start at the incarnation: answers sent to an earlier
 	// life never match a request of this one.
-	s := &syncState{view: v.clone(), from: map[wire.NodeID]*pull{}, nonce: uint64(n.cfg.Incarnation) << 32}
+	s := &syncState{view: v.Leadership(), from: map[wire.NodeID]*pull{}, nonce: uint64(n.cfg.Incarnation) << 32}
 	n.syncs[v.Epoch] = s
 	n.requestSnapshots(s)
 }
@@ -419,8 +419,8 @@ func (n *Node) syncTick() {
 // doorways of the old epoch and starts taking the table over; as a master
 // it restarts every request that was not granted yet, under a fresh id at
 // the new epoch, and sends what granted leases need to the new leaders.
-func (n *Node) adoptView(v View) {
-	n.cfg.View = v.clone()
+func (n *Node) adoptView(v wire.View) {
+	n.cfg.View = v.Leadership()
 	n.lead(v)
 	for _, name := range sortedKeys(n.names) {
 		t := n.names[name]

@@ -38,7 +38,7 @@ type hnode struct {
 type harness struct {
 	mutant   core.Mutant // set by tests that replay a scenario on a broken core
 	nodes    []*hnode
-	view     core.View
+	view     wire.View
 	cfg      core.Config
 	inflight []wire.Message
 	isolated map[wire.NodeID]bool
@@ -115,7 +115,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "heal":
 		clear(h.isolated)
 	case "view":
-		v := core.View{Epoch: uint64(intArg(t, d, "epoch", 0)), Leaders: idsArg(t, d, "leaders"),
+		v := wire.View{Epoch: uint64(intArg(t, d, "epoch", 0)), Leaders: idsArg(t, d, "leaders"),
 			PrevEpoch: uint64(intArg(t, d, "prev-epoch", 0)), PrevLeaders: idsArg(t, d, "prev-leaders")}
 		only := idsArg(t, d, "nodes") // default: every node that is up
 		for i, n := range h.nodes {
@@ -173,7 +173,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	size := int(intArg(t, d, "nodes", 5))
-	h.view = core.View{Epoch: 1}
+	h.view = wire.View{Epoch: 1}
 	for _, s := range strings.Split(strArg(d, "leaders", "1,2,3"), ",") {
 		id, err := strconv.Atoi(s)
 		if err != nil {

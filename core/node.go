@@ -108,7 +108,7 @@ type Node struct {
 	// readerHorizon: before this tick the replica knows nothing of readers
 	// (its start, or its last handoff).
 	readerHorizon int64
-	adopted       map[uint64]View // views this node leads and is not complete for
+	adopted       map[uint64]wire.View // views this node leads and is not complete for
 
 	// former are tickets of this node's earlier lives that replicas keep
 	// (KindFormer), by request, so this life can release them.
@@ -133,7 +133,7 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
-		syncs: map[uint64]*syncState{}, adopted: map[uint64]View{},
+		syncs: map[uint64]*syncState{}, adopted: map[uint64]wire.View{},
 		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
 		former: map[wire.RequestID]formerTicket{}, dirty: nameSet{}, reported: nameSet{}}
 	n.restore(persisted)
@@ -141,7 +141,7 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 		n.fence, n.complete = persisted.Fence, persisted.Complete
 		for _, e := range sortedKeys(persisted.Led) {
 			if e > n.complete {
-				n.adopted[e] = persisted.Led[e].clone()
+				n.adopted[e] = persisted.Led[e].Leadership()
 				n.startSync(n.adopted[e]) // resume what the last life left unfinished
 			}
 		}
@@ -162,13 +162,13 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 func (n *Node) Stats() Stats { return n.stats }
 
 // View returns the current view.
-func (n *Node) View() View { return n.cfg.View }
+func (n *Node) View() wire.View { return n.cfg.View }
 
 // SetView installs a view newer than the current one (an older or equal
 // epoch is ignored). A leader of the new view takes the lock table over
 // from the previous view's leaders before it serves; requests that were
 // not granted restart at the new epoch; granted leases carry on.
-func (n *Node) SetView(v View) {
+func (n *Node) SetView(v wire.View) {
 	if v.Epoch <= n.cfg.View.Epoch {
 		return
 	}

@@ -14,7 +14,7 @@ import (
 
 func newLeader(t *testing.T, mutant core.Mutant) *core.Node {
 	t.Helper()
-	n, err := core.New(core.Config{ID: 1, Incarnation: 1, View: core.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}},
+	n, err := core.New(core.Config{ID: 1, Incarnation: 1, View: wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}},
 		Mutant: mutant}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestBadMessagesAreRejectedCountedAndChangeNothing(t *testing.T) {
 }
 
 func TestNonLeaderRefusesReplicaWork(t *testing.T) {
-	n, err := core.New(core.Config{ID: 5, Incarnation: 1, View: core.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
+	n, err := core.New(core.Config{ID: 5, Incarnation: 1, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestAcquireValidation(t *testing.T) {
 
 func TestOverflowAtTheMaster(t *testing.T) {
 	n, err := core.New(core.Config{ID: 1, Incarnation: 1, MaxWaiters: 2,
-		View: core.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
+		View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestStaleAckAfterRestart(t *testing.T) {
 		mutant    core.Mutant
 		wantPhase string
 	}{{0, "entering"}, {core.MutantStaleIncarnation, "get-max"}} {
-		cfg := core.Config{ID: 4, View: core.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: c.mutant}
+		cfg := core.Config{ID: 4, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: c.mutant}
 		cfg.Incarnation = 1
 		old, _ := core.New(cfg, nil)
 		drain(old)
@@ -292,7 +292,7 @@ func TestActivationRounds(t *testing.T) {
 // Ready, instead of sending entries from memory.
 func TestSnapshotsFromStore(t *testing.T) {
 	for _, fromStore := range []bool{false, true} {
-		n, err := core.New(core.Config{ID: 1, Incarnation: 1, View: core.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}},
+		n, err := core.New(core.Config{ID: 1, Incarnation: 1, View: wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}},
 			SnapshotsFromStore: fromStore}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -332,12 +332,12 @@ func TestSnapshotsFromStore(t *testing.T) {
 // the entries, a short answer is asked for again only once it has gone
 // quiet, and an answer still arriving is not interrupted by a new request.
 func TestHandoffAnswersMatchTheirRequest(t *testing.T) {
-	n, err := core.New(core.Config{ID: 4, Incarnation: 1, View: core.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
+	n, err := core.New(core.Config{ID: 4, Incarnation: 1, View: wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 2, 3}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	drain(n)
-	n.SetView(core.View{Epoch: 4, Leaders: []wire.NodeID{2, 3, 4}, PrevEpoch: 3, PrevLeaders: []wire.NodeID{1, 2, 3}})
+	n.SetView(wire.View{Epoch: 4, Leaders: []wire.NodeID{2, 3, 4}, PrevEpoch: 3, PrevLeaders: []wire.NodeID{1, 2, 3}})
 	requests := func() map[wire.NodeID]uint64 {
 		got := map[wire.NodeID]uint64{}
 		for _, m := range drain(n).Messages {

@@ -110,17 +110,11 @@ type Persisted struct {
 func (p *Persisted) clone() *Persisted {
 	c := *p
 	c.Bootstrap = slices.Clone(p.Bootstrap)
-	c.Accepted = cloneView(p.Accepted)
-	c.Valid = cloneView(p.Valid)
+	c.Accepted = p.Accepted.Clone()
+	c.Valid = p.Valid.Clone()
 	c.Lives = maps.Clone(p.Lives)
 	c.Since = slices.Clone(p.Since)
 	return &c
-}
-
-func cloneView(v wire.View) wire.View {
-	v.Leaders, v.PrevLeaders = slices.Clone(v.Leaders), slices.Clone(v.PrevLeaders)
-	v.Members, v.PrevMembers = slices.Clone(v.Members), slices.Clone(v.PrevMembers)
-	return v
 }
 
 // Ready is the output since the last Advance.
@@ -274,7 +268,7 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	if e.cfg.Mutant&MutantNoCheckIn != 0 {
 		e.checkedIn = true
 		if e.p.Valid.Epoch > 0 {
-			v := cloneView(e.p.Valid)
+			v := e.p.Valid.Clone()
 			e.view = &v
 		}
 	}
@@ -304,7 +298,7 @@ func (e *Election) age() uint64 {
 }
 
 // View is the valid view this node knows (epoch 0: none).
-func (e *Election) View() wire.View { return cloneView(e.p.Valid) }
+func (e *Election) View() wire.View { return e.p.Valid.Clone() }
 
 // Stats returns the counters.
 func (e *Election) Stats() Stats { return e.stats }
@@ -445,7 +439,7 @@ func (e *Election) Tick() {
 		// The age told is durable: the Ready that handed it out was
 		// stored before its messages left. A life checked in says so with
 		// its nonce: members added since learn it.
-		hello := wire.Message{Kind: wire.KindHello, ElectionID: e.cfg.ID.String(), View: cloneView(e.p.Valid),
+		hello := wire.Message{Kind: wire.KindHello, ElectionID: e.cfg.ID.String(), View: e.p.Valid.Clone(),
 			Incarnation: e.cfg.Incarnation, StoreAge: e.age()}
 		if e.checkedIn && e.cfg.Mutant&MutantNoCheckIn == 0 {
 			hello.Nonce = e.cfg.Nonce
@@ -569,7 +563,7 @@ func (e *Election) onPrepare(m wire.Message) error {
 	ep := m.View.Epoch
 	if ep > e.p.Promised || e.cfg.Mutant&MutantTwoViewsPerEpoch != 0 && ep == e.p.Promised {
 		e.p.Promised, e.persist = ep, true
-		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, PrepareEpoch: ep, View: cloneView(e.p.Accepted)})
+		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, PrepareEpoch: ep, View: e.p.Accepted.Clone()})
 		return nil
 	}
 	e.stats.Rejections++
@@ -591,7 +585,7 @@ func (e *Election) onPromise(m wire.Message) error {
 	if err := e.checkView(m.View, true); err != nil {
 		return err
 	}
-	r.promises[m.From], r.voted[m.From] = cloneView(m.View), true
+	r.promises[m.From], r.voted[m.From] = m.View.Clone(), true
 	e.rtt = max(e.rtt*3/4, e.now-r.started)
 	e.propose(r)
 	return nil
@@ -626,7 +620,7 @@ func (e *Election) propose(r *round) {
 		// hold the lock table to hand over.
 		e.stats.Continuations++
 		e.endChange(fmt.Errorf("%w: another view change (epoch %d) was under way; try again", ErrChangeLost, high.Epoch))
-		p := cloneView(high)
+		p := high.Clone()
 		p.Epoch = r.epoch
 		r.proposal = &p
 	} else {
@@ -645,7 +639,7 @@ func (e *Election) propose(r *round) {
 	for _, id := range r.proposal.Members {
 		e.AddPeer(id)
 	}
-	e.sendAll(wire.Message{Kind: wire.KindAccept, View: cloneView(*r.proposal)}, true)
+	e.sendAll(wire.Message{Kind: wire.KindAccept, View: r.proposal.Clone()}, true)
 }
 
 // pickLeaders chooses the leaders of a view of members: the sitting
@@ -671,7 +665,7 @@ func (e *Election) onAccept(m wire.Message) error {
 	}
 	ep := m.View.Epoch
 	if ep >= e.p.Promised && (e.p.Accepted.Epoch < ep || e.cfg.Mutant&MutantTwoViewsPerEpoch != 0) {
-		e.p.Promised, e.p.Accepted, e.persist = ep, cloneView(m.View), true
+		e.p.Promised, e.p.Accepted, e.persist = ep, m.View.Clone(), true
 		for _, id := range m.View.Members {
 			e.AddPeer(id)
 		}
@@ -704,7 +698,7 @@ func (e *Election) onAccepted(m wire.Message) error {
 	e.round = nil
 	e.retry = e.cfg.RetryTicks
 	e.adopt(v)
-	e.sendAll(wire.Message{Kind: wire.KindCommit, View: cloneView(v)}, false)
+	e.sendAll(wire.Message{Kind: wire.KindCommit, View: v.Clone()}, false)
 	return nil
 }
 
@@ -796,12 +790,12 @@ func (e *Election) adopt(v wire.View) {
 	if v.Epoch <= e.p.Valid.Epoch {
 		return
 	}
-	e.p.Valid, e.persist = cloneView(v), true
+	e.p.Valid, e.persist = v.Clone(), true
 	for _, id := range v.Members {
 		e.AddPeer(id)
 	}
 	if e.checkedIn {
-		nv := cloneView(v)
+		nv := v.Clone()
 		e.view = &nv
 	} else {
 		// The members may have changed: so has the majority to check in with.
@@ -812,7 +806,7 @@ func (e *Election) adopt(v wire.View) {
 // Status reports readiness: checked in, a valid view and a quorum of its
 // leaders alive.
 func (e *Election) Status() Status {
-	s := Status{View: cloneView(e.p.Valid), Cluster: e.p.Cluster, CheckedIn: e.checkedIn}
+	s := Status{View: e.p.Valid.Clone(), Cluster: e.p.Cluster, CheckedIn: e.checkedIn}
 	alive := e.aliveIDs()
 	s.Coordinator = len(alive) > 0 && alive[0] == e.cfg.Node && e.checkedIn && e.stale == nil
 	known := map[wire.NodeID]bool{}

@@ -165,7 +165,7 @@ func (e *Election) updateCheckedIn() {
 		e.p.Confirmed, e.p.Since, e.persist = e.p.Since[len(e.p.Since)-1], e.p.Since[len(e.p.Since)-1:], true
 	}
 	if e.p.Valid.Epoch > 0 {
-		v := cloneView(e.p.Valid)
+		v := e.p.Valid.Clone()
 		e.view = &v
 	}
 }

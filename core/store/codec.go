@@ -187,23 +187,23 @@ func appendNodes(b []byte, ids []wire.NodeID) []byte {
 	return b
 }
 
-func encodeLed(v core.View) []byte {
+func encodeLed(v wire.View) []byte {
 	return appendView([]byte{version}, v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders)
 }
 
-func decodeLed(k, v []byte) (core.View, error) {
+func decodeLed(k, v []byte) (wire.View, error) {
 	if len(k) != 9 || k[0] != prefixLed {
-		return core.View{}, corrupt(k, "bad led view key")
+		return wire.View{}, corrupt(k, "bad led view key")
 	}
 	r := reader{k: k, b: v}
 	r.version()
-	var view core.View
+	var view wire.View
 	view.Epoch, view.Leaders, view.PrevEpoch, view.PrevLeaders = r.view()
 	if err := r.done(); err != nil {
-		return core.View{}, err
+		return wire.View{}, err
 	}
 	if view.Epoch != binary.BigEndian.Uint64(k[1:]) {
-		return core.View{}, corrupt(k, "led view epoch differs from its key")
+		return wire.View{}, corrupt(k, "led view epoch differs from its key")
 	}
 	return view, nil
 }

@@ -30,7 +30,7 @@ func TestCodecRoundTrip(t *testing.T) {
 			t.Fatalf("high water %q: got %+v, %v", w.Name, e, err)
 		}
 		v, err := decodeLed(ledKey(w.View.Epoch), encodeLed(w.View))
-		if err != nil || !reflect.DeepEqual(normal(&core.Durable{Led: map[uint64]core.View{0: v}}).Led, normal(&core.Durable{Led: map[uint64]core.View{0: w.View}}).Led) {
+		if err != nil || !reflect.DeepEqual(normal(&core.Durable{Led: map[uint64]wire.View{0: v}}).Led, normal(&core.Durable{Led: map[uint64]wire.View{0: w.View}}).Led) {
 			t.Fatalf("view %+v: got %+v, %v", w.View, v, err)
 		}
 		p := randElection(r)
@@ -128,7 +128,7 @@ func TestElectionVersions(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(ticketKey("a\x00b", wire.RequestID{Node: 1, Seq: 2}), encodeTicket(wire.Entry{Ticket: 3, Mode: 1, State: 2, Active: true}, -4))
 	f.Add(highKey("\x00"), encodeUint(9))
-	f.Add(ledKey(5), encodeLed(core.View{Epoch: 5, Leaders: []wire.NodeID{1, 2}, PrevLeaders: []wire.NodeID{3}}))
+	f.Add(ledKey(5), encodeLed(wire.View{Epoch: 5, Leaders: []wire.NodeID{1, 2}, PrevLeaders: []wire.NodeID{3}}))
 	f.Add(keyElection, encodeElection(&ElectionRecord{Promised: 4, Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}}}))
 	f.Add(keyElection, encodeElection(&ElectionRecord{Cluster: 9, Bootstrap: []wire.NodeID{1, 7}, Promised: 4,
 		Valid: wire.View{Epoch: 2, Leaders: []wire.NodeID{7}, Members: []wire.NodeID{1, 7}, PrevMembers: []wire.NodeID{1}},

@@ -75,8 +75,8 @@ var names = []string{"", "a", "a\x00", "a\x00b", "\x00", "\x00\xff", "\x00\x01",
 // reqs is a small pool, so that renewals and deletes meet stored tickets.
 var reqs = []wire.RequestID{{Node: 0, Seq: 0}, {Node: 1, Seq: 1<<32 | 7}, {Node: 1, Seq: 2 << 32}, {Node: math.MaxUint64, Seq: math.MaxUint64}}
 
-func randView(r *rand.Rand) core.View {
-	v := core.View{Epoch: r.Uint64N(12), PrevEpoch: r.Uint64N(12)}
+func randView(r *rand.Rand) wire.View {
+	v := wire.View{Epoch: r.Uint64N(12), PrevEpoch: r.Uint64N(12)}
 	v.Leaders = randNodes(r)
 	v.PrevLeaders = randNodes(r)
 	return v
@@ -160,7 +160,7 @@ func randElection(r *rand.Rand) *ElectionRecord {
 func normal(d *core.Durable) *core.Durable {
 	c := d.Clone()
 	for e, v := range c.Led {
-		c.Led[e] = core.View{Epoch: v.Epoch, Leaders: nilEmpty(v.Leaders), PrevEpoch: v.PrevEpoch, PrevLeaders: nilEmpty(v.PrevLeaders)}
+		c.Led[e] = wire.View{Epoch: v.Epoch, Leaders: nilEmpty(v.Leaders), PrevEpoch: v.PrevEpoch, PrevLeaders: nilEmpty(v.PrevLeaders)}
 	}
 	return c
 }
@@ -394,9 +394,9 @@ func TestCorruptValue(t *testing.T) {
 		{"high water varint overflow", highKey("n"), []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
 		{"fence trailing", keyFence, []byte{1, 1, 1}},
 		{"incarnation over 32 bits", keyInc, encodeUint(1 << 32)},
-		{"led view epoch mismatch", ledKey(3), encodeLed(core.View{Epoch: 4})},
+		{"led view epoch mismatch", ledKey(3), encodeLed(wire.View{Epoch: 4})},
 		{"led view huge leader count", ledKey(3), []byte{1, 3, 0xff, 0xff, 0x03}},
-		{"led key length", []byte("l\x00\x00"), encodeLed(core.View{})},
+		{"led key length", []byte("l\x00\x00"), encodeLed(wire.View{})},
 		{"election truncated", keyElection, encodeElection(&ElectionRecord{Promised: 3})[:3]},
 		{"unknown key", []byte("x"), []byte{1}},
 	}
@@ -435,7 +435,7 @@ func TestCorruptWhileWriting(t *testing.T) {
 	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(keyComplete, []byte{7}) }); err != nil {
 		t.Fatal(err)
 	}
-	err := wait(t, s.Submit(Batch{Writes: []core.Write{{Kind: core.WriteLedView, View: core.View{Epoch: 3}}}}))
+	err := wait(t, s.Submit(Batch{Writes: []core.Write{{Kind: core.WriteLedView, View: wire.View{Epoch: 3}}}}))
 	if !errors.Is(err, ErrFailed) || !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("got %v, want ErrFailed and ErrCorrupt", err)
 	}
@@ -773,10 +773,10 @@ func TestApplyOrderWithinBatch(t *testing.T) {
 		{Kind: core.WriteDelete, Name: "b", Entry: wire.Entry{Req: req}}, // high water 8 stays
 		{Kind: core.WriteHighWater, Name: "b", Entry: wire.Entry{Ticket: 3}},
 		{Kind: core.WriteHighWater, Name: "c", Entry: wire.Entry{Ticket: 0}}, // creates c: 0
-		{Kind: core.WriteLedView, View: core.View{Epoch: 2, Leaders: []wire.NodeID{1}}},
-		{Kind: core.WriteLedView, View: core.View{Epoch: 5}},
+		{Kind: core.WriteLedView, View: wire.View{Epoch: 2, Leaders: []wire.NodeID{1}}},
+		{Kind: core.WriteLedView, View: wire.View{Epoch: 5}},
 		{Kind: core.WriteComplete, Epoch: 2},                 // drops led 2
-		{Kind: core.WriteLedView, View: core.View{Epoch: 2}}, // not above complete: ignored
+		{Kind: core.WriteLedView, View: wire.View{Epoch: 2}}, // not above complete: ignored
 		{Kind: core.WriteComplete, Epoch: 1},                 // complete stays 2
 		{Kind: core.WriteFence, Epoch: 7},
 		{Kind: core.WriteFence, Epoch: 6},

@@ -288,6 +288,25 @@ type View struct {
 	PrevMembers []NodeID
 }
 
+// Quorum is the number of distinct leaders that make a quorum.
+func (v View) Quorum() int { return len(v.Leaders)/2 + 1 }
+
+// IsLeader reports whether id is one of the view's leaders.
+func (v View) IsLeader(id NodeID) bool { return slices.Contains(v.Leaders, id) }
+
+// Clone is a copy of v that shares no memory with it.
+func (v View) Clone() View {
+	v.Leaders, v.PrevLeaders = slices.Clone(v.Leaders), slices.Clone(v.PrevLeaders)
+	v.Members, v.PrevMembers = slices.Clone(v.Members), slices.Clone(v.PrevMembers)
+	return v
+}
+
+// Leadership is the part of v the lock core uses: the leaders of v and of
+// the view before it, without the voters.
+func (v View) Leadership() View {
+	return View{Epoch: v.Epoch, Leaders: slices.Clone(v.Leaders), PrevEpoch: v.PrevEpoch, PrevLeaders: slices.Clone(v.PrevLeaders)}
+}
+
 var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"add-ticket", "add-ticket-ack", "watch", "unwatch", "report", "release",
 	"release-ack", "renew", "renew-ack", "restarted", "exit",

@@ -331,7 +331,7 @@ type Sim struct {
 	slowUntil        int64
 	clients          []*client
 	names            []string
-	view             core.View
+	view             wire.View
 
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
@@ -410,9 +410,9 @@ func newSim(o Options) *Sim {
 			leaders = append(leaders, wire.NodeID(i+1))
 		}
 	}
-	s.view = core.View{Epoch: 1, Leaders: leaders}
+	s.view = wire.View{Epoch: 1, Leaders: leaders}
 	if o.Elect {
-		s.view = core.View{}
+		s.view = wire.View{}
 	}
 	var initial []wire.NodeID
 	for i := range o.Nodes {
@@ -607,7 +607,7 @@ func (s *Sim) handleElection(i int) {
 		}
 		n.elect.Advance()
 		if rd.View != nil {
-			v := core.ViewOf(*rd.View)
+			v := *rd.View
 			key := fmt.Sprintf("%v after %d%v members %v", v.Leaders, v.PrevEpoch, v.PrevLeaders, rd.View.Members)
 			if old, ok := s.views[v.Epoch]; ok && old != key {
 				s.failf("two views for epoch %d: %s and %s", v.Epoch, old, key)
@@ -1559,8 +1559,8 @@ func (s *Sim) final() {
 }
 
 // newestView is the view of the highest epoch a live lock core holds.
-func (s *Sim) newestView() core.View {
-	var view core.View
+func (s *Sim) newestView() wire.View {
+	var view wire.View
 	for _, n := range s.nodes {
 		if n.core == nil {
 			continue

@@ -359,7 +359,7 @@ func (n *Node) collect() {
 					n.metrics.leaderSets.Inc()
 				}
 				n.log.Info("view", "epoch", rd.View.Epoch, "leaders", rd.View.Leaders, "prev_epoch", rd.View.PrevEpoch)
-				n.core.SetView(core.ViewOf(*rd.View))
+				n.core.SetView(*rd.View)
 			}
 		}
 		if n.core.HasReady() {
