@@ -2,13 +2,13 @@ package core_test
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -132,7 +132,7 @@ func TestAcquireValidation(t *testing.T) {
 		"negative limit":    {Name: "a", Mode: wire.ModeReadOnly, Duration: 1, Limit: -1},
 		"absurd limit":      {Name: "a", Mode: wire.ModeReadOnly, Duration: 1, Limit: 1 << 30},
 	} {
-		if _, err := n.Acquire(a); !errors.Is(err, core.ErrInvalid) {
+		if _, err := n.Acquire(a); !errors.Is(err, codes.ErrInvalid) {
 			t.Errorf("%s: got %v", name, err)
 		}
 		if n.HasReady() || len(n.Requests()) != 0 {
@@ -156,7 +156,7 @@ func TestOverflowAtTheMaster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := n.Acquire(a); !errors.Is(err, core.ErrOverflow) || core.CodeOf(err) != wire.CodeOverflow {
+	if _, err := n.Acquire(a); !errors.Is(err, codes.ErrOverflow) || codes.Of(err).Wire != wire.CodeOverflow {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -231,19 +231,6 @@ func TestDurableApply(t *testing.T) {
 	d.Apply([]core.Write{{Kind: core.WriteTicket, Name: "a", Entry: lower}})
 	if d.HighWater["a"] != 7 {
 		t.Fatal("the high-water mark went down")
-	}
-}
-
-// TestErrorsAndCodes: every sentinel error has a stable wire code and back.
-func TestErrorsAndCodes(t *testing.T) {
-	for _, err := range []error{core.ErrTimedOut, core.ErrDraining, core.ErrNotReady, core.ErrInvalid, core.ErrOverflow, core.ErrLost} {
-		c := core.CodeOf(fmt.Errorf("wrapped: %w", err))
-		if c == wire.CodeNone || !errors.Is(core.ErrorOf(c), err) {
-			t.Errorf("%v: code %q maps back to %v", err, c, core.ErrorOf(c))
-		}
-	}
-	if core.ErrorOf(wire.CodeNone) != nil || core.CodeOf(errors.New("other")) != wire.CodeNone {
-		t.Fatal("no error must mean no code")
 	}
 }
 
