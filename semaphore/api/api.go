@@ -10,12 +10,6 @@ import (
 	"time"
 )
 
-// Node ids are 64-bit numbers derived from peer ids: JSON carries them as
-// decimal strings, so that clients whose numbers are doubles (JavaScript)
-// keep every digit. Tickets, fencing tokens, epochs and counters stay
-// numbers: they count up from 1 by one at a time, so they stay far below
-// 2^53, and a holder compares tokens as numbers.
-
 // Status is what `sluice status` shows of one node.
 type Status struct {
 	Node  string `json:"node"`
