@@ -420,3 +420,19 @@ func TestExpiryWithSilentAgent(t *testing.T) {
 		})
 	}
 }
+
+// TestAPIErrorSentinels pins the sentinel each code of the agent's
+// answers unwraps to: the same as before the codes had one table.
+func TestAPIErrorSentinels(t *testing.T) {
+	for code, want := range map[string]error{
+		"timedout": semaphore.ErrTimedOut, "draining": semaphore.ErrDraining, "not_ready": semaphore.ErrNotReady,
+		"invalid": semaphore.ErrInvalid, "bad_request": semaphore.ErrInvalid, "overflow": semaphore.ErrOverflow,
+		"lost": semaphore.ErrLost, "unknown_lease": client.ErrUnknownLease, "unauthorized": client.ErrUnauthorized,
+		"unavailable": client.ErrUnavailable, "canceled": client.ErrUnavailable, "from-a-newer-agent": client.ErrUnavailable,
+		"": client.ErrUnavailable,
+	} {
+		if err := (&client.APIError{Op: "op", Status: 500, Code: code}); !errors.Is(err, want) {
+			t.Errorf("%q: %v is not %v", code, err, want)
+		}
+	}
+}
