@@ -10,8 +10,8 @@ type Candidate struct {
 	// Try is set for an obtain timeout of 0: the policy must grant or refuse,
 	// never wait on another holder.
 	Try bool
-	// Quiet is the quiet period the request asked for, in ticks (0: the
-	// policy's default).
+	// Quiet is the quiet period the request asked for, in ticks (0: none;
+	// the runtime fills in a default before it proposes the request).
 	Quiet int64
 	// SinceReaders is how many ticks ago, at the least on the quorum of
 	// reports decided on, a READ_ONLY ticket of the name was in the table.

@@ -5,18 +5,14 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
-// Sentinel errors. Each maps to a stable wire.Code (see CodeOf).
+// Sentinel errors of the core's own. The failures a client can see
+// (invalid, overflow, not ready, timed out, draining, lost, unknown
+// request) are the sentinels of the table in core/codes.
 var (
-	ErrInvalid     = errors.New("core: invalid request")
-	ErrOverflow    = errors.New("core: too many waiters on one name")
-	ErrNotReady    = errors.New("core: no valid view")
-	ErrTimedOut    = errors.New("core: timed out")
-	ErrDraining    = errors.New("core: draining")
-	ErrLost        = errors.New("core: lease lost")
-	ErrUnknownReq  = errors.New("core: unknown request")
 	ErrStaleEpoch  = errors.New("core: message from another epoch")
 	ErrBadMessage  = errors.New("core: malformed message")
 	ErrWrongTarget = errors.New("core: message for another node")
@@ -24,48 +20,6 @@ var (
 	// lock table over from the previous view's leaders.
 	ErrNotServing = errors.New("core: not serving the lock table")
 )
-
-// CodeOf returns the wire code of one of the sentinel errors above.
-func CodeOf(err error) wire.Code {
-	switch {
-	case errors.Is(err, ErrTimedOut):
-		return wire.CodeTimedOut
-	case errors.Is(err, ErrDraining):
-		return wire.CodeDraining
-	case errors.Is(err, ErrNotReady):
-		return wire.CodeNotReady
-	case errors.Is(err, ErrInvalid):
-		return wire.CodeInvalid
-	case errors.Is(err, ErrOverflow):
-		return wire.CodeOverflow
-	case errors.Is(err, ErrLost):
-		return wire.CodeLost
-	case errors.Is(err, ErrUnknownReq):
-		return wire.CodeUnknownLease
-	}
-	return wire.CodeNone
-}
-
-// ErrorOf is the inverse of CodeOf; CodeNone gives nil.
-func ErrorOf(c wire.Code) error {
-	switch c {
-	case wire.CodeTimedOut:
-		return ErrTimedOut
-	case wire.CodeDraining:
-		return ErrDraining
-	case wire.CodeNotReady:
-		return ErrNotReady
-	case wire.CodeInvalid:
-		return ErrInvalid
-	case wire.CodeOverflow:
-		return ErrOverflow
-	case wire.CodeLost:
-		return ErrLost
-	case wire.CodeUnknownLease:
-		return ErrUnknownReq
-	}
-	return nil
-}
 
 // Config configures a Node. The zero value of every field but ID and
 // Incarnation is usable and means the documented default.
@@ -97,7 +51,7 @@ type Config struct {
 	// MaxNameLen caps object names in bytes. Default and maximum wire.MaxNameLen.
 	MaxNameLen int
 	// MaxWaiters caps the requests one name may have at a replica, and at a
-	// master. Default 1000.
+	// master. Default DefaultMaxWaiters.
 	MaxWaiters int
 	// Admit is the admission policy. Default Exclusive.
 	Admit Admit
@@ -110,6 +64,10 @@ type Config struct {
 	// to prove that the simulator catches broken variants. Never set it.
 	Mutant Mutant
 }
+
+// DefaultMaxWaiters is Config.MaxWaiters' default: the agent's cap on the
+// requests of one name, and so on a reader limit.
+const DefaultMaxWaiters = 1000
 
 // Mutant names a deliberate bug, for mutation testing of the simulator.
 type Mutant uint32
@@ -173,7 +131,7 @@ const (
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.ID == 0 || out.Incarnation == 0 {
-		return out, fmt.Errorf("%w: config needs a non-zero ID and Incarnation", ErrInvalid)
+		return out, fmt.Errorf("%w: config needs a non-zero ID and Incarnation", codes.ErrInvalid)
 	}
 	def := func(v *int64, d int64) {
 		if *v <= 0 {
@@ -187,7 +145,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.MaxNameLen = wire.MaxNameLen
 	}
 	if out.MaxWaiters <= 0 {
-		out.MaxWaiters = 1000
+		out.MaxWaiters = DefaultMaxWaiters
 	}
 	if out.Admit == nil {
 		out.Admit = Exclusive
@@ -209,34 +167,31 @@ type Acquire struct {
 	// Grace is how long after Duration the lease is released by force; >= 0.
 	Grace int64
 	// Quiet is the quiet period of READ_WRITE_GENTLE, in ticks; >= 0 (0:
-	// the admission policy's default).
+	// none; the agent fills in the default of 10 minutes).
 	Quiet int64
 	// Limit caps the readers ahead of a READ_ONLY request; >= 0 (0: none).
 	Limit int
 }
 
+// validate keeps the core's own invariants for whoever proposes: the
+// agent, whose edge (daemon.Request.Validate) has already refused what
+// users must not ask for, in their units and with clear errors, and the
+// simulator, which drives the core directly. It stays because the core
+// cannot run a request outside these bounds at all: a name the wire does
+// not carry (every replica would refuse its messages), a mode the policy
+// does not know, spans that would overflow tick arithmetic, a lease of no
+// tick, a reader limit above the waiters a name may have. It is not the
+// users' rules, so it says only which bound a request broke.
 func (n *Node) validate(a Acquire) error {
-	switch {
-	case a.Name == "":
-		return fmt.Errorf("%w: empty name", ErrInvalid)
-	case len(a.Name) > n.cfg.MaxNameLen:
-		return fmt.Errorf("%w: name of %d bytes is over %d", ErrInvalid, len(a.Name), n.cfg.MaxNameLen)
-	case !a.Mode.Valid():
-		return fmt.Errorf("%w: unknown mode %d", ErrInvalid, a.Mode)
-	case a.Timeout < 0:
-		return fmt.Errorf("%w: negative obtain timeout", ErrInvalid)
-	case a.Duration <= 0:
-		return fmt.Errorf("%w: duration must be positive", ErrInvalid)
-	case a.Grace < 0:
-		return fmt.Errorf("%w: negative grace", ErrInvalid)
-	case a.Quiet < 0:
-		return fmt.Errorf("%w: negative quiet period", ErrInvalid)
-	case a.Limit < 0 || a.Limit > n.cfg.MaxWaiters:
-		return fmt.Errorf("%w: reader limit %d is not 1..%d", ErrInvalid, a.Limit, n.cfg.MaxWaiters)
-	case a.Timeout > maxSpan || a.Duration > maxSpan || a.Grace > maxSpan || a.Quiet > maxSpan:
-		return fmt.Errorf("%w: span over %d ticks", ErrInvalid, int64(maxSpan))
+	span := func(t int64) bool { return t >= 0 && t <= maxSpan }
+	if a.Name != "" && len(a.Name) <= n.cfg.MaxNameLen && a.Mode.Valid() && span(a.Timeout) && span(a.Grace) &&
+		span(a.Quiet) && span(a.Duration) && a.Duration > 0 && a.Limit >= 0 && a.Limit <= n.cfg.MaxWaiters {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: outside what the core runs (a name of 1..%d bytes, a known mode, spans of 0..%d ticks, "+
+		"a duration of at least one, a reader limit of 0..%d): name of %d bytes, mode %d, timeout %d, duration %d, "+
+		"grace %d, quiet %d, limit %d", codes.ErrInvalid, n.cfg.MaxNameLen, int64(maxSpan), n.cfg.MaxWaiters,
+		len(a.Name), a.Mode, a.Timeout, a.Duration, a.Grace, a.Quiet, a.Limit)
 }
 
 // maxSpan keeps tick arithmetic far from overflow.

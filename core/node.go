@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -35,6 +36,13 @@ type Event struct {
 	// Forced: the EventReleased answers a ForceRelease, not a Release.
 	Forced bool
 }
+
+// ExpiryFrom is the one definition of a lease's end (DESIGN.md §4), for
+// the agent and the simulator alike: the TTL of a grant or renewal counted
+// from sent, the tick its call (Acquire or Renew) was sent on the caller's
+// own clock. It is never later than the master ends the lease, even when
+// the call travelled before the master saw it.
+func (e Event) ExpiryFrom(sent int64) int64 { return sent + e.TTL }
 
 // Ready is the output of the node since the last Advance. Handle it in field
 // order: Persist durably, then send Messages, then deliver Events.
@@ -193,7 +201,7 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 		if mn.count == 0 {
 			delete(n.mnames, a.Name)
 		}
-		return wire.RequestID{}, fmt.Errorf("%w: %d requests on %q", ErrOverflow, mn.count, a.Name)
+		return wire.RequestID{}, fmt.Errorf("%w: %d requests on %q", codes.ErrOverflow, mn.count, a.Name)
 	}
 	wait := a.Timeout
 	if wait == 0 {
@@ -223,7 +231,7 @@ func (n *Node) Release(id wire.RequestID) error {
 	}
 	r := n.handles[id]
 	if r == nil || r.phase == phaseReleasing {
-		return fmt.Errorf("%w: %s", ErrUnknownReq, id)
+		return fmt.Errorf("%w: %s", codes.ErrUnknownLease, id)
 	}
 	delete(n.handles, id)
 	r.handle, r.releaseOf = wire.RequestID{}, id
@@ -240,7 +248,7 @@ func (n *Node) Abandon(id wire.RequestID) error { return n.Release(id) }
 func (n *Node) Renew(id wire.RequestID) error {
 	r := n.handles[id]
 	if r == nil || r.phase != phaseHeld {
-		return fmt.Errorf("%w: %s is not held", ErrLost, id)
+		return fmt.Errorf("%w: %s is not held", codes.ErrLost, id)
 	}
 	r.renew = &renewal{start: n.now, acks: map[wire.NodeID]bool{}, rejects: map[wire.NodeID]bool{}}
 	n.sendRenew(r, nil)
@@ -256,15 +264,15 @@ func (n *Node) Renew(id wire.RequestID) error {
 func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 	switch {
 	case name == "" || len(name) > n.cfg.MaxNameLen:
-		return fmt.Errorf("%w: name of %d bytes", ErrInvalid, len(name))
+		return fmt.Errorf("%w: name of %d bytes", codes.ErrInvalid, len(name))
 	case req.Node == 0:
-		return fmt.Errorf("%w: no request", ErrInvalid)
+		return fmt.Errorf("%w: no request", codes.ErrInvalid)
 	case len(n.cfg.View.Leaders) == 0:
-		return fmt.Errorf("%w: no leaders to ask", ErrNotReady)
+		return fmt.Errorf("%w: no leaders to ask", codes.ErrNotReady)
 	}
 	if r := n.reqs[req]; r != nil {
 		if r.a.Name != name {
-			return fmt.Errorf("%w: request %s is not on %q", ErrInvalid, req, name)
+			return fmt.Errorf("%w: request %s is not on %q", codes.ErrInvalid, req, name)
 		}
 		// A request of this node's own clients: the leaders tell only
 		// other nodes' masters (KindRevoked), so end it here.

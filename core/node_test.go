@@ -2,13 +2,13 @@ package core_test
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -132,7 +132,7 @@ func TestAcquireValidation(t *testing.T) {
 		"negative limit":    {Name: "a", Mode: wire.ModeReadOnly, Duration: 1, Limit: -1},
 		"absurd limit":      {Name: "a", Mode: wire.ModeReadOnly, Duration: 1, Limit: 1 << 30},
 	} {
-		if _, err := n.Acquire(a); !errors.Is(err, core.ErrInvalid) {
+		if _, err := n.Acquire(a); !errors.Is(err, codes.ErrInvalid) {
 			t.Errorf("%s: got %v", name, err)
 		}
 		if n.HasReady() || len(n.Requests()) != 0 {
@@ -156,7 +156,7 @@ func TestOverflowAtTheMaster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := n.Acquire(a); !errors.Is(err, core.ErrOverflow) || core.CodeOf(err) != wire.CodeOverflow {
+	if _, err := n.Acquire(a); !errors.Is(err, codes.ErrOverflow) || codes.Of(err).Wire != wire.CodeOverflow {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -231,19 +231,6 @@ func TestDurableApply(t *testing.T) {
 	d.Apply([]core.Write{{Kind: core.WriteTicket, Name: "a", Entry: lower}})
 	if d.HighWater["a"] != 7 {
 		t.Fatal("the high-water mark went down")
-	}
-}
-
-// TestErrorsAndCodes: every sentinel error has a stable wire code and back.
-func TestErrorsAndCodes(t *testing.T) {
-	for _, err := range []error{core.ErrTimedOut, core.ErrDraining, core.ErrNotReady, core.ErrInvalid, core.ErrOverflow, core.ErrLost} {
-		c := core.CodeOf(fmt.Errorf("wrapped: %w", err))
-		if c == wire.CodeNone || !errors.Is(core.ErrorOf(c), err) {
-			t.Errorf("%v: code %q maps back to %v", err, c, core.ErrorOf(c))
-		}
-	}
-	if core.ErrorOf(wire.CodeNone) != nil || core.CodeOf(errors.New("other")) != wire.CodeNone {
-		t.Fatal("no error must mean no code")
 	}
 }
 
@@ -459,5 +446,14 @@ func TestOneReportPerReady(t *testing.T) {
 	step(wire.Message{Kind: wire.KindEnter, From: 4, Req: wire.RequestID{Node: 4, Seq: 1<<32 | 51}})
 	if got := reports(); !reflect.DeepEqual(got, map[wire.NodeID][]int{4: {51}, 5: {51}}) {
 		t.Fatalf("reports after a change: %v; want one to each watcher", got)
+	}
+}
+
+// A lease ends the event's TTL after its call was sent, on the sender's
+// clock.
+func TestExpiryFrom(t *testing.T) {
+	e := core.Event{Name: "site", Kind: wire.EventGranted, Token: 7, Elapsed: 12, Duration: 100, TTL: 112}
+	if got := e.ExpiryFrom(1000); got != 1112 {
+		t.Fatalf("expiry %d, want 1112", got)
 	}
 }

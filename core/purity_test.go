@@ -24,12 +24,12 @@ var forbidden = []string{
 	"unsafe", "os/exec", "io/ioutil", libp2p, "github.com/dgraph-io",
 }
 
-// TestPurePackages checks, by reading their source, that core, core/wire and
-// election start no goroutine and import nothing that does I/O, reads a
+// TestPurePackages checks, by reading their source, that core, core/wire,
+// core/codes and election start no goroutine and import nothing that does I/O, reads a
 // clock or draws global randomness. Test files are not checked.
 func TestPurePackages(t *testing.T) {
 	checked := 0
-	for _, dir := range []string{".", "wire", "../election"} {
+	for _, dir := range []string{".", "wire", "codes", "../election"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -211,7 +212,7 @@ func (c *faultCluster) leaders(from int) []int {
 	view, _ := st["view"].(map[string]any)
 	ls, _ := view["leaders"].([]any)
 	for _, l := range ls {
-		ids = append(ids, uint64(l.(float64)))
+		ids = append(ids, parseNode(c.t, l))
 	}
 	var out []int
 	for i := range c.nodes {
@@ -246,9 +247,20 @@ func (c *faultCluster) nodeID(i int) uint64 {
 		if err != nil {
 			c.t.Fatalf("status of node %d: %v", i+1, err)
 		}
-		n.num = uint64(st["node"].(float64))
+		n.num = parseNode(c.t, st["node"])
 	}
 	return n.num
+}
+
+// parseNode reads a node id as the API spells it: a decimal string.
+func parseNode(t *testing.T, v any) uint64 {
+	t.Helper()
+	s, _ := v.(string)
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("node id %#v is not a decimal string: %v", v, err)
+	}
+	return id
 }
 
 // stopAll ends every agent with SIGTERM (SIGCONT first for stopped ones)

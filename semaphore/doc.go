@@ -1,6 +1,8 @@
 // Package semaphore is sluice's reader/writer semaphore: the modes of
-// DESIGN.md §6 as an admission policy (Admit) plugged into the lock core,
-// the Lease a client holds, and the errors it may see.
+// DESIGN.md §6 (Mode, ParseMode, the default quiet period) as an admission
+// policy (Admit) plugged into the lock core, and the errors a client may
+// see. Turning requests and grants into ticks and back is the runtime's
+// (semaphore/daemon); validating requests is the agent's edge.
 //
 // Contract: Admit is a pure function of the candidate and the other tickets
 // of its name, in bakery order; the core has already waited for every

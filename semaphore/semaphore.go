@@ -1,10 +1,11 @@
 package semaphore
 
 import (
-	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -33,20 +34,18 @@ const (
 	Exclusive = wire.ModeExclusive
 )
 
-// Errors a client may see; each has a stable wire and JSON spelling
-// (Code). They are the core's sentinels, so errors.Is works across both.
+// Errors a client may see, under the names clients use. They are the
+// sentinels of the table in core/codes, which the core and the agent
+// return, so errors.Is works across all of them, and each has a stable
+// wire and JSON spelling.
 var (
-	ErrDraining = core.ErrDraining
-	ErrTimedOut = core.ErrTimedOut
-	ErrNotReady = core.ErrNotReady
-	ErrLost     = core.ErrLost
-	ErrInvalid  = core.ErrInvalid
-	ErrOverflow = core.ErrOverflow
+	ErrDraining = codes.ErrDraining
+	ErrTimedOut = codes.ErrTimedOut
+	ErrNotReady = codes.ErrNotReady
+	ErrLost     = codes.ErrLost
+	ErrInvalid  = codes.ErrInvalid
+	ErrOverflow = codes.ErrOverflow
 )
-
-// Code is the stable spelling of err on the wire and in JSON ("draining",
-// "timedout", ...), or "" when err is none of the errors above.
-func Code(err error) string { return core.CodeOf(err).String() }
 
 var modeNames = map[string]Mode{
 	"read-only": ReadOnly, "read-write-priority": ReadWritePriority, "read-write": ReadWrite,
@@ -64,55 +63,10 @@ func ParseMode(s string) (Mode, error) {
 	return m, nil
 }
 
-// DefaultQuietTicks is READ_WRITE_GENTLE's quiet period when a request
-// names none: 10 minutes at the agent's tick of 10 ms.
-const DefaultQuietTicks = 60_000
-
-// Options are the semaphore's own request options.
-type Options struct {
-	// QuietPeriod, in ticks, is how long READ_WRITE_GENTLE waits without a
-	// reader coming or going. Zero means the default of 10 minutes.
-	QuietPeriod int64
-	// ReaderLimit caps concurrent READ_ONLY holders among the readers that
-	// ask for it: such a reader goes in only while fewer readers than the
-	// limit are ahead of it in the line (a fair counting semaphore, as
-	// `consul lock -n`). Zero means no limit.
-	ReaderLimit int
-}
-
-// ValidateOptions refuses options that make no sense: a negative quiet
-// period, a reader limit below zero (zero means none).
-func ValidateOptions(o Options) error {
-	var errs []error
-	if o.QuietPeriod < 0 {
-		errs = append(errs, fmt.Errorf("%w: negative quiet period %d", ErrInvalid, o.QuietPeriod))
-	}
-	if o.ReaderLimit < 0 {
-		errs = append(errs, fmt.Errorf("%w: reader limit %d is below 1", ErrInvalid, o.ReaderLimit))
-	}
-	return errors.Join(errs...)
-}
-
-// ParseLimit reads a reader limit as a user gives it: a whole number of at
-// least 1 (a user who wants no limit leaves it out).
-func ParseLimit(n int) (int, error) {
-	if n < 1 {
-		return 0, fmt.Errorf("%w: reader limit %d is below 1", ErrInvalid, n)
-	}
-	return n, nil
-}
-
-// Lease is a granted lock as a client holds it.
-type Lease struct {
-	Name string
-	Mode Mode
-	// Token is the fencing token: it grows with every writer's grant of the
-	// name, and a reader's token is above every earlier writer's.
-	Token uint64
-	// Expiry is when the holder must stop acting under the lease, in the
-	// clock of whoever made the request (see core.Event.TTL).
-	Expiry int64
-}
+// DefaultQuiet is READ_WRITE_GENTLE's quiet period when a request names
+// none (DESIGN.md §6). The runtime turns it into ticks; Admit takes the
+// period a request carries as it is.
+const DefaultQuiet = 10 * time.Minute
 
 func writer(m Mode) bool { return m != ReadOnly }
 
@@ -136,7 +90,7 @@ func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
 //     (announced at a quorum) and asked again before it is granted.
 //   - READ_WRITE_GENTLE is READ_WRITE that also waits until, on the
 //     reports decided on, no reader ticket was in the table for its quiet
-//     period.
+//     period (me.Quiet ticks; the runtime fills in DefaultQuiet).
 func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	wait := core.Decision{}
 	if me.Try {
@@ -180,29 +134,9 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	if !soft(me.Mode) {
 		return core.Decision{Grant: true}
 	}
-	if me.Mode == ReadWriteGentle {
-		quiet := me.Quiet
-		if quiet == 0 {
-			quiet = DefaultQuietTicks
-		}
-		if me.SinceReaders < quiet {
-			wait.RetryIn = quiet - me.SinceReaders // ask again when it may be over
-			return wait
-		}
+	if me.Mode == ReadWriteGentle && me.SinceReaders < me.Quiet {
+		wait.RetryIn = me.Quiet - me.SinceReaders // ask again when it may be over
+		return wait
 	}
 	return core.Decision{Grant: true, Activate: true}
 }
-
-// LeaseOf is the lease a grant event gives a request that was sent at tick
-// sent, in the requester's own clock. It expires the event's TTL after the
-// send: never later than the master ends it, even when the request
-// travelled before the master saw it (DESIGN.md §4).
-func LeaseOf(e core.Event, mode Mode, sent int64) Lease {
-	return Lease{Name: e.Name, Mode: mode, Token: e.Token, Expiry: ExpiryOf(e, sent)}
-}
-
-// ExpiryOf is the one definition of a lease's end, shared by the agent,
-// the client and the simulator: the TTL of a grant or renewal event
-// counted from the tick its call (Acquire or Renew) was sent, in the
-// sender's own clock.
-func ExpiryOf(e core.Event, sent int64) int64 { return sent + e.TTL }

@@ -31,17 +31,13 @@ func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 			readersAhead++
 		}
 	}
-	quiet := me.Quiet
-	if quiet == 0 {
-		quiet = semaphore.DefaultQuietTicks
-	}
 	switch me.Mode {
 	case semaphore.ReadOnly:
 		return !earlierHard && !activeSoft && (me.Limit == 0 || readersAhead < me.Limit), false
 	case semaphore.ReadWrite:
 		return !anyReader && !earlierWriter && !activeSoft, true
 	case semaphore.ReadWriteGentle:
-		return !anyReader && !earlierWriter && !activeSoft && me.SinceReaders >= quiet, true
+		return !anyReader && !earlierWriter && !activeSoft && me.SinceReaders >= me.Quiet, true
 	}
 	return !anyEarlier && !activeSoft, false
 }
@@ -128,42 +124,5 @@ func TestParseMode(t *testing.T) {
 		if _, err := semaphore.ParseMode(s); !errors.Is(err, semaphore.ErrInvalid) {
 			t.Errorf("%q: %v", s, err)
 		}
-	}
-}
-
-func TestValidateOptions(t *testing.T) {
-	if err := semaphore.ValidateOptions(semaphore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range []semaphore.Options{{QuietPeriod: -1}, {ReaderLimit: -2}} {
-		if err := semaphore.ValidateOptions(o); !errors.Is(err, semaphore.ErrInvalid) {
-			t.Errorf("%+v: %v", o, err)
-		}
-	}
-	if err := semaphore.ValidateOptions(semaphore.Options{ReaderLimit: 3, QuietPeriod: 5}); err != nil {
-		t.Errorf("a reader limit and a quiet period are fine: %v", err)
-	}
-	for _, n := range []int{0, -1} {
-		if _, err := semaphore.ParseLimit(n); !errors.Is(err, semaphore.ErrInvalid) {
-			t.Errorf("limit %d: %v", n, err)
-		}
-	}
-}
-
-func TestCodes(t *testing.T) {
-	for err, want := range map[error]string{semaphore.ErrDraining: "draining", semaphore.ErrTimedOut: "timedout",
-		semaphore.ErrNotReady: "not_ready", semaphore.ErrLost: "lost", semaphore.ErrInvalid: "invalid",
-		semaphore.ErrOverflow: "overflow"} {
-		if got := semaphore.Code(err); got != want {
-			t.Errorf("%v: %q, want %q", err, got, want)
-		}
-	}
-}
-
-func TestLeaseOf(t *testing.T) {
-	e := core.Event{Name: "site", Kind: wire.EventGranted, Token: 7, Elapsed: 12, Duration: 100, TTL: 112}
-	l := semaphore.LeaseOf(e, semaphore.ReadOnly, 1000)
-	if l != (semaphore.Lease{Name: "site", Mode: semaphore.ReadOnly, Token: 7, Expiry: 1112}) {
-		t.Fatalf("got %+v", l)
 	}
 }

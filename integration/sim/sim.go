@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/semaphore"
@@ -872,7 +873,7 @@ func (s *Sim) forceUnlock() {
 		return
 	}
 	e := tickets[s.rng.IntN(len(tickets))]
-	if err := by.ForceRelease(name, e.Req); errors.Is(err, core.ErrNotReady) {
+	if err := by.ForceRelease(name, e.Req); errors.Is(err, codes.ErrNotReady) {
 		return // the CLI says the agent is not ready; the operator tries later
 	} else if err != nil {
 		s.failf("force-unlock of %s on %s: %v", e.Req, name, err)
@@ -1159,7 +1160,7 @@ func renewChance(nearEnd bool) float64 {
 // caller handles the node's Ready (onEvent runs inside handle).
 func (s *Sim) release(c *client, n *core.Node) {
 	err := n.Release(c.handle)
-	if err != nil && !errors.Is(err, core.ErrUnknownReq) {
+	if err != nil && !errors.Is(err, codes.ErrUnknownLease) {
 		s.failf("release of client %d's lease %s: %v", c.id, c.handle, err)
 		return
 	}
@@ -1237,7 +1238,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		// A lease the client already let lapse stays lapsed: it stopped
 		// acting under it, and its history says so.
 		if c.state == holding && c.renewAt >= 0 && c.token != 0 {
-			c.expiry = semaphore.ExpiryOf(e, c.renewAt)
+			c.expiry = e.ExpiryFrom(c.renewAt)
 			c.renewAt = -1
 		}
 	case wire.EventRenewFailed:
@@ -1263,7 +1264,7 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 		s.failf("client %d granted at clock %d after its obtain deadline %d", c.id, at, c.deadline)
 		return
 	}
-	if expiry := semaphore.LeaseOf(e, c.mode, c.sent).Expiry; expiry <= s.nodes[node].clock {
+	if expiry := e.ExpiryFrom(c.sent); expiry <= s.nodes[node].clock {
 		// Decided by an agent whose clock was behind (it woke from a
 		// pause): the lease is over by the client's timer before the
 		// answer comes, and the agent answers timed out.
@@ -1282,7 +1283,7 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 	c.epoch = s.nodes[node].core.View().Epoch
 	// The agent's own arithmetic, counted from the call as the agent's
 	// clock saw it, on the machine's scale (see client.sent).
-	c.expiry = semaphore.LeaseOf(e, c.mode, c.sent).Expiry
+	c.expiry = e.ExpiryFrom(c.sent)
 	s.res.Grants++
 	s.finishOp(c, true, e.Token)
 	if c.forced {

@@ -8,13 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/core"
 )
 
 // Status is what `sluice status` shows of one node.
 type Status struct {
-	Node  uint64 `json:"node"`
+	Node  string `json:"node"`
 	Ready bool   `json:"ready"`
 	// State is LOCK_READY or NO_LOCK; Reason says why not ready.
 	State       string     `json:"state"`
@@ -33,20 +31,20 @@ type Status struct {
 	Handoff   HandoffInfo `json:"handoff"`
 	Leases    int         `json:"leases"`
 	Stats     NodeStats   `json:"stats"`
-	Core      core.Stats  `json:"core"`
+	Core      CoreStats   `json:"core"`
 }
 
 // ViewStatus is a view in JSON.
 type ViewStatus struct {
 	Epoch       uint64   `json:"epoch"`
-	Leaders     []uint64 `json:"leaders"`
+	Leaders     []string `json:"leaders"`
 	PrevEpoch   uint64   `json:"prev_epoch,omitempty"`
-	PrevLeaders []uint64 `json:"prev_leaders,omitempty"`
+	PrevLeaders []string `json:"prev_leaders,omitempty"`
 }
 
 // Member is one node as the election sees it.
 type Member struct {
-	Node   uint64 `json:"node"`
+	Node   string `json:"node"`
 	ID     string `json:"id"` // priority|random|address|pid|name
 	Alive  bool   `json:"alive"`
 	Leader bool   `json:"leader"`
@@ -66,7 +64,7 @@ type HandoffInfo struct {
 type Table struct {
 	// Node is the node that answered; Leader says whether Locks is its
 	// replica table (only leaders hold one).
-	Node   uint64 `json:"node"`
+	Node   string `json:"node"`
 	Leader bool   `json:"leader"`
 	Locks  []Lock `json:"locks"`
 	// Requests are this node's own clients' requests.
@@ -83,7 +81,7 @@ type Lock struct {
 // Entry is one request of a name, in ticket order (the bakery's order).
 type Entry struct {
 	Request string `json:"request"`
-	Node    uint64 `json:"node"`
+	Node    string `json:"node"`
 	Ticket  uint64 `json:"ticket"`
 	Mode    string `json:"mode"`
 	State   string `json:"state"`
@@ -110,8 +108,34 @@ type OwnRequest struct {
 
 // NodeStats counts what the runtime did, for status and metrics.
 type NodeStats struct {
-	Ticks, MessagesIn, MessagesOut, Dropped, Rejected uint64
-	Persists, Views                                   uint64
+	Ticks       uint64 `json:"ticks"`
+	MessagesIn  uint64 `json:"messages_in"`
+	MessagesOut uint64 `json:"messages_out"`
+	Dropped     uint64 `json:"dropped"`
+	Rejected    uint64 `json:"rejected"`
+	Persists    uint64 `json:"persists"`
+	Views       uint64 `json:"views"`
+}
+
+// CoreStats counts what the lock core did (core.Stats, as status shows
+// it).
+type CoreStats struct {
+	BadMessages      uint64 `json:"bad_messages"`
+	WrongTarget      uint64 `json:"wrong_target"`
+	StaleEpoch       uint64 `json:"stale_epoch"`
+	StaleIncarnation uint64 `json:"stale_incarnation"`
+	StaleReplies     uint64 `json:"stale_replies"`
+	Granted          uint64 `json:"granted"`
+	Failed           uint64 `json:"failed"`
+	Expired          uint64 `json:"expired"`
+	Retransmits      uint64 `json:"retransmits"`
+	DoorwayRestarts  uint64 `json:"doorway_restarts"`
+	TicketRaises     uint64 `json:"ticket_raises"`
+	NotServing       uint64 `json:"not_serving"`
+	Handoffs         uint64 `json:"handoffs"`
+	// RestoredDropped counts tickets restored from the store that fewer
+	// than a quorum of the view's leaders held (released while away).
+	RestoredDropped uint64 `json:"restored_dropped"`
 }
 
 // AcquireBody is the body of POST /v1/acquire.
@@ -171,16 +195,30 @@ func ParseSpan(s string) (time.Duration, error) {
 }
 
 // StatusJSON is the answer of GET /v1/status: the node's status and,
-// when the agent has one, its mesh's view of the peers.
+// when the agent has a mesh, the mesh's view of the other peers (an empty
+// list when it knows none; no key without a mesh).
 type StatusJSON struct {
 	Status
-	Mesh any `json:"mesh,omitempty"`
+	Mesh []MeshPeer `json:"mesh,omitzero"`
 }
 
-// ErrorJSON is every error answer.
+// ErrorJSON is every error answer. Error is a code of the table in
+// core/codes ("draining", "bad_request", ...).
 type ErrorJSON struct {
 	Error   string `json:"error"`
 	Message string `json:"message"`
+}
+
+// Released is the answer of POST /v1/release: the lease given back.
+type Released struct {
+	Released string `json:"released"`
+}
+
+// ForceUnlocked is the answer of POST /v1/force-unlock: the request ids
+// the leaders dropped from name.
+type ForceUnlocked struct {
+	Name     string   `json:"name"`
+	Released []string `json:"released"`
 }
 
 // Event is something that happened to a lease, for watchers.
@@ -215,25 +253,11 @@ func DefaultAPI() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("sluice-%d", os.Getuid()), "api.sock")
 }
 
-// Error codes of the API beyond the core's.
-const (
-	CodeBadRequest   = "bad_request"
-	CodeUnknownLease = "unknown_lease"
-	CodeUnauthorized = "unauthorized"
-	CodeUnavailable  = "unavailable"
-	CodeCanceled     = "canceled"
-	// CodeConflict: a membership change lost to another, or one is under way.
-	CodeConflict = "conflict"
-	// CodeTimedOutChange: a membership change did not end in time; it may
-	// still commit.
-	CodeTimedOutChange = "change_timedout"
-)
-
 // MemberList is the answer of GET /v1/members.
 type MemberList struct {
 	// Node is the node that answered; Cluster the cluster's id (a hash of
 	// its bootstrap members); Epoch the view the member list comes from.
-	Node    uint64       `json:"node"`
+	Node    string       `json:"node"`
 	Cluster string       `json:"cluster"`
 	Epoch   uint64       `json:"epoch"`
 	Members []MemberInfo `json:"members"`
@@ -242,7 +266,7 @@ type MemberList struct {
 // MemberInfo is one node: a voter (member), or a node of the mesh that
 // takes locks without a vote.
 type MemberInfo struct {
-	Node    uint64 `json:"node"`
+	Node    string `json:"node"`
 	Peer    string `json:"peer,omitempty"`
 	Name    string `json:"name,omitempty"`
 	Address string `json:"address,omitempty"`
@@ -257,11 +281,11 @@ type MemberInfo struct {
 
 // MeshPeer is a peer as the mesh knows it.
 type MeshPeer struct {
-	Node      uint64
-	Peer      string
-	Name      string
-	Addrs     []string
-	Connected bool
+	Node      string   `json:"node"`
+	Peer      string   `json:"peer"`
+	Name      string   `json:"name,omitempty"`
+	Addrs     []string `json:"addrs,omitempty"`
+	Connected bool     `json:"connected"`
 }
 
 // MembersBody is POST /v1/members: add one node or remove one member,
@@ -275,7 +299,7 @@ type MembersBody struct {
 // word that the agent's store is its own is taken; CheckedIn says whether
 // the node checked in with it at once, Reason why not yet.
 type StoreVouched struct {
-	Node      uint64 `json:"node"`
+	Node      string `json:"node"`
 	CheckedIn bool   `json:"checked_in"`
 	Reason    string `json:"reason,omitempty"`
 }

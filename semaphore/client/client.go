@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,20 +13,23 @@ import (
 	"os"
 	"time"
 
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
-// Errors of the client beyond the semaphore's sentinels.
+// Errors of the client beyond the semaphore's sentinels: the sentinels of
+// their codes in the table (core/codes), as the agent's are.
 var (
 	// ErrUnavailable: the agent could not be reached (no socket,
-	// connection refused or broken) or did not answer as an agent does.
-	ErrUnavailable = errors.New("client: agent unavailable")
+	// connection refused or broken), did not answer as an agent does, or
+	// answered with a code the table does not know.
+	ErrUnavailable = codes.ErrUnavailable
 	// ErrUnknownLease: the agent has no such lease (released, or ended
 	// and forgotten).
-	ErrUnknownLease = errors.New("client: unknown lease")
+	ErrUnknownLease = codes.ErrUnknownLease
 	// ErrUnauthorized: the bearer token is missing or wrong.
-	ErrUnauthorized = errors.New("client: unauthorized")
+	ErrUnauthorized = codes.ErrUnauthorized
 )
 
 // Environment variables read when Config leaves the field empty.
@@ -117,26 +119,16 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("client: %s: %s (%d): %s", e.Op, cmp.Or(e.Code, "no code"), e.Status, e.Message)
 }
 
-// Unwrap is the sentinel of e.Code; codes it does not know, and answers
-// that are not the agent's, count as ErrUnavailable.
-func (e *APIError) Unwrap() error {
-	switch e.Code {
-	case "timedout":
-		return semaphore.ErrTimedOut
-	case "draining":
-		return semaphore.ErrDraining
-	case "not_ready":
-		return semaphore.ErrNotReady
-	case "invalid", api.CodeBadRequest:
-		return semaphore.ErrInvalid
-	case "overflow":
-		return semaphore.ErrOverflow
-	case "lost":
-		return semaphore.ErrLost
-	case api.CodeUnknownLease:
-		return ErrUnknownLease
-	case api.CodeUnauthorized:
-		return ErrUnauthorized
+// Unwrap is the sentinel of e.Code in the table (core/codes): bad_request
+// is an ErrInvalid, canceled an ErrUnavailable; codes it does not know,
+// and answers that are not the agent's, count as ErrUnavailable.
+func (e *APIError) Unwrap() error { return sentinel(e.Code) }
+
+// sentinel is the sentinel of an API code (an error answer's, a watch
+// event's); ErrUnavailable for a code the table lacks.
+func sentinel(code string) error {
+	if r, ok := codes.ByCode(code); ok {
+		return r.Err
 	}
 	return ErrUnavailable
 }
@@ -224,9 +216,7 @@ func (c *Client) Locks(ctx context.Context, prefix string) (api.Table, error) {
 // returns the request ids the leaders were asked to drop. The holder
 // learns it at its next renewal.
 func (c *Client) ForceUnlock(ctx context.Context, name, lease string, token uint64, by string) ([]string, error) {
-	var out struct {
-		Released []string `json:"released"`
-	}
+	var out api.ForceUnlocked
 	err := c.call(ctx, "force-unlock "+name, http.MethodPost, "/v1/force-unlock",
 		api.ForceBody{Name: name, Lease: lease, Token: token, By: by}, &out)
 	return out.Released, err

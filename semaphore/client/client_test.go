@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/client"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
@@ -142,8 +143,8 @@ func TestConfig(t *testing.T) {
 	t.Setenv(client.EnvAPI, "")
 	t.Setenv(client.EnvToken, "")
 	c, err := client.New(client.Config{})
-	if err != nil || c.Addr() != daemon.DefaultAPI() {
-		t.Fatalf("zero Config: %v, %v; want %s", c, err, daemon.DefaultAPI())
+	if err != nil || c.Addr() != api.DefaultAPI() {
+		t.Fatalf("zero Config: %v, %v; want %s", c, err, api.DefaultAPI())
 	}
 	t.Setenv(client.EnvAPI, "/run/x/api.sock")
 	if c, _ := client.New(client.Config{}); c.Addr() != "/run/x/api.sock" {
@@ -201,7 +202,7 @@ func TestStatusLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(tab.Requests, func(r daemon.OwnRequest) bool { return r.Request == l.ID() }) {
+	if !slices.ContainsFunc(tab.Requests, func(r api.OwnRequest) bool { return r.Request == l.ID() }) {
 		t.Fatalf("lease %s not in %+v", l.ID(), tab.Requests)
 	}
 	if tab, _ := c.Locks(ctx, "/other"); len(tab.Requests) != 0 {
@@ -350,7 +351,7 @@ func fakeAgent(t *testing.T, duration time.Duration) *client.Client {
 	notReady := func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(daemon.ErrorJSON{Error: "not_ready", Message: "no valid view"})
+		json.NewEncoder(w).Encode(api.ErrorJSON{Error: "not_ready", Message: "no valid view"})
 	}
 	var mu sync.Mutex
 	var expires time.Time
@@ -360,14 +361,14 @@ func fakeAgent(t *testing.T, duration time.Duration) *client.Client {
 		// The agent's wall clock is an hour ahead (stepped): only the TTL,
 		// counted on the client's monotonic clock, may set the end.
 		expires = time.Now().Add(time.Hour)
-		lj := daemon.LeaseJSON{Lease: "9.1.1", Name: "/fake", Mode: "read-only", Token: 7, Expires: expires,
+		lj := api.LeaseJSON{Lease: "9.1.1", Name: "/fake", Mode: "read-only", Token: 7, Expires: expires,
 			TTL: duration.String(), TTLMillis: duration.Milliseconds()}
 		mu.Unlock()
 		json.NewEncoder(w).Encode(lj)
 	})
 	mux.HandleFunc("GET /v1/watch", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		e := daemon.Event{Lease: "9.1.1", Name: "/fake", Kind: "granted", Token: 7, Expires: expires}
+		e := api.Event{Lease: "9.1.1", Name: "/fake", Kind: "granted", Token: 7, Expires: expires}
 		mu.Unlock()
 		json.NewEncoder(w).Encode(e)
 		w.(http.Flusher).Flush()
@@ -417,5 +418,21 @@ func TestExpiryWithSilentAgent(t *testing.T) {
 				t.Fatalf("release: %v, want ErrNotReady", err)
 			}
 		})
+	}
+}
+
+// TestAPIErrorSentinels pins the sentinel each code of the agent's
+// answers unwraps to: the same as before the codes had one table.
+func TestAPIErrorSentinels(t *testing.T) {
+	for code, want := range map[string]error{
+		"timedout": semaphore.ErrTimedOut, "draining": semaphore.ErrDraining, "not_ready": semaphore.ErrNotReady,
+		"invalid": semaphore.ErrInvalid, "bad_request": semaphore.ErrInvalid, "overflow": semaphore.ErrOverflow,
+		"lost": semaphore.ErrLost, "unknown_lease": client.ErrUnknownLease, "unauthorized": client.ErrUnauthorized,
+		"unavailable": client.ErrUnavailable, "canceled": client.ErrUnavailable, "from-a-newer-agent": client.ErrUnavailable,
+		"": client.ErrUnavailable,
+	} {
+		if err := (&client.APIError{Op: "op", Status: 500, Code: code}); !errors.Is(err, want) {
+			t.Errorf("%q: %v is not %v", code, err, want)
+		}
 	}
 }

@@ -28,11 +28,13 @@
 //   - Release gives the lease back and stops everything the lease runs
 //     (its watch, renewals and timer); call it even after Done closed, to
 //     free the agent's record. It is idempotent.
-//   - Errors of the agent unwrap to the semaphore sentinels
+//   - Errors of the agent unwrap to the sentinel of their code in the
+//     table the agent answers from (core/codes): the semaphore sentinels
 //     (semaphore.ErrTimedOut, ErrDraining, ErrNotReady, ErrInvalid,
-//     ErrOverflow, ErrLost) or to this package's ErrUnknownLease and
-//     ErrUnauthorized; an agent that cannot be reached gives
-//     ErrUnavailable. Use errors.Is; *APIError has the details.
+//     ErrOverflow, ErrLost) or this package's ErrUnknownLease and
+//     ErrUnauthorized; an agent that cannot be reached, or answers a code
+//     the table lacks, gives ErrUnavailable. Use errors.Is; *APIError has
+//     the details.
 //
 // The API's "expires" is the agent's wall-clock estimate, for display;
 // this package never trusts it when the agent gives a TTL.

@@ -357,13 +357,13 @@ func (l *Lease) watchOnce() (int, error) {
 		// time is unknown here, so only this client's own calls extend it.
 		switch e.Kind {
 		case "renew-failed":
-			if e.Code == "lost" {
+			if errors.Is(sentinel(e.Code), semaphore.ErrLost) {
 				l.end(l.lost("was dropped by the leaders (renewal refused)"))
 			}
 		case "unlocked":
 			l.end(l.lost("was unlocked by the agent (%s)", cmp.Or(e.Code, "no code")))
 		case "failed":
-			err := (&APIError{Code: e.Code}).Unwrap()
+			err := sentinel(e.Code)
 			if errors.Is(err, ErrUnavailable) {
 				err = semaphore.ErrLost
 			}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
@@ -20,9 +21,9 @@ var (
 	// under way (try again).
 	ErrMembership = errors.New("client: membership change refused")
 	// ErrChangeTimedOut: the change was not confirmed in time, by the
-	// agent's bound or by the caller's context. It may still commit: list
-	// the members to see.
-	ErrChangeTimedOut = errors.New("client: membership change not confirmed in time; it may still commit")
+	// agent's bound (change_timedout) or by the caller's context. It may
+	// still commit: list the members to see.
+	ErrChangeTimedOut = codes.ErrChangeTimedOut
 )
 
 // Members lists the cluster's voters and the other nodes the agent knows
@@ -81,20 +82,21 @@ func (c *Client) changeMembers(ctx context.Context, op string, body api.MembersB
 }
 
 // changeErr gives the membership answers their sentinels. APIError alone
-// would not do: it counts codes it does not know (conflict,
-// change_timedout) as ErrUnavailable, and a refusal is no outage.
+// would not do: a bad_request refusal is no ErrInvalid of the caller's,
+// a conflict needs telling apart from a refusal, and a bad_request for
+// the path itself is an agent too old to serve it.
 func changeErr(err error) error {
 	var ae *APIError
 	if !errors.As(err, &ae) {
 		return err
 	}
 	switch {
-	case ae.Status == http.StatusBadRequest && ae.Code == api.CodeBadRequest,
-		ae.Status == http.StatusConflict && ae.Code == api.CodeConflict:
+	case ae.Status == http.StatusBadRequest && ae.Code == codes.BadRequest,
+		ae.Status == http.StatusConflict && ae.Code == codes.Conflict:
 		return &changeError{kind: ErrMembership, api: ae}
-	case ae.Code == api.CodeTimedOutChange:
+	case ae.Code == codes.ChangeTimedOut:
 		return &changeError{kind: ErrChangeTimedOut, api: ae}
-	case ae.Code == api.CodeBadRequest && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed):
+	case ae.Code == codes.BadRequest && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed):
 		// An agent from before /v1/members (a rolling upgrade): not a
 		// mistake of the caller, whatever code it gives.
 		return &changeError{kind: ErrUnavailable, api: ae,

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/client"
@@ -33,8 +33,8 @@ func TestMembersAgent(t *testing.T) {
 		t.Fatalf("the only member is not this voting, leading node: %+v", l)
 	}
 	var ae *client.APIError
-	_, err = c.RemoveMember(ctx, strconv.FormatUint(l.Node, 10))
-	if !errors.Is(err, client.ErrMembership) || !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+	_, err = c.RemoveMember(ctx, l.Node)
+	if !errors.Is(err, client.ErrMembership) || !errors.As(err, &ae) || ae.Code != codes.BadRequest {
 		t.Fatalf("removing the only member: %v, want ErrMembership (bad_request)", err)
 	}
 	if errors.Is(err, client.ErrUnavailable) || errors.Is(err, semaphore.ErrInvalid) {
@@ -88,7 +88,7 @@ func membersAgent(t *testing.T, ans func(api.MembersBody) answer) *client.Client
 		if a.status == http.StatusOK {
 			id := b.Add + b.Remove
 			json.NewEncoder(w).Encode(api.MembersChanged{Epoch: 9, Change: "change " + id,
-				Members: api.MemberList{Node: 1, Epoch: 9, Members: []api.MemberInfo{{Node: 1, Voter: true}}}})
+				Members: api.MemberList{Node: "1", Epoch: 9, Members: []api.MemberInfo{{Node: "1", Voter: true}}}})
 			return
 		}
 		json.NewEncoder(w).Encode(api.ErrorJSON{Error: a.code, Message: "scripted " + a.code})
@@ -111,12 +111,12 @@ func membersAgent(t *testing.T, ans func(api.MembersBody) answer) *client.Client
 func TestMembersChangeErrors(t *testing.T) {
 	byID := map[string]answer{
 		"ok":       {status: http.StatusOK},
-		"bad":      {status: http.StatusBadRequest, code: api.CodeBadRequest},
-		"conflict": {status: http.StatusConflict, code: api.CodeConflict},
+		"bad":      {status: http.StatusBadRequest, code: codes.BadRequest},
+		"conflict": {status: http.StatusConflict, code: codes.Conflict},
 		"notready": {status: http.StatusServiceUnavailable, code: "not_ready"},
-		"timedout": {status: http.StatusGatewayTimeout, code: api.CodeTimedOutChange},
-		"broken":   {status: http.StatusInternalServerError, code: api.CodeUnavailable},
-		"old":      {status: http.StatusMethodNotAllowed, code: api.CodeBadRequest},
+		"timedout": {status: http.StatusGatewayTimeout, code: codes.ChangeTimedOut},
+		"broken":   {status: http.StatusInternalServerError, code: codes.Unavailable},
+		"old":      {status: http.StatusMethodNotAllowed, code: codes.BadRequest},
 	}
 	c := membersAgent(t, func(b api.MembersBody) answer { return byID[b.Add+b.Remove] })
 	ctx := ctxT(t)
@@ -134,12 +134,12 @@ func TestMembersChangeErrors(t *testing.T) {
 		code       string
 		wantStatus int
 	}{
-		{"bad", client.ErrMembership, client.ErrUnavailable, api.CodeBadRequest, 400},
-		{"conflict", client.ErrMembership, client.ErrUnavailable, api.CodeConflict, 409},
+		{"bad", client.ErrMembership, client.ErrUnavailable, codes.BadRequest, 400},
+		{"conflict", client.ErrMembership, client.ErrUnavailable, codes.Conflict, 409},
 		{"notready", semaphore.ErrNotReady, client.ErrMembership, "not_ready", 503},
-		{"timedout", client.ErrChangeTimedOut, client.ErrUnavailable, api.CodeTimedOutChange, 504},
-		{"broken", client.ErrUnavailable, client.ErrMembership, api.CodeUnavailable, 500},
-		{"old", client.ErrUnavailable, semaphore.ErrInvalid, api.CodeBadRequest, 405},
+		{"timedout", client.ErrChangeTimedOut, client.ErrUnavailable, codes.ChangeTimedOut, 504},
+		{"broken", client.ErrUnavailable, client.ErrMembership, codes.Unavailable, 500},
+		{"old", client.ErrUnavailable, semaphore.ErrInvalid, codes.BadRequest, 405},
 	} {
 		for name, change := range map[string]func(context.Context, string) (api.MembersChanged, error){
 			"add": c.AddMember, "remove": c.RemoveMember,

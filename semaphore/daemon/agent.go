@@ -376,7 +376,7 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 			Help: "Store batches that failed."}, func() float64 { return float64(a.store.Stats().Failures) }),
 	)
 	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
-		Extra: func() any { return a.host.Members() }, Mesh: a.meshPeers, PeerNode: peerNode})
+		Peers: a.peers, Mesh: a.meshPeers, PeerNode: peerNode})
 	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	a.wg.Go(func() {
 		if err := a.server.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -394,7 +394,7 @@ func ListenAPI(addr, token string) (net.Listener, string, error) {
 	if err := checkAPI(addr, token); err != nil {
 		return nil, "", err
 	}
-	if IsTCPAddr(addr) {
+	if api.IsTCPAddr(addr) {
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, "", fmt.Errorf("daemon: API listen: %w", err)
@@ -422,7 +422,7 @@ func ListenAPI(addr, token string) (net.Listener, string, error) {
 // checkAPI refuses API addresses that must not be served: TCP beyond
 // loopback, or without a token.
 func checkAPI(addr, token string) error {
-	if !IsTCPAddr(addr) {
+	if !api.IsTCPAddr(addr) {
 		return nil
 	}
 	ap, err := netip.ParseAddrPort(addr)
@@ -487,20 +487,18 @@ func (a *Agent) closeAll() error {
 	return errors.Join(errs...)
 }
 
-// IsTCPAddr tells a host:port from a socket path.
-func IsTCPAddr(addr string) bool { return api.IsTCPAddr(addr) }
-
-// DefaultAPI is the API address shared by agent, dev and every client
-// command: one Unix socket per user.
-func DefaultAPI() string { return api.DefaultAPI() }
-
-func (a *Agent) meshPeers() []api.MeshPeer {
-	var out []api.MeshPeer
+// peers are the other peers of the mesh, as the API shows them.
+func (a *Agent) peers() []api.MeshPeer {
+	out := []api.MeshPeer{}
 	for _, m := range a.host.Members() {
-		out = append(out, api.MeshPeer{Node: uint64(m.Node), Peer: m.Peer.String(), Name: m.Name, Addrs: m.Addrs, Connected: m.Connected})
+		out = append(out, api.MeshPeer{Node: nodeID(m.Node), Peer: m.Peer.String(), Name: m.Name, Addrs: m.Addrs, Connected: m.Connected})
 	}
-	out = append(out, api.MeshPeer{Node: uint64(a.host.Self()), Peer: a.host.PeerID().String(), Addrs: a.host.Addrs()})
 	return out
+}
+
+// meshPeers are the peers of the mesh, this node among them.
+func (a *Agent) meshPeers() []api.MeshPeer {
+	return append(a.peers(), api.MeshPeer{Node: nodeID(a.host.Self()), Peer: a.host.PeerID().String(), Addrs: a.host.Addrs()})
 }
 
 func peerNode(s string) (wire.NodeID, error) {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/semaphore/api"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
-	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // The local API (DESIGN.md §9): HTTP/JSON, on a Unix socket and optionally
@@ -38,18 +37,12 @@ import (
 //	POST /v1/members/vouch the operator's word that this node's store is its own
 //	GET  /metrics          Prometheus text format
 //
-// Durations are Go duration strings ("30s", "1m30s"). Errors are
-// {"error": code, "message": text}.
+// Durations are Go duration strings ("30s", "1m30s"); node ids are
+// strings. Errors are {"error": code, "message": text}, code and status
+// from the table in core/codes.
 
 // maxBody caps request bodies: a name is at most 1 KiB.
 const maxBody = 64 << 10
-
-// Limits on what a client may ask for.
-const (
-	maxSpan         = 30 * 24 * time.Hour // timeouts, durations, grace, quiet
-	defaultDuration = time.Minute
-	defaultTimeout  = 30 * time.Second
-)
 
 // APIConfig configures the API handler.
 type APIConfig struct {
@@ -57,10 +50,10 @@ type APIConfig struct {
 	// Token, when set, must come as "Authorization: Bearer <Token>". Set it
 	// for TCP listeners; Unix sockets rely on file permissions.
 	Token string
-	// Extra adds members' connection state to /v1/status (from the mesh).
-	Extra func() any
-	// Mesh lists the mesh's peers for /v1/members; PeerNode turns a peer
-	// id into a node id. Both optional.
+	// Peers adds the mesh's other peers, with their connection state, to
+	// /v1/status. Mesh lists the mesh's peers, this node's too, for
+	// /v1/members; PeerNode turns a peer id into a node id. All optional.
+	Peers    func() []api.MeshPeer
 	Mesh     func() []api.MeshPeer
 	PeerNode func(string) (wire.NodeID, error)
 	// Logger defaults to discarding.
@@ -68,27 +61,6 @@ type APIConfig struct {
 	// Metrics, when set, is served at GET /metrics (Prometheus text format).
 	Metrics *prometheus.Registry
 }
-
-type AcquireBody = api.AcquireBody
-
-type LeaseBody = api.LeaseBody
-
-type ForceBody = api.ForceBody
-
-type LeaseJSON = api.LeaseJSON
-
-type StatusJSON = api.StatusJSON
-
-type ErrorJSON = api.ErrorJSON
-
-// Error codes of the API beyond the core's.
-const (
-	CodeBadRequest   = api.CodeBadRequest
-	CodeUnknownLease = api.CodeUnknownLease
-	CodeUnauthorized = api.CodeUnauthorized
-	CodeUnavailable  = api.CodeUnavailable
-	CodeCanceled     = api.CodeCanceled
-)
 
 type apiServer struct {
 	cfg APIConfig
@@ -117,7 +89,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 		// right one.
 		mux.HandleFunc(e.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", e.method)
-			writeError(w, http.StatusMethodNotAllowed, CodeBadRequest, fmt.Sprintf("%s needs %s, not %s", e.path, e.method, r.Method))
+			refuse(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s needs %s, not %s", e.path, e.method, r.Method))
 		})
 	}
 	if cfg.Metrics != nil {
@@ -125,7 +97,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 	}
 	mux.HandleFunc("POST /v1/members", a.changeMembers)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, CodeBadRequest, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+		refuse(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
 	if cfg.Token == "" {
 		return mux
@@ -133,7 +105,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 	want := []byte("Bearer " + cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token")
+			fail(w, fmt.Errorf("%w: missing or wrong bearer token", codes.ErrUnauthorized))
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -146,35 +118,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, ErrorJSON{Error: code, Message: msg})
+// fail answers err with the code and status the table gives it.
+func fail(w http.ResponseWriter, err error) {
+	r := codes.Of(err)
+	writeJSON(w, r.Status, api.ErrorJSON{Error: r.Code, Message: err.Error()})
 }
 
-// fail answers err with its code and a fitting status.
-func (a *apiServer) fail(w http.ResponseWriter, err error) {
-	code, status := semaphore.Code(err), http.StatusInternalServerError
-	switch {
-	case errors.Is(err, core.ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, ErrUnknownLease):
-		code, status = CodeUnknownLease, http.StatusNotFound
-	case errors.Is(err, core.ErrTimedOut):
-		status = http.StatusConflict // held by others for the whole wait
-	case errors.Is(err, core.ErrDraining):
-		status = http.StatusServiceUnavailable
-	case errors.Is(err, core.ErrOverflow):
-		status = http.StatusTooManyRequests
-	case errors.Is(err, core.ErrLost):
-		status = http.StatusGone
-	case errors.Is(err, core.ErrNotReady), errors.Is(err, ErrStoreFailed), errors.Is(err, ErrStopped):
-		code, status = wire.CodeNotReady.String(), http.StatusServiceUnavailable
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		code, status = CodeCanceled, http.StatusServiceUnavailable
-	}
-	if code == "" {
-		code = CodeUnavailable
-	}
-	writeError(w, status, code, err.Error())
+// refuse answers a request that HTTP itself refuses (no such path, a wrong
+// method, a body too large or unreadable): bad_request, with the status
+// that says which.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, api.ErrorJSON{Error: codes.BadRequest, Message: msg})
 }
 
 // decode reads one JSON object, refusing unknown fields, trailing data and
@@ -184,124 +138,68 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, CodeBadRequest, fmt.Sprintf("body over %d bytes", maxBody))
+			refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
 		} else {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, "reading the body: "+err.Error())
+			refuse(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		}
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "bad JSON: "+err.Error())
+		refuse(w, http.StatusBadRequest, "bad JSON: "+err.Error())
 		return false
 	}
 	if dec.More() {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "bad JSON: data after the object")
+		refuse(w, http.StatusBadRequest, "bad JSON: data after the object")
 		return false
 	}
 	return true
 }
 
-// duration parses a duration field: empty gives def; negative or over
-// maxSpan is refused.
-func duration(field, s string, def time.Duration) (time.Duration, error) {
-	if s == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s: %v", core.ErrInvalid, field, err)
-	}
-	if d < 0 || d > maxSpan {
-		return 0, fmt.Errorf("%w: %s %s is not between 0 and %s", core.ErrInvalid, field, s, maxSpan)
-	}
-	return d, nil
-}
-
-// ParseAcquire turns a request body into a Request, with defaults.
-func ParseAcquire(b AcquireBody) (Request, error) {
-	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive}
-	if b.Name == "" {
-		return r, fmt.Errorf("%w: empty name", core.ErrInvalid)
-	}
-	if len(b.Name) > wire.MaxNameLen {
-		return r, fmt.Errorf("%w: name of %d bytes is over %d", core.ErrInvalid, len(b.Name), wire.MaxNameLen)
-	}
-	if b.Mode != "" {
-		m, err := semaphore.ParseMode(b.Mode)
-		if err != nil {
-			return r, err
-		}
-		r.Mode = m
-	}
-	var err error
-	if r.Timeout, err = duration("timeout", b.Timeout, defaultTimeout); err != nil {
-		return r, err
-	}
-	if r.Duration, err = duration("duration", b.Duration, defaultDuration); err != nil {
-		return r, err
-	}
-	if r.Duration == 0 {
-		return r, fmt.Errorf("%w: duration must be positive", core.ErrInvalid)
-	}
-	if r.Grace, err = duration("grace", b.Grace, 0); err != nil {
-		return r, err
-	}
-	if r.Quiet, err = duration("quiet", b.Quiet, 0); err != nil {
-		return r, err
-	}
-	if b.Limit != 0 { // 0: no limit
-		if _, err := semaphore.ParseLimit(b.Limit); err != nil {
-			return r, err
-		}
-	}
-	return r, nil
-}
-
-func leaseJSON(l Lease) LeaseJSON {
-	return LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token, TTL: l.TTL.String(), TTLMillis: l.TTL.Milliseconds(), Expires: l.Expires}
+func leaseJSON(l Lease) api.LeaseJSON {
+	return api.LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token, TTL: l.TTL.String(), TTLMillis: l.TTL.Milliseconds(), Expires: l.Expires}
 }
 
 func (a *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
-	var b AcquireBody
+	var b api.AcquireBody
 	if !decode(w, r, &b) {
 		return
 	}
 	req, err := ParseAcquire(b)
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
 	// The client hanging up cancels r.Context(): Acquire abandons.
 	l, err := a.cfg.Node.Acquire(r.Context(), req)
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, leaseJSON(l))
 }
 
 func (a *apiServer) release(w http.ResponseWriter, r *http.Request) {
-	var b LeaseBody
+	var b api.LeaseBody
 	if !decode(w, r, &b) {
 		return
 	}
 	if err := a.cfg.Node.Release(r.Context(), b.Lease); err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"released": b.Lease})
+	writeJSON(w, http.StatusOK, api.Released{Released: b.Lease})
 }
 
 func (a *apiServer) renew(w http.ResponseWriter, r *http.Request) {
-	var b LeaseBody
+	var b api.LeaseBody
 	if !decode(w, r, &b) {
 		return
 	}
 	l, err := a.cfg.Node.Renew(r.Context(), b.Lease)
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, leaseJSON(l))
@@ -310,7 +208,7 @@ func (a *apiServer) renew(w http.ResponseWriter, r *http.Request) {
 func (a *apiServer) watch(w http.ResponseWriter, r *http.Request) {
 	events, err := a.cfg.Node.Watch(r.Context(), r.URL.Query().Get("lease"))
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -333,7 +231,7 @@ func (a *apiServer) watch(w http.ResponseWriter, r *http.Request) {
 func (a *apiServer) locks(w http.ResponseWriter, r *http.Request) {
 	t, err := a.cfg.Node.Locks(r.Context(), r.URL.Query().Get("prefix"))
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
@@ -342,39 +240,35 @@ func (a *apiServer) locks(w http.ResponseWriter, r *http.Request) {
 func (a *apiServer) status(w http.ResponseWriter, r *http.Request) {
 	s, err := a.cfg.Node.Status(r.Context())
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
-	out := StatusJSON{Status: s}
-	if a.cfg.Extra != nil {
-		out.Mesh = a.cfg.Extra()
+	out := api.StatusJSON{Status: s}
+	if a.cfg.Peers != nil {
+		out.Mesh = a.cfg.Peers()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
-	var b ForceBody
+	var b api.ForceBody
 	if !decode(w, r, &b) {
-		return
-	}
-	if b.Name == "" || len(b.Name) > wire.MaxNameLen {
-		a.fail(w, fmt.Errorf("%w: name of %d bytes", core.ErrInvalid, len(b.Name)))
 		return
 	}
 	reqs, err := a.cfg.Node.ForceUnlock(r.Context(), b.Name, b.Lease, b.Token)
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
 	a.log.Warn("force-unlock by an API client", "name", b.Name, "requests", reqs, "by", b.By, "remote", r.RemoteAddr,
 		"token", strconv.FormatUint(b.Token, 10))
-	writeJSON(w, http.StatusOK, map[string]any{"name": b.Name, "released": reqs})
+	writeJSON(w, http.StatusOK, api.ForceUnlocked{Name: b.Name, Released: reqs})
 }
 
 func (a *apiServer) members(w http.ResponseWriter, r *http.Request) {
 	l, err := a.cfg.Node.Members(r.Context(), a.cfg.Mesh)
 	if err != nil {
-		a.fail(w, err)
+		fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, l)
@@ -387,8 +281,7 @@ func (a *apiServer) vouch(w http.ResponseWriter, r *http.Request) {
 	}
 	v, err := a.cfg.Node.VouchStore(r.Context())
 	if err != nil {
-		status, code := changeStatus(err)
-		writeError(w, status, code, err.Error())
+		fail(w, changeErr(err))
 		return
 	}
 	a.log.Warn("store vouched for by an API client", "checked_in", v.CheckedIn, "remote", r.RemoteAddr)
@@ -429,6 +322,5 @@ func (a *apiServer) changeMembers(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	a.cfg.Node.metrics.changesRefused.Inc()
-	status, code := changeStatus(err)
-	writeError(w, status, code, err.Error())
+	fail(w, changeErr(err))
 }

@@ -14,26 +14,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
 // apiAgent is a one-node agent with Badger in memory, serving the API on a
 // Unix socket in a short temporary path (socket paths are limited to ~100
 // bytes).
-func apiAgent(t *testing.T, api, token string) (*daemon.Agent, *http.Client, string) {
+func apiAgent(t *testing.T, addr, token string) (*daemon.Agent, *http.Client, string) {
 	t.Helper()
-	if api == "" {
+	if addr == "" {
 		dir, err := os.MkdirTemp("", "sl")
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
-		api = filepath.Join(dir, "api.sock")
+		addr = filepath.Join(dir, "api.sock")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true,
-		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, API: api, APIToken: token})
+		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, API: addr, APIToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func apiAgent(t *testing.T, api, token string) (*daemon.Agent, *http.Client, str
 	})
 	tr := &http.Transport{}
 	base := "http://" + a.APIAddr()
-	if !daemon.IsTCPAddr(api) {
+	if !api.IsTCPAddr(addr) {
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", a.APIAddr())

@@ -9,13 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/p2p"
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
@@ -116,6 +119,9 @@ func (c *cluster) stopAll() {
 
 func (c *cluster) node(i int) *daemon.Node { return c.agents[i].Node() }
 
+// nodeStr spells a node id as the API does.
+func nodeStr(id wire.NodeID) string { return strconv.FormatUint(uint64(id), 10) }
+
 // dump logs every running node's status and table of name, for a failure.
 func (c *cluster) dump(name string) {
 	for i, a := range c.agents {
@@ -129,7 +135,7 @@ func (c *cluster) dump(name string) {
 	}
 }
 
-func (c *cluster) status(i int) daemon.Status {
+func (c *cluster) status(i int) api.Status {
 	c.t.Helper()
 	s, err := c.node(i).Status(context.Background())
 	if err != nil {
@@ -153,9 +159,9 @@ func (c *cluster) waitFor(what string, cond func() bool) {
 }
 
 // waitReady waits until every running node is LOCK_READY on one epoch.
-func (c *cluster) waitReady() daemon.Status {
+func (c *cluster) waitReady() api.Status {
 	c.t.Helper()
-	var last daemon.Status
+	var last api.Status
 	c.waitFor("ready on one view", func() bool {
 		epoch := uint64(0)
 		for i, a := range c.agents {
@@ -202,7 +208,7 @@ func TestLocksAcrossNodes(t *testing.T) {
 	held := mustAcquire(t, c.node(0), "/site", "exclusive", time.Minute)
 
 	// A try from another node is refused while the lock is held.
-	if _, err := acquire(t, c.node(1), "/site", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+	if _, err := acquire(t, c.node(1), "/site", "exclusive", 0, time.Minute); !errors.Is(err, codes.ErrTimedOut) {
 		t.Fatalf("try on a held name: %v, want timed out", err)
 	}
 	// A waiter on node 3 is granted once node 1 releases, with a larger token.
@@ -265,7 +271,7 @@ func TestLeaderLossKeepsLocks(t *testing.T) {
 	// one of the three first leaders is lost.
 	c := startCluster(t, clusterOpts{size: 4, priority: []uint8{1, 2, 3, 9}})
 	st := c.waitReady()
-	if slices.Contains(st.View.Leaders, uint64(c.agents[3].Host().Self())) {
+	if slices.Contains(st.View.Leaders, nodeStr(c.agents[3].Host().Self())) {
 		t.Fatalf("node 4 leads from the start: %+v", st.View)
 	}
 	// Node 2 holds a lock; node 1, a leader, will be stopped.
@@ -275,7 +281,7 @@ func TestLeaderLossKeepsLocks(t *testing.T) {
 	c.waitFor("a new view without node 1", func() bool {
 		for _, i := range []int{1, 2, 3} {
 			s := c.status(i)
-			if !s.Ready || slices.Contains(s.View.Leaders, uint64(lost)) {
+			if !s.Ready || slices.Contains(s.View.Leaders, nodeStr(lost)) {
 				return false
 			}
 		}
@@ -296,7 +302,7 @@ func TestLeaderLossKeepsLocks(t *testing.T) {
 	}
 	// The lease is in force: a try from another node is refused, and the
 	// holder can renew it.
-	if _, err := acquire(t, c.node(2), "/db", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+	if _, err := acquire(t, c.node(2), "/db", "exclusive", 0, time.Minute); !errors.Is(err, codes.ErrTimedOut) {
 		t.Fatalf("try on the held name after the handoff: %v, want timed out", err)
 	}
 	if _, err := c.node(1).Renew(context.Background(), held.ID); err != nil {
@@ -333,7 +339,7 @@ func TestRestartFromDisk(t *testing.T) {
 		c.start(i)
 	}
 	c.waitReady()
-	if _, err := acquire(t, c.node(1), "/cart", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+	if _, err := acquire(t, c.node(1), "/cart", "exclusive", 0, time.Minute); !errors.Is(err, codes.ErrTimedOut) {
 		t.Fatalf("try on /cart after the leaders restarted: %v, want timed out (held by node 4)", err)
 	}
 	if _, err := c.node(3).Renew(context.Background(), held.ID); err != nil {
@@ -355,7 +361,7 @@ func TestRestartFromDisk(t *testing.T) {
 		t.Fatalf("token %d after a restart, %d before: the high-water mark was lost", l.Token, other.Token)
 	}
 	for i := range 4 {
-		if got, err := acquire(t, c.node(i), "/cart", "exclusive", 0, time.Minute); !errors.Is(err, core.ErrTimedOut) {
+		if got, err := acquire(t, c.node(i), "/cart", "exclusive", 0, time.Minute); !errors.Is(err, codes.ErrTimedOut) {
 			t.Fatalf("try on /cart through node %d after a full restart: %+v, %v; want timed out (held through node 4)", i+1, got, err)
 		}
 	}
@@ -434,15 +440,15 @@ func TestStrangersCannotJoin(t *testing.T) {
 			if st.Ready || len(st.Members) != 1 || st.Stats.MessagesIn != 0 {
 				t.Fatalf("the stranger joined: %+v", st)
 			}
-			stranger := uint64(s.Host().Self())
+			stranger := s.Host().Self()
 			for i := range 3 {
 				for _, m := range c.status(i).Members {
-					if m.Node == stranger {
+					if m.Node == nodeStr(stranger) {
 						t.Fatalf("node %d knows the stranger: %+v", i+1, m)
 					}
 				}
 				for _, m := range c.agents[i].Host().Members() {
-					if uint64(m.Node) == stranger {
+					if m.Node == stranger {
 						t.Fatalf("node %d's mesh knows the stranger: %+v", i+1, m)
 					}
 				}
@@ -493,7 +499,7 @@ func TestBigHandoff(t *testing.T) {
 	c.stop(0)
 	c.waitFor("a new view without node 1, served by node 4", func() bool {
 		s := c.status(3)
-		return s.Ready && s.Serving && !slices.Contains(s.View.Leaders, uint64(lost))
+		return s.Ready && s.Serving && !slices.Contains(s.View.Leaders, nodeStr(lost))
 	})
 	t.Logf("handoff took %v", time.Since(start))
 	tab, err := c.node(3).Locks(context.Background(), "/n/")
@@ -520,10 +526,10 @@ func TestQuorumLostIsNotReady(t *testing.T) {
 	c.stop(1)
 	c.stop(2)
 	c.waitFor("node 1 NO_LOCK", func() bool { return !c.status(0).Ready })
-	if _, err := acquire(t, c.node(0), "/site", "read-only", 0, time.Minute); !errors.Is(err, core.ErrNotReady) {
+	if _, err := acquire(t, c.node(0), "/site", "read-only", 0, time.Minute); !errors.Is(err, codes.ErrNotReady) {
 		t.Fatalf("try without a quorum: %v, want not ready", err)
 	}
-	if _, err := acquire(t, c.node(0), "/site", "exclusive", 200*time.Millisecond, time.Minute); !errors.Is(err, core.ErrNotReady) {
+	if _, err := acquire(t, c.node(0), "/site", "exclusive", 200*time.Millisecond, time.Minute); !errors.Is(err, codes.ErrNotReady) {
 		t.Fatalf("wait without a quorum: %v, want not ready", err)
 	}
 }

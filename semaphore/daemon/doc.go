@@ -32,6 +32,14 @@
 // A failed write stops the node from serving (status NO_LOCK with the
 // reason) rather than let it grant from a table it cannot keep.
 //
+// The edge: every lock request is checked once, by Request.Validate (in
+// Node.Acquire), against what users may ask for; the core only keeps its
+// own bounds. Turning a request into ticks (with the default quiet period)
+// is the runtime's too; a grant's end is core.Event.ExpiryFrom.
+// Failures are answered with the code and status of the table in
+// core/codes; the runtime's own sentinels are filed there (a stopped node,
+// a failed or stale store are not_ready).
+//
 // The local API (NewAPI) is HTTP/JSON; Agent puts a node, its p2p.Host and
 // its store.Store together and serves the API on a Unix socket or a
 // loopback TCP address with a bearer token.

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
@@ -33,11 +35,15 @@ func FuzzAPIRequest(f *testing.F) {
 	_ = node.Run(stopped) // returns at once: every call after it gets ErrStopped
 	h := daemon.NewAPI(daemon.APIConfig{Node: node})
 	f.Fuzz(func(t *testing.T, body string) {
-		if b, err := daemon.ParseAcquire(daemon.AcquireBody{Name: body, Mode: body, Timeout: body, Duration: body}); err == nil {
+		b, err := daemon.ParseAcquire(api.AcquireBody{Name: body, Mode: body, Timeout: body, Duration: body})
+		if err == nil {
+			err = b.Validate()
+		}
+		if err == nil {
 			if b.Duration <= 0 || b.Timeout < 0 {
-				t.Fatalf("ParseAcquire let %q through as %+v", body, b)
+				t.Fatalf("ParseAcquire and Validate let %q through as %+v", body, b)
 			}
-		} else if !errors.Is(err, core.ErrInvalid) {
+		} else if !errors.Is(err, codes.ErrInvalid) {
 			t.Fatalf("ParseAcquire(%q): %v is not ErrInvalid", body, err)
 		}
 		for _, path := range []string{"/v1/acquire", "/v1/release", "/v1/renew", "/v1/force-unlock"} {

@@ -3,34 +3,17 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"github.com/sluicehq/sluice/semaphore/api"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
-
-// Request is a client's lock request, in the client's units.
-type Request struct {
-	Name string
-	Mode wire.Mode
-	// Timeout is how long to wait for the grant; 0 with Try.
-	Timeout time.Duration
-	// Try: answer at once (Timeout is ignored).
-	Try bool
-	// Duration is how long the lease lasts once granted; > 0.
-	Duration time.Duration
-	// Grace is how long after Duration the lease is released by force.
-	Grace time.Duration
-	// Quiet is the quiet period of READ_WRITE_GENTLE (0: the default).
-	Quiet time.Duration
-	// Limit caps the readers ahead of a READ_ONLY request (0: none).
-	Limit int
-}
 
 // Lease is a granted lock as the client sees it.
 type Lease struct {
@@ -45,8 +28,6 @@ type Lease struct {
 	TTL     time.Duration
 	Expires time.Time
 }
-
-type Event = api.Event
 
 type lease struct {
 	handle  wire.RequestID
@@ -64,7 +45,7 @@ type lease struct {
 	// pending renewal. Both have room for one: the loop never blocks.
 	acquired chan error
 	renewed  chan error
-	watchers []chan Event
+	watchers []chan api.Event
 	// asked is when the loop took the acquire call; granted when it was
 	// granted (monotonic times, for TTLs and the wait and hold metrics).
 	asked, granted time.Time
@@ -74,42 +55,45 @@ type lease struct {
 func ParseLeaseID(s string) (wire.RequestID, error) {
 	parts := strings.Split(s, ".")
 	if len(parts) != 3 {
-		return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", core.ErrInvalid, s)
+		return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", codes.ErrInvalid, s)
 	}
 	var v [3]uint64
 	for i, p := range parts {
 		x, err := strconv.ParseUint(p, 10, 64)
 		if err != nil || i > 0 && x > 1<<32-1 {
-			return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", core.ErrInvalid, s)
+			return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", codes.ErrInvalid, s)
 		}
 		v[i] = x
 	}
 	if v[0] == 0 {
-		return wire.RequestID{}, fmt.Errorf("%w: lease id %q names node 0", core.ErrInvalid, s)
+		return wire.RequestID{}, fmt.Errorf("%w: lease id %q names node 0", codes.ErrInvalid, s)
 	}
 	return wire.RequestID{Node: wire.NodeID(v[0]), Seq: v[1]<<32 | v[2]}, nil
 }
 
-func (n *Node) coreAcquire(r Request) (core.Acquire, error) {
-	if r.Timeout < 0 || r.Duration <= 0 || r.Grace < 0 || r.Quiet < 0 {
-		return core.Acquire{}, fmt.Errorf("%w: timeout, grace and quiet must be >= 0, duration > 0", core.ErrInvalid)
-	}
+// coreAcquire is a valid request in the core's units: ticks, with the
+// default quiet period filled in.
+func (n *Node) coreAcquire(r Request) core.Acquire {
 	a := core.Acquire{Name: r.Name, Mode: r.Mode, Timeout: n.toTicks(r.Timeout),
 		Duration: max(int64(r.Duration/n.cfg.Tick), 1), Grace: n.toTicks(r.Grace), Quiet: n.toTicks(r.Quiet), Limit: r.Limit}
 	if r.Try {
 		a.Timeout = 0
 	}
-	return a, nil
+	if r.Mode == semaphore.ReadWriteGentle && r.Quiet == 0 {
+		a.Quiet = n.toTicks(semaphore.DefaultQuiet)
+	}
+	return a
 }
 
 // Acquire asks for a lock and waits until it is granted, refused, timed
 // out, or ctx ends; in the last case the request is abandoned (a grant that
-// raced with it is released).
+// raced with it is released). A request that Validate refuses is refused
+// before anything else.
 func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
-	a, err := n.coreAcquire(r)
-	if err != nil {
+	if err := r.Validate(); err != nil {
 		return Lease{}, err
 	}
+	a := n.coreAcquire(r)
 	var l *lease
 	if err := n.run(ctx, func() error {
 		if n.failed != nil {
@@ -119,7 +103,7 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		// "held by others" after the try's wait.
 		if a.Timeout == 0 {
 			if ready, why := n.readiness(); !ready {
-				return fmt.Errorf("%w: %s", core.ErrNotReady, why)
+				return fmt.Errorf("%w: %s", codes.ErrNotReady, why)
 			}
 		}
 		h, err := n.core.Acquire(a)
@@ -196,7 +180,7 @@ func (n *Node) drop(l *lease, release bool) error {
 	if !l.held {
 		// A waiting Acquire must not wait for a request that is gone.
 		select { // unless an answer (a failure) is already there
-		case l.acquired <- fmt.Errorf("%w: %s was released while it waited", core.ErrLost, l.handle):
+		case l.acquired <- fmt.Errorf("%w: %s was released while it waited", codes.ErrLost, l.handle):
 		default:
 		}
 	}
@@ -229,7 +213,7 @@ func (n *Node) Release(ctx context.Context, id string) error {
 				return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 			}
 		} else {
-			n.emitTo(l, Event{Kind: wire.EventUnlocked.String()})
+			n.emitTo(l, api.Event{Kind: wire.EventUnlocked.String()})
 			if n.drop(l, true) != nil {
 				// Ended or revoked already (the loop has not heard yet):
 				// the core releases it on its own; nothing to wait for.
@@ -237,7 +221,7 @@ func (n *Node) Release(ctx context.Context, id string) error {
 			}
 		}
 		if ready, why := n.readiness(); !ready {
-			return fmt.Errorf("%w: release of %s not confirmed: %s", core.ErrNotReady, id, why)
+			return fmt.Errorf("%w: release of %s not confirmed: %s", codes.ErrNotReady, id, why)
 		}
 		done = n.awaitRelease(h, false)
 		return nil
@@ -259,7 +243,7 @@ func (n *Node) awaitRelease(req wire.RequestID, forced bool) chan error {
 	ch := make(chan error, 1)
 	k := releaseCall{req, forced}
 	if old := n.releases[k]; old != nil {
-		old <- fmt.Errorf("%w: %s: asked again", core.ErrNotReady, req)
+		old <- fmt.Errorf("%w: %s: asked again", codes.ErrNotReady, req)
 	}
 	n.releases[k] = ch
 	return ch
@@ -271,7 +255,7 @@ func (n *Node) released(ctx context.Context, id string, done chan error) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: release of %s not confirmed yet (it goes on): %w", core.ErrNotReady, id, ctx.Err())
+		return fmt.Errorf("%w: release of %s not confirmed yet (it goes on): %w", codes.ErrNotReady, id, ctx.Err())
 	case <-n.done:
 		return ErrStopped
 	}
@@ -291,7 +275,7 @@ func (n *Node) onReleased(e core.Event) {
 	case wire.CodeUnknownLease:
 		ch <- fmt.Errorf("%w: no leader of a quorum has %s on %q (give the request id `sluice locks` shows)", ErrUnknownLease, e.Req, e.Name)
 	default:
-		ch <- fmt.Errorf("%w: release of %s not confirmed by a quorum of the leaders", core.ErrNotReady, e.Req)
+		ch <- fmt.Errorf("%w: release of %s not confirmed by a quorum of the leaders", codes.ErrNotReady, e.Req)
 	}
 }
 
@@ -326,12 +310,12 @@ func (n *Node) Renew(ctx context.Context, id string) (Lease, error) {
 // Watch streams the events of a lease until it ends or ctx ends. The
 // channel closes after the lease's last event; a watcher that falls
 // behind by more than a few dozen events is closed too.
-func (n *Node) Watch(ctx context.Context, id string) (<-chan Event, error) {
+func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 	h, err := ParseLeaseID(id)
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan Event, watcherQueue)
+	ch := make(chan api.Event, watcherQueue)
 	if err := n.run(ctx, func() error {
 		l := n.leases[h]
 		if l == nil {
@@ -339,7 +323,7 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan Event, error) {
 		}
 		l.watchers = append(l.watchers, ch)
 		if l.held {
-			ch <- Event{Lease: id, Name: l.req.Name, Kind: wire.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
+			ch <- api.Event{Lease: id, Name: l.req.Name, Kind: wire.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
 		}
 		return nil
 	}); err != nil {
@@ -365,7 +349,7 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan Event, error) {
 }
 
 // emitTo gives e to every watcher of l, without ever blocking the loop.
-func (n *Node) emitTo(l *lease, e Event) {
+func (n *Node) emitTo(l *lease, e api.Event) {
 	e.Lease, e.Name = l.handle.String(), l.req.Name
 	kept := l.watchers[:0]
 	for _, w := range l.watchers {
@@ -379,6 +363,8 @@ func (n *Node) emitTo(l *lease, e Event) {
 	l.watchers = kept
 }
 
+
+// onEvent hands a core event to the handler of its kind.
 func (n *Node) onEvent(e core.Event) {
 	if e.Kind == wire.EventReleased {
 		n.onReleased(e)
@@ -388,59 +374,85 @@ func (n *Node) onEvent(e core.Event) {
 	if l == nil {
 		return
 	}
-	ev := Event{Kind: e.Kind.String(), Token: e.Token, Code: e.Code.String()}
+	ev := api.Event{Kind: e.Kind.String(), Token: e.Token, Code: e.Code.String()}
 	switch e.Kind {
 	case wire.EventGranted:
-		lease := semaphore.LeaseOf(e, l.req.Mode, l.sent)
-		if n.ttlFrom(time.Now(), lease.Expiry) == 0 {
-			// Decided while the loop's clock was behind (the process was
-			// stopped, or starved): the lease is over before anyone could
-			// use it. The client hears timed out; the leaders, a release.
-			n.metrics.failures.WithLabelValues(wire.CodeTimedOut.String()).Inc()
-			n.emitTo(l, Event{Kind: wire.EventFailed.String(), Code: wire.CodeTimedOut.String()})
-			putLatest(l.acquired, fmt.Errorf("%w: granted after the lease's end (the agent was paused)", core.ErrTimedOut))
-			n.drop(l, true)
-			return
-		}
-		l.held, l.token, l.expiry, l.granted = true, lease.Token, lease.Expiry, time.Now()
-		l.ttl = n.ttlFrom(l.asked, l.expiry)
-		mode := l.req.Mode.String()
-		n.metrics.waiters.Dec()
-		n.metrics.grants.WithLabelValues(mode).Inc()
-		n.metrics.active.WithLabelValues(mode).Inc()
-		n.metrics.wait.WithLabelValues(mode).Observe(l.granted.Sub(l.asked).Seconds())
-		ev.Expires = n.wallTime(l.expiry)
-		n.emitTo(l, ev)
-		putLatest(l.acquired, nil)
+		n.onGranted(l, e, ev)
 	case wire.EventFailed:
-		err := errorOf(e.Code)
-		// Out of time while the node cannot decide anything: the service
-		// is down, not the name held.
-		if e.Code == wire.CodeTimedOut {
-			if ready, why := n.readiness(); !ready {
-				ev.Code, err = wire.CodeNotReady.String(), fmt.Errorf("%w: %s", core.ErrNotReady, why)
-			}
-		}
-		n.metrics.failures.WithLabelValues(ev.Code).Inc()
-		n.emitTo(l, ev)
-		putLatest(l.acquired, err)
-		n.drop(l, false)
+		n.onFailed(l, e, ev)
 	case wire.EventRenewed:
-		l.expiry = semaphore.ExpiryOf(e, l.renewAt)
-		l.ttl = n.ttlFrom(l.renewAsked, l.expiry)
-		ev.Expires = n.wallTime(l.expiry)
-		n.emitTo(l, ev)
-		putLatest(l.renewed, nil)
+		n.onRenewed(l, e, ev)
 	case wire.EventRenewFailed:
-		n.emitTo(l, ev)
-		putLatest(l.renewed, errorOf(e.Code))
+		n.onRenewFailed(l, e, ev)
 	case wire.EventUnlocking:
-		n.emitTo(l, ev)
+		n.emitTo(l, ev) // the lease reached its duration: a warning for the watchers
 	case wire.EventUnlocked:
-		n.emitTo(l, ev)
-		putLatest(l.renewed, core.ErrLost)
-		n.drop(l, false)
+		n.onUnlocked(l, ev)
 	}
+}
+
+// onGranted holds l, unless the lease is over before anyone could use it.
+func (n *Node) onGranted(l *lease, e core.Event, ev api.Event) {
+	expiry := e.ExpiryFrom(l.sent)
+	if n.ttlFrom(time.Now(), expiry) == 0 {
+		// Decided while the loop's clock was behind (the process was
+		// stopped, or starved): the lease is over before anyone could
+		// use it. The client hears timed out; the leaders, a release.
+		n.metrics.failures.WithLabelValues(wire.CodeTimedOut.String()).Inc()
+		n.emitTo(l, api.Event{Kind: wire.EventFailed.String(), Code: wire.CodeTimedOut.String()})
+		putLatest(l.acquired, fmt.Errorf("%w: granted after the lease's end (the agent was paused)", codes.ErrTimedOut))
+		n.drop(l, true)
+		return
+	}
+	l.held, l.token, l.expiry, l.granted = true, e.Token, expiry, time.Now()
+	l.ttl = n.ttlFrom(l.asked, l.expiry)
+	mode := l.req.Mode.String()
+	n.metrics.waiters.Dec()
+	n.metrics.grants.WithLabelValues(mode).Inc()
+	n.metrics.active.WithLabelValues(mode).Inc()
+	n.metrics.wait.WithLabelValues(mode).Observe(l.granted.Sub(l.asked).Seconds())
+	ev.Expires = n.wallTime(l.expiry)
+	n.emitTo(l, ev)
+	putLatest(l.acquired, nil)
+}
+
+// onFailed ends a request that was not granted.
+func (n *Node) onFailed(l *lease, e core.Event, ev api.Event) {
+	err := errorOf(e.Code)
+	// Out of time while the node cannot decide anything: the service is
+	// down, not the name held.
+	if e.Code == wire.CodeTimedOut {
+		if ready, why := n.readiness(); !ready {
+			ev.Code, err = wire.CodeNotReady.String(), fmt.Errorf("%w: %s", codes.ErrNotReady, why)
+		}
+	}
+	n.metrics.failures.WithLabelValues(ev.Code).Inc()
+	n.emitTo(l, ev)
+	putLatest(l.acquired, err)
+	n.drop(l, false)
+}
+
+// onRenewed extends l by the renewal's TTL, counted from its Renew call.
+func (n *Node) onRenewed(l *lease, e core.Event, ev api.Event) {
+	l.expiry = e.ExpiryFrom(l.renewAt)
+	l.ttl = n.ttlFrom(l.renewAsked, l.expiry)
+	ev.Expires = n.wallTime(l.expiry)
+	n.emitTo(l, ev)
+	putLatest(l.renewed, nil)
+}
+
+// onRenewFailed answers the pending Renew call; the lease runs on until
+// its expiry.
+func (n *Node) onRenewFailed(l *lease, e core.Event, ev api.Event) {
+	n.emitTo(l, ev)
+	putLatest(l.renewed, errorOf(e.Code))
+}
+
+// onUnlocked ends a held lease: released by force, or out of grace.
+func (n *Node) onUnlocked(l *lease, ev api.Event) {
+	n.emitTo(l, ev)
+	putLatest(l.renewed, codes.ErrLost)
+	n.drop(l, false)
 }
 
 // ttlFrom is the time from asked, when the loop took a call, to tick
@@ -460,11 +472,12 @@ func putLatest(ch chan error, v error) {
 	ch <- v
 }
 
+// errorOf is the sentinel of a core event's code.
 func errorOf(c wire.Code) error {
-	if err := core.ErrorOf(c); err != nil {
-		return err
+	if r, ok := codes.ByWire(c); ok {
+		return r.Err
 	}
-	return fmt.Errorf("%w: ended without a code", core.ErrLost)
+	return fmt.Errorf("%w: ended without a code", codes.ErrLost)
 }
 
 // failAll ends every waiting client with err; the node is stopping or has

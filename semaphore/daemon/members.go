@@ -1,31 +1,30 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
-// MemberList is what `sluice members` shows.
-type MemberList = api.MemberList
-
 // Members lists the voters and every other node this node knows of, as
 // the election sees them; mesh, when set, adds peer ids, names, addresses
 // and connections.
-func (n *Node) Members(ctx context.Context, mesh func() []api.MeshPeer) (MemberList, error) {
-	var out MemberList
+func (n *Node) Members(ctx context.Context, mesh func() []api.MeshPeer) (api.MemberList, error) {
+	var out api.MemberList
 	err := n.do(ctx, func() {
 		es := n.elect.Status()
-		out = MemberList{Node: uint64(n.cfg.Self), Cluster: fmt.Sprintf("%016x", es.Cluster), Epoch: es.View.Epoch,
+		out = api.MemberList{Node: nodeID(n.cfg.Self), Cluster: fmt.Sprintf("%016x", es.Cluster), Epoch: es.View.Epoch,
 			Members: []api.MemberInfo{}}
 		for _, m := range es.Members {
-			info := api.MemberInfo{Node: uint64(m.Node), Voter: m.Voter, Leader: m.Leader, Reachable: m.Alive, Off: m.Off}
+			info := api.MemberInfo{Node: nodeID(m.Node), Voter: m.Voter, Leader: m.Leader, Reachable: m.Alive, Off: m.Off}
 			if id, err := election.ParseID(m.ID); err == nil {
 				info.Name, info.Address = id.Name, id.Address
 			}
@@ -49,23 +48,18 @@ func (n *Node) Members(ctx context.Context, mesh func() []api.MeshPeer) (MemberL
 		if m.Address == "" && len(p.Addrs) > 0 {
 			m.Address = p.Addrs[0]
 		}
-		if uint64(n.cfg.Self) != p.Node {
+		if nodeID(n.cfg.Self) != p.Node {
 			m.Connected = p.Connected
 		}
 	}
 	slices.SortFunc(out.Members, func(a, b api.MemberInfo) int {
-		switch {
-		case a.Voter != b.Voter:
+		if a.Voter != b.Voter {
 			if a.Voter {
 				return -1
 			}
 			return 1
-		case a.Node < b.Node:
-			return -1
-		case a.Node > b.Node:
-			return 1
 		}
-		return 0
+		return cmp.Compare(nodeNumber(a.Node), nodeNumber(b.Node))
 	})
 	return out, nil
 }
@@ -110,7 +104,7 @@ func (n *Node) ChangeMembers(ctx context.Context, c election.Change) (uint64, er
 // few other members are up checks in with a majority of all members
 // counting itself. It answers whether the node checked in at once.
 func (n *Node) VouchStore(ctx context.Context) (api.StoreVouched, error) {
-	out := api.StoreVouched{Node: uint64(n.cfg.Self)}
+	out := api.StoreVouched{Node: nodeID(n.cfg.Self)}
 	err := n.run(ctx, func() error {
 		if n.failed != nil {
 			return n.failed
@@ -145,17 +139,22 @@ func ParseNodeRef(s string, peerNode func(string) (wire.NodeID, error)) (wire.No
 	return id, nil
 }
 
-// changeStatus maps a membership change's failure to the API's status.
-func changeStatus(err error) (int, string) {
+// changeErr files the failure of a membership change (or of a vouch)
+// under its code in the table: a change that must not be made is a bad
+// request, one that lost to another (or a vouch with nothing to vouch
+// for) a conflict, one without a quorum not ready, one out of time a
+// change that may still commit. The runtime's own failures (a stale or
+// failed store) are not_ready already.
+func changeErr(err error) error {
 	switch {
 	case errors.Is(err, election.ErrBadChange):
-		return 400, api.CodeBadRequest
+		return codes.With(codes.ErrBadRequest, err)
 	case errors.Is(err, election.ErrBusy), errors.Is(err, election.ErrChangeLost), errors.Is(err, election.ErrCheckedIn):
-		return 409, api.CodeConflict
-	case errors.Is(err, election.ErrNotReady), errors.Is(err, ErrStale), errors.Is(err, ErrStoreFailed):
-		return 503, "not_ready"
+		return codes.With(codes.ErrConflict, err)
+	case errors.Is(err, election.ErrNotReady):
+		return codes.With(codes.ErrNotReady, err)
 	case errors.Is(err, context.DeadlineExceeded):
-		return 504, api.CodeTimedOutChange
+		return codes.With(codes.ErrChangeTimedOut, err)
 	}
-	return 500, api.CodeUnavailable
+	return err
 }

@@ -4,17 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/semaphore/api"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/store"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // Transport is what a node needs of the mesh; *p2p.Host satisfies it.
@@ -42,18 +43,20 @@ type Store interface {
 	Age() uint64
 }
 
-// Sentinel errors of the runtime.
+// Sentinel errors of the runtime. The node cannot serve after any of the
+// first three: each is also an ErrNotReady (a client hears not_ready).
 var (
 	// ErrStopped: the node's loop is not running (stopped, or not started).
-	ErrStopped = errors.New("daemon: node stopped")
+	ErrStopped = codes.Mark(codes.ErrNotReady, "daemon: node stopped")
 	// ErrStoreFailed: a write to disk failed; the node stopped serving
 	// rather than grant from a table it cannot keep.
-	ErrStoreFailed = errors.New("daemon: store failed")
-	// ErrUnknownLease: no such lease or request at this node.
-	ErrUnknownLease = errors.New("daemon: unknown lease")
+	ErrStoreFailed = codes.Mark(codes.ErrNotReady, "daemon: store failed")
 	// ErrStale: the members know a newer life of this node than its store
 	// does; the node stopped rather than vote or serve with lost state.
-	ErrStale = errors.New("daemon: this node's store is older than what the cluster knows of it")
+	ErrStale = codes.Mark(codes.ErrNotReady, "daemon: this node's store is older than what the cluster knows of it")
+	// ErrUnknownLease: no such lease or request at this node (the table's
+	// unknown_lease).
+	ErrUnknownLease = codes.ErrUnknownLease
 )
 
 // staleHelp is the runbook the log and the status point to.
@@ -153,14 +156,12 @@ type Node struct {
 	// releases are the Release and ForceUnlock calls waiting for a quorum
 	// of the leaders to drop the request (core.EventReleased).
 	releases map[releaseCall]chan error
-	stats    NodeStats
+	stats    api.NodeStats
 	// changed gets the end of the membership change this node runs.
 	changed chan election.ChangeResult
 	// foreignLogged rate-limits the log of refused foreign messages.
 	foreignLogged map[wire.NodeID]time.Time
 }
-
-type NodeStats = api.NodeStats
 
 // NewNode builds a node from what its store loaded. It does nothing until
 // Run.

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/store"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
@@ -115,7 +117,7 @@ func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 	return n, tr
 }
 
-func waitStatus(t *testing.T, n *daemon.Node, what string, cond func(daemon.Status) bool) daemon.Status {
+func waitStatus(t *testing.T, n *daemon.Node, what string, cond func(api.Status) bool) api.Status {
 	t.Helper()
 	deadline := time.Now().Add(settle)
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -140,7 +142,7 @@ func waitStatus(t *testing.T, n *daemon.Node, what string, cond func(daemon.Stat
 func TestStoreFailureStopsServing(t *testing.T) {
 	d := &diskTwin{durable: core.NewDurable()}
 	n, tr := startLone(t, d)
-	waitStatus(t, n, "ready", func(s daemon.Status) bool { return s.Ready })
+	waitStatus(t, n, "ready", func(s api.Status) bool { return s.Ready })
 	l, err := n.Acquire(context.Background(), daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +160,7 @@ func TestStoreFailureStopsServing(t *testing.T) {
 	if !errors.Is(err, daemon.ErrStoreFailed) {
 		t.Fatalf("acquire on a broken disk: %v, want ErrStoreFailed", err)
 	}
-	s := waitStatus(t, n, "NO_LOCK", func(s daemon.Status) bool { return !s.Ready })
+	s := waitStatus(t, n, "NO_LOCK", func(s api.Status) bool { return !s.Ready })
 	if s.State != "NO_LOCK" || s.Reason == "" {
 		t.Fatalf("status: %+v", s)
 	}
@@ -179,13 +181,13 @@ func TestNothingLeavesBeforeDurable(t *testing.T) {
 	n, _ := startLone(t, gate)
 	// The one-node election persists its promise before anything else; the
 	// gate holds that write, so the view never reaches the core.
-	waitStatus(t, n, "ticking", func(s daemon.Status) bool { return s.Stats.Ticks > 50 })
-	s := waitStatus(t, n, "held", func(s daemon.Status) bool { return s.Stats.Persists > 0 })
+	waitStatus(t, n, "ticking", func(s api.Status) bool { return s.Stats.Ticks > 50 })
+	s := waitStatus(t, n, "held", func(s api.Status) bool { return s.Stats.Persists > 0 })
 	if s.Ready || s.View.Epoch != 0 {
 		t.Fatalf("ready before its vote was durable: %+v", s)
 	}
 	close(gate.release)
-	waitStatus(t, n, "ready once durable", func(s daemon.Status) bool { return s.Ready })
+	waitStatus(t, n, "ready once durable", func(s api.Status) bool { return s.Ready })
 }
 
 // gatedDisk makes every write durable only once release is closed.
@@ -203,7 +205,7 @@ func (g *gatedDisk) Age() uint64 { return 0 }
 // ErrLost; a request that fails keeps its own reason.
 func TestReleaseWhileWaiting(t *testing.T) {
 	n, _ := startLone(t, &diskTwin{durable: core.NewDurable()})
-	waitStatus(t, n, "ready", func(s daemon.Status) bool { return s.Ready })
+	waitStatus(t, n, "ready", func(s api.Status) bool { return s.Ready })
 	ctx := context.Background()
 	if _, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -233,11 +235,11 @@ func TestReleaseWhileWaiting(t *testing.T) {
 	if err := n.Release(ctx, waiting); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errs; !errors.Is(err, core.ErrLost) {
+	if err := <-errs; !errors.Is(err, codes.ErrLost) {
 		t.Fatalf("the released waiter's Acquire: %v, want ErrLost", err)
 	}
 	_, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Try: true})
-	if !errors.Is(err, core.ErrTimedOut) {
+	if !errors.Is(err, codes.ErrTimedOut) {
 		t.Fatalf("a try on the held name: %v, want ErrTimedOut (its own reason)", err)
 	}
 }
@@ -255,7 +257,7 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 	tr.mu.Lock()
 	tr.wake = make(chan struct{}, 1)
 	tr.mu.Unlock()
-	s := waitStatus(t, n, "ready", func(s daemon.Status) bool { return s.Ready })
+	s := waitStatus(t, n, "ready", func(s api.Status) bool { return s.Ready })
 	ctx := context.Background()
 	l, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute})
 	if err != nil {

@@ -4,50 +4,64 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/sluicehq/sluice/semaphore/api"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
-type Status = api.Status
+// nodeID spells a node id as the API does: a decimal string, which
+// JavaScript clients read without losing digits.
+func nodeID(id wire.NodeID) string { return strconv.FormatUint(uint64(id), 10) }
 
-type ViewStatus = api.ViewStatus
+// nodeNumber reads a node id as nodeID spells it (0 for anything else),
+// to order node ids as numbers.
+func nodeNumber(s string) uint64 {
+	x, _ := strconv.ParseUint(s, 10, 64)
+	return x
+}
 
-type Member = api.Member
-
-type HandoffInfo = api.HandoffInfo
-
-func ids(in []wire.NodeID) []uint64 {
-	out := make([]uint64, len(in))
+func nodeIDs(in []wire.NodeID) []string {
+	out := make([]string, len(in))
 	for i, id := range in {
-		out[i] = uint64(id)
+		out[i] = nodeID(id)
 	}
 	return out
+}
+
+// coreStats is the core's counters as the API shows them.
+func coreStats(s core.Stats) api.CoreStats {
+	return api.CoreStats{BadMessages: s.BadMessages, WrongTarget: s.WrongTarget, StaleEpoch: s.StaleEpoch,
+		StaleIncarnation: s.StaleIncarnation, StaleReplies: s.StaleReplies, Granted: s.Granted, Failed: s.Failed,
+		Expired: s.Expired, Retransmits: s.Retransmits, DoorwayRestarts: s.DoorwayRestarts, TicketRaises: s.TicketRaises,
+		NotServing: s.NotServing, Handoffs: s.Handoffs, RestoredDropped: s.RestoredDropped}
 }
 
 // Status reports readiness: LOCK_READY when the election knows a valid
 // view with a quorum of its leaders alive and, on a leader, the lock table
 // is taken over and served.
-func (n *Node) Status(ctx context.Context) (Status, error) {
-	var s Status
+func (n *Node) Status(ctx context.Context) (api.Status, error) {
+	var s api.Status
 	err := n.do(ctx, func() {
 		es := n.elect.Status()
 		v := n.core.View()
 		h := n.core.Handoff()
-		s = Status{Node: uint64(n.cfg.Self), Ready: es.Ready, Reason: es.Reason, Coordinator: es.Coordinator,
-			View:        ViewStatus{Epoch: v.Epoch, Leaders: ids(v.Leaders), PrevEpoch: v.PrevEpoch, PrevLeaders: ids(v.PrevLeaders)},
+		s = api.Status{Node: nodeID(n.cfg.Self), Ready: es.Ready, Reason: es.Reason, Coordinator: es.Coordinator,
+			View: api.ViewStatus{Epoch: v.Epoch, Leaders: nodeIDs(v.Leaders), PrevEpoch: v.PrevEpoch,
+				PrevLeaders: nodeIDs(v.PrevLeaders)},
 			Leader:      v.IsLeader(n.cfg.Self),
 			Serving:     n.core.Serving(),
 			Incarnation: n.cfg.State.Incarnation,
 			Cluster:     fmt.Sprintf("%016x", es.Cluster), CheckedIn: es.CheckedIn,
-			Handoff: HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
-			Leases:  len(n.leases), Stats: n.stats, Core: n.core.Stats(), Members: []Member{}}
+			Handoff: api.HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
+			Leases:  len(n.leases), Stats: n.stats, Core: coreStats(n.core.Stats()), Members: []api.Member{}}
 		for _, m := range es.Members {
-			s.Members = append(s.Members, Member{Node: uint64(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off, Voter: m.Voter})
+			s.Members = append(s.Members, api.Member{Node: nodeID(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off, Voter: m.Voter})
 		}
 		s.Ready, s.Reason = n.readiness()
 		s.State = "NO_LOCK"
@@ -84,20 +98,13 @@ type peerReach interface {
 	Reach() (connected, known int)
 }
 
-type Table = api.Table
-
-type Lock = api.Lock
-
-type Entry = api.Entry
-
-type OwnRequest = api.OwnRequest
-
 // Locks lists the names starting with prefix that this node holds as a
 // leader, and its own clients' requests.
-func (n *Node) Locks(ctx context.Context, prefix string) (Table, error) {
-	var t Table
+func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
+	var t api.Table
 	err := n.do(ctx, func() {
-		t = Table{Node: uint64(n.cfg.Self), Leader: n.core.View().IsLeader(n.cfg.Self), Locks: []Lock{}, Requests: []OwnRequest{}}
+		t = api.Table{Node: nodeID(n.cfg.Self), Leader: n.core.View().IsLeader(n.cfg.Self), Locks: []api.Lock{},
+			Requests: []api.OwnRequest{}}
 		for _, name := range n.core.Names() {
 			if !strings.HasPrefix(name, prefix) {
 				continue
@@ -108,7 +115,7 @@ func (n *Node) Locks(ctx context.Context, prefix string) (Table, error) {
 			for i, d := range detail {
 				entries[i] = d.Entry
 			}
-			l := Lock{Name: name, HighWater: hw, Entries: []Entry{}}
+			l := api.Lock{Name: name, HighWater: hw, Entries: []api.Entry{}}
 			for _, d := range sortDetail(detail) {
 				e := d.Entry
 				holder := false
@@ -118,7 +125,7 @@ func (n *Node) Locks(ctx context.Context, prefix string) (Table, error) {
 					holder = semaphore.Admit(core.Candidate{Req: e.Req, Ticket: e.Ticket, Mode: e.Mode,
 						Activated: e.Active, SinceReaders: 1 << 40}, entries).Grant
 				}
-				l.Entries = append(l.Entries, Entry{Request: e.Req.String(), Node: uint64(e.Req.Node), Ticket: e.Ticket,
+				l.Entries = append(l.Entries, api.Entry{Request: e.Req.String(), Node: nodeID(e.Req.Node), Ticket: e.Ticket,
 					Mode: e.Mode.String(), State: e.State.String(), Active: e.Active, Holder: holder,
 					Since: n.wallTime(d.Since), Until: n.wallTime(d.Until)})
 			}
@@ -128,7 +135,7 @@ func (n *Node) Locks(ctx context.Context, prefix string) (Table, error) {
 			if !strings.HasPrefix(r.Name, prefix) {
 				continue
 			}
-			o := OwnRequest{Request: r.Handle.String(), Name: r.Name, Mode: r.Mode.String(), Phase: r.Phase,
+			o := api.OwnRequest{Request: r.Handle.String(), Name: r.Name, Mode: r.Mode.String(), Phase: r.Phase,
 				Ticket: r.Ticket, Since: n.wallTime(r.Since)}
 			if l := n.leases[r.Handle]; l != nil && l.held {
 				o.Expires = n.wallTime(l.expiry)
@@ -164,6 +171,9 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 	var out []string
 	var waits []chan error
 	var want wire.RequestID
+	if err := validName(name); err != nil {
+		return nil, err
+	}
 	if leaseID != "" {
 		h, err := ParseLeaseID(leaseID)
 		if err != nil {
@@ -171,7 +181,7 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 		}
 		want = h
 	} else if token == 0 {
-		return nil, fmt.Errorf("%w: force-unlock needs a lease id or a token", core.ErrInvalid)
+		return nil, fmt.Errorf("%w: force-unlock needs a lease id or a token", codes.ErrInvalid)
 	}
 	err := n.run(ctx, func() error {
 		if n.failed != nil {
@@ -180,7 +190,7 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 		reqs := []wire.RequestID{want}
 		if want.Node == 0 {
 			if !n.core.View().IsLeader(n.cfg.Self) {
-				return fmt.Errorf("%w: node %d is not a leader and cannot look token %d up; give the lease id", core.ErrInvalid, n.cfg.Self, token)
+				return fmt.Errorf("%w: node %d is not a leader and cannot look token %d up; give the lease id", codes.ErrInvalid, n.cfg.Self, token)
 			}
 			entries, _ := n.core.Table(name)
 			reqs = reqs[:0]

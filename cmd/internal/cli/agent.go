@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
@@ -111,7 +112,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
 	fl.StringVar(&f.pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
 	fl.StringSliceVar(&f.allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
-	fl.StringVar(&f.api, "api", daemon.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
+	fl.StringVar(&f.api, "api", api.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
 	fl.StringVar(&f.tokenFile, "api-token-file", "", "bearer token for a TCP API address")
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -212,8 +213,8 @@ func newIDCmd() *cobra.Command {
 
 func newDevCmd() *cobra.Command {
 	var (
-		nodes          int
-		api, data, lvl string
+		nodes              int
+		apiAddr, data, lvl string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -232,7 +233,7 @@ func newDevCmd() *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cluster, err := startDev(ctx, nodes, api, data, log)
+			cluster, err := startDev(ctx, nodes, apiAddr, data, log)
 			if err != nil {
 				return startError(err)
 			}
@@ -242,8 +243,8 @@ func newDevCmd() *cobra.Command {
 				cluster.stop(stopCtx)
 			}()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "sluice dev: %d nodes on 127.0.0.1, API on %s\n", nodes, api)
-			fmt.Fprintf(out, "try:\n  curl --unix-socket %s -X POST http://sluice/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n", api)
+			fmt.Fprintf(out, "sluice dev: %d nodes on 127.0.0.1, API on %s\n", nodes, apiAddr)
+			fmt.Fprintf(out, "try:\n  curl --unix-socket %s -X POST http://sluice/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n", apiAddr)
 			if err := cluster.waitReady(ctx); err == nil {
 				fmt.Fprintln(out, "sluice dev: LOCK_READY")
 			}
@@ -254,7 +255,7 @@ func newDevCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&nodes, "nodes", 3, "number of nodes in the embedded cluster (1..9)")
-	f.StringVar(&api, "api", daemon.DefaultAPI(), "listen address of the local API (a Unix socket path)")
+	f.StringVar(&apiAddr, "api", api.DefaultAPI(), "listen address of the local API (a Unix socket path)")
 	f.StringVar(&data, "data", "", "data directory, one sub-directory per node (default: in memory)")
 	f.StringVar(&lvl, "log-level", "warn", "debug, info, warn or error")
 	return cmd
@@ -264,7 +265,7 @@ type devCluster struct{ agents []*daemon.Agent }
 
 // startDev starts n agents on loopback; each knows the earlier ones and the
 // mesh's announcements tell the earlier ones of the later.
-func startDev(ctx context.Context, n int, api, data string, log *slog.Logger) (*devCluster, error) {
+func startDev(ctx context.Context, n int, apiAddr, data string, log *slog.Logger) (*devCluster, error) {
 	c := &devCluster{}
 	// The identities come first: every node bootstraps with all of them.
 	keys := make([]p2p.PrivKey, n)
@@ -295,7 +296,7 @@ func startDev(ctx context.Context, n int, api, data string, log *slog.Logger) (*
 			cfg.Key = keys[i-1]
 		}
 		if i == 1 {
-			cfg.API = api
+			cfg.API = apiAddr
 		}
 		a, err := daemon.StartAgent(ctx, cfg)
 		if err != nil {

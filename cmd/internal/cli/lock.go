@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/client"
+	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
 // clientFlags are the flags of every command that talks to an agent.
@@ -61,15 +62,13 @@ func splitCommand(cmd *cobra.Command, args []string) (string, []string, error) {
 	return args[0], args[1:], nil
 }
 
-// positive checks a duration flag.
-func checkDurations(timeout, duration, quiet time.Duration) error {
-	switch {
-	case timeout < 0:
-		return usageErrorf("--timeout %v is negative", timeout)
-	case duration <= 0:
-		return usageErrorf("--duration must be positive, got %v", duration)
-	case quiet < 0:
-		return usageErrorf("--quiet %v is negative", quiet)
+// check runs the agent's own check of a request (daemon.Request.Validate)
+// on the flags, so that a request the agent would refuse is a usage error
+// before any call, even with no agent to call.
+func (f *lockFlags) check(cmd *cobra.Command, name string, mode semaphore.Mode) error {
+	r := daemon.Request{Name: name, Mode: mode, Timeout: f.timeout, Duration: f.duration, Quiet: f.quiet, Try: f.try}
+	if err := r.Validate(); err != nil {
+		return usageErrorf("%s: %v", cmd.Name(), err)
 	}
 	return nil
 }
@@ -110,7 +109,7 @@ func newLockCmd() *cobra.Command {
 			if err != nil {
 				return usageErrorf("--mode: %v", err)
 			}
-			if err := checkDurations(f.timeout, f.duration, f.quiet); err != nil {
+			if err := f.check(cmd, name, mode); err != nil {
 				return err
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
@@ -254,7 +253,7 @@ func newDrainCmd() *cobra.Command {
 			if !ok {
 				return usageErrorf("--mode %q is not hard, soft or gentle", f.mode)
 			}
-			if err := checkDurations(f.timeout, f.duration, f.quiet); err != nil {
+			if err := f.check(cmd, name, mode); err != nil {
 				return err
 			}
 			out := cmd.ErrOrStderr()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -114,9 +113,9 @@ func newMembersVouchCmd() *cobra.Command {
 				return printJSON(out, v)
 			}
 			if v.CheckedIn {
-				fmt.Fprintf(out, "vouched for node %d's store: checked in\n", v.Node)
+				fmt.Fprintf(out, "vouched for node %s's store: checked in\n", v.Node)
 			} else {
-				fmt.Fprintf(out, "vouched for node %d's store: %s\n", v.Node, v.Reason)
+				fmt.Fprintf(out, "vouched for node %s's store: %s\n", v.Node, v.Reason)
 			}
 			return nil
 		},
@@ -195,7 +194,7 @@ func printMembers(w io.Writer, l api.MemberList) {
 		if m.Leader {
 			leader = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Node, orDash(m.Peer), orDash(m.Name), orDash(m.Address),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Node, orDash(m.Peer), orDash(m.Name), orDash(m.Address),
 			yesNo(m.Voter), leader, yesNo(m.Reachable))
 	}
 	_ = tw.Flush()
@@ -209,7 +208,7 @@ func voterList(l api.MemberList) string {
 		if !m.Voter {
 			continue
 		}
-		v := strconv.FormatUint(m.Node, 10)
+		v := m.Node
 		if m.Name != "" {
 			v += " (" + m.Name + ")"
 		}

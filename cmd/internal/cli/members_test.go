@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
@@ -45,10 +46,10 @@ func fakeMembersAgent(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := api.MemberList{Node: 1, Cluster: "00c0ffee00c0ffee", Epoch: 4, Members: []api.MemberInfo{
-		{Node: 1, Peer: "12D3KooWA", Name: "alpha", Address: "/ip4/10.0.0.1/tcp/7946", Voter: true, Leader: true, Reachable: true},
-		{Node: 2, Peer: "12D3KooWB", Name: "beta", Voter: true, Reachable: false},
-		{Node: 3, Name: "gamma", Reachable: true},
+	list := api.MemberList{Node: "1", Cluster: "00c0ffee00c0ffee", Epoch: 4, Members: []api.MemberInfo{
+		{Node: "1", Peer: "12D3KooWA", Name: "alpha", Address: "/ip4/10.0.0.1/tcp/7946", Voter: true, Leader: true, Reachable: true},
+		{Node: "2", Peer: "12D3KooWB", Name: "beta", Voter: true, Reachable: false},
+		{Node: "3", Name: "gamma", Reachable: true},
 	}}
 	send := func(w http.ResponseWriter, status int, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -64,13 +65,13 @@ func fakeMembersAgent(t *testing.T) string {
 		case "ok":
 			send(w, 200, api.MembersChanged{Epoch: 5, Change: "add 3", Members: list})
 		case "bad":
-			send(w, 400, api.ErrorJSON{Error: api.CodeBadRequest, Message: "node 2 is not a member"})
+			send(w, 400, api.ErrorJSON{Error: codes.BadRequest, Message: "node 2 is not a member"})
 		case "conflict":
-			send(w, 409, api.ErrorJSON{Error: api.CodeConflict, Message: "another change\nis under way"})
+			send(w, 409, api.ErrorJSON{Error: codes.Conflict, Message: "another change\nis under way"})
 		case "notready":
 			send(w, 503, api.ErrorJSON{Error: "not_ready", Message: "no valid view yet"})
 		case "late":
-			send(w, 504, api.ErrorJSON{Error: api.CodeTimedOutChange, Message: "context deadline exceeded"})
+			send(w, 504, api.ErrorJSON{Error: codes.ChangeTimedOut, Message: "context deadline exceeded"})
 		}
 	})
 	srv := &http.Server{Handler: mux}

@@ -105,7 +105,7 @@ func printStatus(w io.Writer, st api.StatusJSON) {
 		state += " (" + st.Reason + ")"
 	}
 	fmt.Fprintf(w, "state:   %s\n", state)
-	fmt.Fprintf(w, "node:    %d", st.Node)
+	fmt.Fprintf(w, "node:    %s", st.Node)
 	if st.Leader {
 		fmt.Fprintf(w, " (leader, serving=%v)", st.Serving)
 	}
@@ -119,7 +119,7 @@ func printStatus(w io.Writer, st api.StatusJSON) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tNAME\tPRIORITY\tREACHABLE\tLEADER")
 	for _, m := range st.Members {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Node, nameOf(m.ID), priorityOf(m.ID), yesNo(m.Alive), yesNo(m.Leader))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Node, nameOf(m.ID), priorityOf(m.ID), yesNo(m.Alive), yesNo(m.Leader))
 	}
 	_ = tw.Flush()
 }
@@ -200,7 +200,7 @@ func printLocks(w io.Writer, tab api.Table) {
 				}
 				delete(own, e.Request)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", l.Name, e.Mode, e.Ticket, e.Request, e.Node, state, since, expires)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", l.Name, e.Mode, e.Ticket, e.Request, e.Node, state, since, expires)
 		}
 	}
 	for _, r := range tab.Requests { // this node's requests not in a table it holds
@@ -211,7 +211,7 @@ func printLocks(w io.Writer, tab api.Table) {
 		if !r.Expires.IsZero() {
 			expires = r.Expires.Format(time.TimeOnly)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
 			r.Since.Format(time.TimeOnly), expires)
 	}
 	_ = tw.Flush()
@@ -261,7 +261,7 @@ func newUnlockCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return printJSON(out, map[string]any{"name": name, "released": released})
+				return printJSON(out, api.ForceUnlocked{Name: name, Released: released})
 			}
 			for _, r := range released {
 				fmt.Fprintf(out, "released %s on %s\n", r, name)

@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
+)
+
+// Request is a client's lock request, in the client's units.
+type Request struct {
+	Name string
+	Mode wire.Mode
+	// Timeout is how long to wait for the grant; 0 with Try.
+	Timeout time.Duration
+	// Try: answer at once (Timeout is ignored).
+	Try bool
+	// Duration is how long the lease lasts once granted; > 0.
+	Duration time.Duration
+	// Grace is how long after Duration the lease is released by force.
+	Grace time.Duration
+	// Quiet is the quiet period of READ_WRITE_GENTLE (0: the default,
+	// semaphore.DefaultQuiet).
+	Quiet time.Duration
+	// Limit caps the readers ahead of a READ_ONLY request (0: none).
+	Limit int
+}
+
+// Limits on what a client may ask for, and the defaults of the API.
+const (
+	maxSpan         = 30 * 24 * time.Hour // timeouts, durations, grace, quiet
+	defaultDuration = time.Minute
+	defaultTimeout  = 30 * time.Second
+	// maxLimit: a reader limit above the requests a name may have at all
+	// can never bind.
+	maxLimit = core.DefaultMaxWaiters
+)
+
+// Validate is the one check of a lock request against what users may ask
+// for, at the agent's edge: Node.Acquire runs it on every request, from
+// the API or from Go, and the CLI on its flags before it calls the agent.
+// Every failure is an ErrInvalid that says which field is wrong and why.
+// (The core keeps a check of its own bounds, not of these rules.)
+func (r Request) Validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	if !r.Mode.Valid() {
+		return fmt.Errorf("%w: unknown mode %s", codes.ErrInvalid, r.Mode)
+	}
+	for _, f := range []struct {
+		field string
+		d     time.Duration
+	}{{"timeout", r.Timeout}, {"duration", r.Duration}, {"grace", r.Grace}, {"quiet", r.Quiet}} {
+		if f.d < 0 || f.d > maxSpan {
+			return fmt.Errorf("%w: %s %s is not between 0 and %s", codes.ErrInvalid, f.field, f.d, maxSpan)
+		}
+	}
+	if r.Duration == 0 {
+		return fmt.Errorf("%w: duration must be positive", codes.ErrInvalid)
+	}
+	if r.Limit < 0 || r.Limit > maxLimit {
+		return fmt.Errorf("%w: reader limit %d is not 1..%d (0 or none: no limit)", codes.ErrInvalid, r.Limit, maxLimit)
+	}
+	return nil
+}
+
+// validName checks a lock's name, for requests and force-unlocks.
+func validName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty name", codes.ErrInvalid)
+	case len(name) > wire.MaxNameLen:
+		return fmt.Errorf("%w: name of %d bytes is over %d", codes.ErrInvalid, len(name), wire.MaxNameLen)
+	}
+	return nil
+}
+
+// ParseAcquire reads the body of POST /v1/acquire into a Request, with the
+// API's defaults for what it leaves out (mode exclusive, timeout 30s,
+// duration 1m). It only reads: a duration that is not a Go duration or a
+// mode without a name is an ErrInvalid here; Validate judges the values.
+func ParseAcquire(b api.AcquireBody) (Request, error) {
+	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive}
+	if b.Mode != "" {
+		m, err := semaphore.ParseMode(b.Mode)
+		if err != nil {
+			return r, err
+		}
+		r.Mode = m
+	}
+	for _, f := range []struct {
+		field, s string
+		to       *time.Duration
+		def      time.Duration
+	}{{"timeout", b.Timeout, &r.Timeout, defaultTimeout}, {"duration", b.Duration, &r.Duration, defaultDuration},
+		{"grace", b.Grace, &r.Grace, 0}, {"quiet", b.Quiet, &r.Quiet, 0}} {
+		*f.to = f.def
+		if f.s == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.s)
+		if err != nil {
+			return r, fmt.Errorf("%w: %s: %v", codes.ErrInvalid, f.field, err)
+		}
+		*f.to = d
+	}
+	return r, nil
+}
