@@ -158,6 +158,8 @@ type Node struct {
 	changed chan election.ChangeResult
 	// foreignLogged rate-limits the log of refused foreign messages.
 	foreignLogged map[wire.NodeID]time.Time
+	// statusWaits are the WaitStatus calls whose condition did not hold yet.
+	statusWaits []*statusWait
 }
 
 type NodeStats = api.NodeStats
@@ -211,6 +213,7 @@ func (n *Node) Run(ctx context.Context) error {
 	ticker := time.NewTicker(n.cfg.Tick)
 	defer ticker.Stop()
 	n.drive(ctx)
+	n.answerStatusWaits()
 	for {
 		var durable <-chan error
 		if len(n.pending) > 0 {
@@ -250,6 +253,7 @@ func (n *Node) Run(ctx context.Context) error {
 			op()
 		}
 		n.drive(ctx)
+		n.answerStatusWaits()
 	}
 }
 
