@@ -161,6 +161,8 @@ type Node struct {
 	changed chan election.ChangeResult
 	// foreignLogged rate-limits the log of refused foreign messages.
 	foreignLogged map[wire.NodeID]time.Time
+	// statusWaits are the WaitStatus calls whose condition did not hold yet.
+	statusWaits []*statusWait
 }
 
 // NewNode builds a node from what its store loaded. It does nothing until
@@ -213,6 +215,7 @@ func (n *Node) Run(ctx context.Context) error {
 	ticker := time.NewTicker(n.cfg.Tick)
 	defer ticker.Stop()
 	n.drive(ctx)
+	n.answerStatusWaits()
 	for {
 		var durable <-chan error
 		if len(n.pending) > 0 {
@@ -252,6 +255,7 @@ func (n *Node) Run(ctx context.Context) error {
 			op()
 		}
 		n.drive(ctx)
+		n.answerStatusWaits()
 	}
 }
 

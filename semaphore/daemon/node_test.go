@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -46,12 +47,16 @@ func (t *loneTransport) Inbox() <-chan wire.Message { return t.in }
 func (t *loneTransport) Joined() <-chan wire.NodeID { return nil }
 
 // diskTwin is the store's in-memory twin: it applies batches to a
-// core.Durable, or fails every write once broken (a full disk).
+// core.Durable and keeps the election's record, or fails every write once
+// broken (a full disk). It outlives the node: open starts the next life
+// from what it holds, as store.Open does from the disk.
 type diskTwin struct {
-	mu      sync.Mutex
-	durable *core.Durable
-	broken  bool
-	age     uint64
+	mu          sync.Mutex
+	durable     *core.Durable
+	elected     *store.ElectionRecord
+	incarnation uint32
+	broken      bool
+	age         uint64
 }
 
 func (d *diskTwin) Submit(b store.Batch) <-chan error {
@@ -63,9 +68,25 @@ func (d *diskTwin) Submit(b store.Batch) <-chan error {
 		return ch
 	}
 	d.durable.Apply(b.Writes)
+	if b.Election != nil {
+		d.elected = b.Election // a copy of its own (election.Ready)
+	}
 	d.age++
 	ch <- nil
 	return ch
+}
+
+// open is what store.Open finds: the state kept, and a new incarnation
+// (durably, as the store's first transaction).
+func (d *diskTwin) open() store.State {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.durable == nil {
+		d.durable = core.NewDurable()
+	}
+	d.incarnation++
+	d.age++
+	return store.State{Durable: d.durable.Clone(), Election: d.elected, Incarnation: d.incarnation, Age: d.age}
 }
 
 func (d *diskTwin) Age() uint64 {
@@ -80,19 +101,21 @@ func idFor(n int) election.ID {
 
 func stateFor() store.State { return store.State{Durable: core.NewDurable(), Incarnation: 1} }
 
+// Snapshot keeps store.Store's contract: one consistent read (a copy, so
+// that Submit never waits for fn), names in order, tickets in request id
+// order.
 func (d *diskTwin) Snapshot(fn func(string, uint64, []core.DurableTicket) error) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	names := maps.Clone(d.durable.HighWater)
-	for name := range d.durable.Tickets {
-		names[name] = d.durable.HighWater[name]
+	durable := d.durable.Clone()
+	d.mu.Unlock()
+	names := maps.Clone(durable.HighWater)
+	for name := range durable.Tickets {
+		names[name] = durable.HighWater[name]
 	}
 	for _, name := range slices.Sorted(maps.Keys(names)) {
-		var ts []core.DurableTicket
-		for _, t := range d.durable.Tickets[name] {
-			ts = append(ts, t)
-		}
-		if err := fn(name, d.durable.HighWater[name], ts); err != nil {
+		ts := slices.Collect(maps.Values(durable.Tickets[name]))
+		slices.SortFunc(ts, func(a, b core.DurableTicket) int { return a.Entry.Req.Compare(b.Entry.Req) })
+		if err := fn(name, durable.HighWater[name], ts); err != nil {
 			return err
 		}
 	}
@@ -117,24 +140,16 @@ func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 	return n, tr
 }
 
+// waitStatus waits, at most settle, until cond holds for n's status.
 func waitStatus(t *testing.T, n *daemon.Node, what string, cond func(api.Status) bool) api.Status {
 	t.Helper()
-	deadline := time.Now().Add(settle)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		s, err := n.Status(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s: %+v", what, s)
-		}
-		<-tick.C
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	s, err := n.WaitStatus(ctx, cond)
+	if err != nil {
+		t.Fatalf("not %s: %v; %+v", what, err, s)
 	}
+	return s
 }
 
 // A failed write (a full disk) stops the node from serving: NO_LOCK with the
@@ -204,44 +219,43 @@ func (g *gatedDisk) Age() uint64 { return 0 }
 // Releasing a request that still waits ends its Acquire at once, with
 // ErrLost; a request that fails keeps its own reason.
 func TestReleaseWhileWaiting(t *testing.T) {
-	n, _ := startLone(t, &diskTwin{durable: core.NewDurable()})
-	waitStatus(t, n, "ready", func(s api.Status) bool { return s.Ready })
-	ctx := context.Background()
-	if _, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 1)
-	go func() {
-		_, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Timeout: time.Hour})
-		errs <- err
-	}()
-	var waiting string
-	deadline := time.Now().Add(settle)
-	for waiting == "" {
+	synctest.Test(t, func(t *testing.T) {
+		n, _ := startLone(t, &diskTwin{durable: core.NewDurable()})
+		waitStatus(t, n, "ready", func(s api.Status) bool { return s.Ready })
+		ctx := context.Background()
+		if _, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 1)
+		go func() {
+			_, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Timeout: time.Hour})
+			errs <- err
+		}()
+		synctest.Wait() // the second request went as far as it can: it waits
 		tab, err := n.Locks(ctx, "/a")
 		if err != nil {
 			t.Fatal(err)
 		}
+		var waiting string
 		for _, r := range tab.Requests {
 			if r.Phase == "waiting" {
 				waiting = r.Request
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second request never waited")
+		if waiting == "" {
+			t.Fatalf("the second request does not wait: %+v", tab.Requests)
 		}
-		time.Sleep(2 * time.Millisecond) // polling the table, not waiting for a signal
-	}
-	if err := n.Release(ctx, waiting); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errs; !errors.Is(err, codes.ErrLost) {
-		t.Fatalf("the released waiter's Acquire: %v, want ErrLost", err)
-	}
-	_, err := n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Try: true})
-	if !errors.Is(err, codes.ErrTimedOut) {
-		t.Fatalf("a try on the held name: %v, want ErrTimedOut (its own reason)", err)
-	}
+		if err := n.Release(ctx, waiting); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errs; !errors.Is(err, codes.ErrLost) {
+			t.Fatalf("the released waiter's Acquire: %v, want ErrLost", err)
+		}
+		_, err = n.Acquire(ctx, daemon.Request{Name: "/a", Mode: wire.ModeExclusive, Duration: time.Minute, Try: true})
+		if !errors.Is(err, codes.ErrTimedOut) {
+			t.Fatalf("a try on the held name: %v, want ErrTimedOut (its own reason)", err)
+		}
+	})
 }
 
 // A released lease leaves a tombstone in the store, and a leader hands it

@@ -47,29 +47,95 @@ func coreStats(s core.Stats) api.CoreStats {
 // is taken over and served.
 func (n *Node) Status(ctx context.Context) (api.Status, error) {
 	var s api.Status
-	err := n.do(ctx, func() {
-		es := n.elect.Status()
-		v := n.core.View()
-		h := n.core.Handoff()
-		s = api.Status{Node: nodeID(n.cfg.Self), Ready: es.Ready, Reason: es.Reason, Coordinator: es.Coordinator,
-			View: api.ViewStatus{Epoch: v.Epoch, Leaders: nodeIDs(v.Leaders), PrevEpoch: v.PrevEpoch,
-				PrevLeaders: nodeIDs(v.PrevLeaders)},
-			Leader:      v.IsLeader(n.cfg.Self),
-			Serving:     n.core.Serving(),
-			Incarnation: n.cfg.State.Incarnation,
-			Cluster:     fmt.Sprintf("%016x", es.Cluster), CheckedIn: es.CheckedIn,
-			Handoff: api.HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
-			Leases:  len(n.leases), Stats: n.stats, Core: coreStats(n.core.Stats()), Members: []api.Member{}}
-		for _, m := range es.Members {
-			s.Members = append(s.Members, api.Member{Node: nodeID(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off, Voter: m.Voter})
-		}
-		s.Ready, s.Reason = n.readiness()
-		s.State = "NO_LOCK"
-		if s.Ready {
-			s.State = "LOCK_READY"
-		}
-	})
+	err := n.do(ctx, func() { s = n.status() })
 	return s, err
+}
+
+// status is Status, on the loop.
+func (n *Node) status() api.Status {
+	es := n.elect.Status()
+	v := n.core.View()
+	h := n.core.Handoff()
+	s := api.Status{Node: nodeID(n.cfg.Self), Ready: es.Ready, Reason: es.Reason, Coordinator: es.Coordinator,
+		View: api.ViewStatus{Epoch: v.Epoch, Leaders: nodeIDs(v.Leaders), PrevEpoch: v.PrevEpoch,
+			PrevLeaders: nodeIDs(v.PrevLeaders)},
+		Leader:      v.IsLeader(n.cfg.Self),
+		Serving:     n.core.Serving(),
+		Incarnation: n.cfg.State.Incarnation,
+		Cluster:     fmt.Sprintf("%016x", es.Cluster), CheckedIn: es.CheckedIn,
+		Handoff: api.HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
+		Leases:  len(n.leases), Stats: n.stats, Core: coreStats(n.core.Stats()), Members: []api.Member{}}
+	for _, m := range es.Members {
+		s.Members = append(s.Members, api.Member{Node: nodeID(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off, Voter: m.Voter})
+	}
+	s.Ready, s.Reason = n.readiness()
+	s.State = "NO_LOCK"
+	if s.Ready {
+		s.State = "LOCK_READY"
+	}
+	return s
+}
+
+// statusWait is a WaitStatus call waiting on the loop.
+type statusWait struct {
+	cond func(api.Status) bool
+	met  chan api.Status // room for one: the loop never blocks
+}
+
+// WaitStatus waits until cond holds for the node's status and returns that
+// status; when ctx ends first, the last status with ctx's error. cond is
+// checked after every turn of the loop, the only times the status
+// changes, so a caller waits for the change itself rather than polling.
+// It runs on the loop: it must be quick, must not call the node, and must
+// not keep or change the status it is given.
+func (n *Node) WaitStatus(ctx context.Context, cond func(api.Status) bool) (api.Status, error) {
+	w := &statusWait{cond: cond, met: make(chan api.Status, 1)}
+	if err := n.do(ctx, func() {
+		if s := n.status(); cond(s) {
+			w.met <- s
+			return
+		}
+		n.statusWaits = append(n.statusWaits, w)
+	}); err != nil {
+		return api.Status{}, err
+	}
+	select {
+	case s := <-w.met:
+		return s, nil
+	case <-n.done:
+		return api.Status{}, ErrStopped
+	case <-ctx.Done():
+	}
+	var last api.Status
+	err := n.do(context.WithoutCancel(ctx), func() {
+		n.statusWaits = slices.DeleteFunc(n.statusWaits, func(x *statusWait) bool { return x == w })
+		last = n.status()
+	})
+	select {
+	case s := <-w.met: // met before the wait was dropped
+		return s, nil
+	default:
+	}
+	if err != nil {
+		return api.Status{}, err
+	}
+	return last, ctx.Err()
+}
+
+// answerStatusWaits checks the waiting WaitStatus calls; called on the loop
+// after every turn.
+func (n *Node) answerStatusWaits() {
+	if len(n.statusWaits) == 0 {
+		return
+	}
+	s := n.status()
+	n.statusWaits = slices.DeleteFunc(n.statusWaits, func(w *statusWait) bool {
+		if !w.cond(s) {
+			return false
+		}
+		w.met <- s
+		return true
+	})
 }
 
 // readiness says whether the node can decide lock requests now (LOCK_READY)
