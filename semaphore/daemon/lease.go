@@ -363,7 +363,6 @@ func (n *Node) emitTo(l *lease, e api.Event) {
 	l.watchers = kept
 }
 
-
 // onEvent hands a core event to the handler of its kind.
 func (n *Node) onEvent(e core.Event) {
 	if e.Kind == wire.EventReleased {

@@ -67,4 +67,3 @@ func TestParseAcquire(t *testing.T) {
 		}
 	}
 }
-
