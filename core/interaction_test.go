@@ -232,7 +232,7 @@ func (h *harness) ready(id int) {
 			case e.Forced:
 				h.printf(" forced=waiter")
 			}
-			if e.Kind == wire.EventGranted || e.Kind == wire.EventRenewed {
+			if e.Kind == core.EventGranted || e.Kind == core.EventRenewed {
 				h.printf(" token=%d elapsed=%d ttl=%d", e.Token, e.Elapsed, e.TTL)
 			}
 			h.printf("\n")

@@ -413,7 +413,7 @@ func (n *Node) onRenewAck(r *request, m wire.Message) {
 		r.renew.rejects[m.From] = true
 		if len(n.cfg.View.Leaders)-len(r.renew.rejects) < n.quorum() {
 			r.renew = nil
-			n.event(r, wire.EventRenewFailed, wire.CodeLost)
+			n.event(r, EventRenewFailed, wire.CodeLost)
 		}
 		return
 	}
@@ -424,7 +424,7 @@ func (n *Node) onRenewAck(r *request, m wire.Message) {
 		if n.cfg.Mutant&MutantRenewFromDecision != 0 {
 			ttl += n.now - r.renew.start // the old formula: counted from the confirmation
 		}
-		n.emit(r, Event{Kind: wire.EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration, TTL: ttl})
+		n.emit(r, Event{Kind: EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration, TTL: ttl})
 		r.renew = nil
 	}
 }
@@ -436,7 +436,7 @@ func (n *Node) revoke(r *request) {
 	switch r.phase {
 	case phaseReleasing:
 	case phaseHeld:
-		n.event(r, wire.EventUnlocked, wire.CodeLost)
+		n.event(r, EventUnlocked, wire.CodeLost)
 		n.startRelease(r)
 	default:
 		n.fail(r, wire.CodeLost)
@@ -679,10 +679,10 @@ func (n *Node) grant(r *request) {
 	n.leaveWait(r)
 	r.phase, r.leaseStart = phaseHeld, n.now
 	n.stats.Granted++
-	n.emit(r, Event{Kind: wire.EventGranted, Elapsed: n.now - r.start, Duration: r.a.Duration, TTL: n.now - r.start + r.a.Duration})
+	n.emit(r, Event{Kind: EventGranted, Elapsed: n.now - r.start, Duration: r.a.Duration, TTL: n.now - r.start + r.a.Duration})
 }
 
-func (n *Node) event(r *request, k wire.EventKind, c wire.Code) {
+func (n *Node) event(r *request, k EventKind, c wire.Code) {
 	n.emit(r, Event{Kind: k, Code: c})
 }
 
@@ -697,7 +697,7 @@ func (n *Node) emit(r *request, e Event) {
 // fail ends a request that was not granted.
 func (n *Node) fail(r *request, c wire.Code) {
 	n.stats.Failed++
-	n.event(r, wire.EventFailed, c)
+	n.event(r, EventFailed, c)
 	n.startRelease(r)
 }
 
@@ -725,7 +725,7 @@ func (n *Node) released(r *request, c, forced wire.Code) {
 		forced bool
 	}{{&r.releaseOf, c, false}, {&r.forceOf, forced, true}} {
 		if *w.id != (wire.RequestID{}) {
-			n.events = append(n.events, Event{Kind: wire.EventReleased, Code: w.code, Req: *w.id, Name: r.a.Name,
+			n.events = append(n.events, Event{Kind: EventReleased, Code: w.code, Req: *w.id, Name: r.a.Name,
 				Token: r.ticket, Held: r.held, Forced: w.forced})
 			*w.id = wire.RequestID{}
 		}
@@ -829,13 +829,13 @@ func (n *Node) tickWaiting(r *request) {
 func (n *Node) tickHeld(r *request) {
 	end := r.leaseStart + r.a.Duration
 	if n.now >= end+r.a.Grace {
-		n.event(r, wire.EventUnlocked, wire.CodeTimedOut)
+		n.event(r, EventUnlocked, wire.CodeTimedOut)
 		n.startRelease(r)
 		return
 	}
 	if !r.unlocking && n.now >= end {
 		r.unlocking = true
-		n.event(r, wire.EventUnlocking, wire.CodeNone)
+		n.event(r, EventUnlocking, wire.CodeNone)
 	}
 	if r.renew != nil && n.now-r.renew.sentAt >= n.cfg.RetransmitTicks {
 		n.sendRenew(r, r.renew.acks)

@@ -452,7 +452,7 @@ func TestOneReportPerReady(t *testing.T) {
 // A lease ends the event's TTL after its call was sent, on the sender's
 // clock.
 func TestExpiryFrom(t *testing.T) {
-	e := core.Event{Name: "site", Kind: wire.EventGranted, Token: 7, Elapsed: 12, Duration: 100, TTL: 112}
+	e := core.Event{Name: "site", Kind: core.EventGranted, Token: 7, Elapsed: 12, Duration: 100, TTL: 112}
 	if got := e.ExpiryFrom(1000); got != 1112 {
 		t.Fatalf("expiry %d, want 1112", got)
 	}

@@ -331,42 +331,6 @@ func (k Kind) Election() bool {
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool { return k > 0 && k < kindEnd }
 
-// EventKind says what happened to a lease.
-type EventKind uint8
-
-const (
-	// EventGranted: the lock is held; Ticket is the fencing token.
-	EventGranted EventKind = iota + 1
-	// EventFailed: the request ended without a grant; Code says why.
-	EventFailed
-	// EventUnlocking: the lease reached its duration; the grace period runs.
-	EventUnlocking
-	// EventUnlocked: the lease ended; Code is CodeNone after a release by its
-	// holder, CodeTimedOut when the grace ran out, CodeLost when taken away.
-	EventUnlocked
-	// EventRenewed: a renewal is durable; the lease runs Lifetime more ticks.
-	EventRenewed
-	// EventRenewFailed: a renewal was not confirmed; Code says why.
-	EventRenewFailed
-	// EventReleased: a release asked for by Release or ForceRelease is
-	// through: a quorum of the view's leaders dropped the request (and
-	// keep its tombstone), or every replica has forgotten it by itself.
-	// For a forced release, Code is CodeUnknownLease when no leader of
-	// that quorum had the request, and CodeNotReady when no quorum
-	// answered in time.
-	EventReleased
-	eventEnd
-)
-
-var eventNames = [...]string{"", "granted", "failed", "unlocking", "unlocked", "renewed", "renew-failed", "released"}
-
-func (e EventKind) String() string {
-	if e > 0 && e < eventEnd {
-		return eventNames[e]
-	}
-	return fmt.Sprintf("event(%d)", uint8(e))
-}
-
 // Code is the stable reason carried by failures; its String is the wire and
 // JSON spelling and never changes.
 type Code uint8

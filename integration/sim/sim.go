@@ -1205,7 +1205,7 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 }
 
 func (s *Sim) onEvent(node int, e core.Event) {
-	if f := s.forces[e.Req]; f != nil && e.Kind == wire.EventReleased && e.Forced && f.by == node && !f.answered {
+	if f := s.forces[e.Req]; f != nil && e.Kind == core.EventReleased && e.Forced && f.by == node && !f.answered {
 		s.onForceAnswer(e, f)
 		return
 	}
@@ -1220,9 +1220,9 @@ func (s *Sim) onEvent(node int, e core.Event) {
 	}
 	s.tracef("node %d event %s %s code=%s token=%d for client %d", node+1, e.Kind, e.Name, e.Code, e.Token, c.id)
 	switch e.Kind {
-	case wire.EventGranted:
+	case core.EventGranted:
 		s.onGranted(node, c, e)
-	case wire.EventFailed:
+	case core.EventFailed:
 		if c.state != waiting {
 			s.failf("client %d failed while %v", c.id, c.state)
 			return
@@ -1234,16 +1234,16 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		s.res.Failures++
 		s.finishOp(c, false, 0)
 		c.state = idle
-	case wire.EventRenewed:
+	case core.EventRenewed:
 		// A lease the client already let lapse stays lapsed: it stopped
 		// acting under it, and its history says so.
 		if c.state == holding && c.renewAt >= 0 && c.token != 0 {
 			c.expiry = e.ExpiryFrom(c.renewAt)
 			c.renewAt = -1
 		}
-	case wire.EventRenewFailed:
+	case core.EventRenewFailed:
 		c.renewAt = -1
-	case wire.EventUnlocked:
+	case core.EventUnlocked:
 		// The client does not watch: it holds on until its own timer
 		// runs out (expireLeases), and gives back a lease the agent ended.
 		if c.state == holding && c.token == 0 {

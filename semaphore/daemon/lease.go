@@ -213,7 +213,7 @@ func (n *Node) Release(ctx context.Context, id string) error {
 				return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 			}
 		} else {
-			n.emitTo(l, api.Event{Kind: wire.EventUnlocked.String()})
+			n.emitTo(l, api.Event{Kind: core.EventUnlocked.String()})
 			if n.drop(l, true) != nil {
 				// Ended or revoked already (the loop has not heard yet):
 				// the core releases it on its own; nothing to wait for.
@@ -323,7 +323,7 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 		}
 		l.watchers = append(l.watchers, ch)
 		if l.held {
-			ch <- api.Event{Lease: id, Name: l.req.Name, Kind: wire.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
+			ch <- api.Event{Lease: id, Name: l.req.Name, Kind: core.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
 		}
 		return nil
 	}); err != nil {
@@ -365,7 +365,7 @@ func (n *Node) emitTo(l *lease, e api.Event) {
 
 // onEvent hands a core event to the handler of its kind.
 func (n *Node) onEvent(e core.Event) {
-	if e.Kind == wire.EventReleased {
+	if e.Kind == core.EventReleased {
 		n.onReleased(e)
 		return
 	}
@@ -375,17 +375,17 @@ func (n *Node) onEvent(e core.Event) {
 	}
 	ev := api.Event{Kind: e.Kind.String(), Token: e.Token, Code: e.Code.String()}
 	switch e.Kind {
-	case wire.EventGranted:
+	case core.EventGranted:
 		n.onGranted(l, e, ev)
-	case wire.EventFailed:
+	case core.EventFailed:
 		n.onFailed(l, e, ev)
-	case wire.EventRenewed:
+	case core.EventRenewed:
 		n.onRenewed(l, e, ev)
-	case wire.EventRenewFailed:
+	case core.EventRenewFailed:
 		n.onRenewFailed(l, e, ev)
-	case wire.EventUnlocking:
+	case core.EventUnlocking:
 		n.emitTo(l, ev) // the lease reached its duration: a warning for the watchers
-	case wire.EventUnlocked:
+	case core.EventUnlocked:
 		n.onUnlocked(l, ev)
 	}
 }
@@ -398,7 +398,7 @@ func (n *Node) onGranted(l *lease, e core.Event, ev api.Event) {
 		// stopped, or starved): the lease is over before anyone could
 		// use it. The client hears timed out; the leaders, a release.
 		n.metrics.failures.WithLabelValues(wire.CodeTimedOut.String()).Inc()
-		n.emitTo(l, api.Event{Kind: wire.EventFailed.String(), Code: wire.CodeTimedOut.String()})
+		n.emitTo(l, api.Event{Kind: core.EventFailed.String(), Code: wire.CodeTimedOut.String()})
 		putLatest(l.acquired, fmt.Errorf("%w: granted after the lease's end (the agent was paused)", codes.ErrTimedOut))
 		n.drop(l, true)
 		return
