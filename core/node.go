@@ -37,12 +37,7 @@ const (
 
 var eventNames = [...]string{"", "granted", "failed", "unlocking", "unlocked", "renewed", "renew-failed", "released"}
 
-func (e EventKind) String() string {
-	if e > 0 && e < eventEnd {
-		return eventNames[e]
-	}
-	return fmt.Sprintf("event(%d)", uint8(e))
-}
+func (e EventKind) String() string { return wire.NameOf(eventNames[:], e, "event") }
 
 // Event is something that happened to a local client's request.
 type Event struct {

@@ -23,11 +23,8 @@ func (h *Host) Send(m wire.Message) bool {
 		h.stats.dropped.Add(1)
 		return false
 	}
-	h.mu.RLock()
-	p := h.members[m.To]
-	closed := h.closed
-	h.mu.RUnlock()
-	if p == nil || closed {
+	p := h.openPeer(m.To)
+	if p == nil {
 		h.stats.dropped.Add(1)
 		return false
 	}
@@ -48,6 +45,17 @@ func (h *Host) Send(m wire.Message) bool {
 	}
 }
 
+// openPeer is the member to, or nil when it is unknown or the host is
+// closed.
+func (h *Host) openPeer(to wire.NodeID) *member {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return nil
+	}
+	return h.members[to]
+}
+
 // SendWait is Send that waits for room in the peer's queue instead of
 // dropping: for bulk transfers made off the node's loop (a handoff's
 // snapshot), where a full queue means "slow down", not "lose it". ctx
@@ -56,11 +64,8 @@ func (h *Host) SendWait(ctx context.Context, m wire.Message) error {
 	if m.To == h.self {
 		return fmt.Errorf("%w: send to itself", ErrConfig)
 	}
-	h.mu.RLock()
-	p := h.members[m.To]
-	closed := h.closed
-	h.mu.RUnlock()
-	if p == nil || closed {
+	p := h.openPeer(m.To)
+	if p == nil {
 		h.stats.dropped.Add(1)
 		return fmt.Errorf("%w: node %d is unknown, or the host is closed", ErrUnknownPeer, m.To)
 	}

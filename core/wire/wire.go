@@ -49,21 +49,9 @@ const (
 // Valid reports whether m is a known mode.
 func (m Mode) Valid() bool { return m >= ModeExclusive && m < modeEnd }
 
-func (m Mode) String() string {
-	switch m {
-	case ModeExclusive:
-		return "exclusive"
-	case ModeReadOnly:
-		return "read-only"
-	case ModeReadWritePriority:
-		return "read-write-priority"
-	case ModeReadWrite:
-		return "read-write"
-	case ModeReadWriteGentle:
-		return "read-write-gentle"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
+var modeNames = [...]string{"", "exclusive", "read-only", "read-write-priority", "read-write", "read-write-gentle"}
+
+func (m Mode) String() string { return NameOf(modeNames[:], m, "mode") }
 
 // EntryState is how far a request has come at one replica. States only move
 // forward while a replica lives; a merge of reports keeps the highest.
@@ -81,17 +69,9 @@ const (
 	stateEnd
 )
 
-func (s EntryState) String() string {
-	switch s {
-	case StateChoosing:
-		return "choosing"
-	case StateTicket:
-		return "ticket"
-	case StateReleased:
-		return "released"
-	}
-	return fmt.Sprintf("state(%d)", uint8(s))
-}
+var stateNames = [...]string{"", "choosing", "ticket", "released"}
+
+func (s EntryState) String() string { return NameOf(stateNames[:], s, "state") }
 
 // Entry is one request of one name as a replica knows it.
 type Entry struct {
@@ -315,11 +295,15 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"check-in", "check-in-ack", "revoked", "former", "holds", "holds-ack",
 	"snapshot-tomb", "confirm", "confirm-ack"}
 
-func (k Kind) String() string {
-	if k > 0 && k < kindEnd {
-		return kindNames[k]
+func (k Kind) String() string { return NameOf(kindNames[:], k, "kind") }
+
+// NameOf is the name of v in names (the spelling of a small enum), or
+// what(v) for a value without one.
+func NameOf[T ~uint8](names []string, v T, what string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
+	return fmt.Sprintf("%s(%d)", what, uint8(v))
 }
 
 // Election reports whether k belongs to the election (package election)
@@ -350,10 +334,10 @@ const (
 var codeNames = [...]string{"", "timedout", "draining", "not_ready", "invalid", "overflow", "lost", "unknown_lease"}
 
 func (c Code) String() string {
-	if c < codeEnd {
-		return codeNames[c]
+	if c == CodeNone {
+		return "" // the spelling of no failure, on the wire and in JSON
 	}
-	return fmt.Sprintf("code(%d)", uint8(c))
+	return NameOf(codeNames[:], c, "code")
 }
 
 // ParseCode is the inverse of Code.String.

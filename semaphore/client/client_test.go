@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -339,15 +338,6 @@ func TestAgentStopEndsLease(t *testing.T) {
 // help, which only the local timer can cover.
 func fakeAgent(t *testing.T, duration time.Duration) *client.Client {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	lis, err := net.Listen("unix", filepath.Join(dir, "f.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	notReady := func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -376,19 +366,7 @@ func fakeAgent(t *testing.T, duration time.Duration) *client.Client {
 	})
 	mux.HandleFunc("POST /v1/renew", func(w http.ResponseWriter, r *http.Request) { notReady(w) })
 	mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) { notReady(w) })
-	srv := &http.Server{Handler: mux}
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(lis) }()
-	c, err := client.New(client.Config{API: lis.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		srv.Close()
-		<-served
-	})
-	return c
+	return serveFake(t, mux)
 }
 
 // The agent stays silent, and its wall clock is an hour off: the lease

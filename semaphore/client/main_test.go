@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -110,4 +112,33 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// serveFake serves a scripted agent's mux on a Unix socket of its own
+// (a short path: socket paths are capped), and returns a client of it;
+// both end with the test.
+func serveFake(t *testing.T, mux *http.ServeMux) *client.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	lis, err := net.Listen("unix", filepath.Join(dir, "fake.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(lis) }()
+	c, err := client.New(client.Config{API: lis.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		srv.Close()
+		<-served
+	})
+	return c
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -63,15 +60,6 @@ type answer struct {
 // that ans gives for each body it receives.
 func membersAgent(t *testing.T, ans func(api.MembersBody) answer) *client.Client {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	lis, err := net.Listen("unix", filepath.Join(dir, "m.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		var b api.MembersBody
@@ -93,19 +81,7 @@ func membersAgent(t *testing.T, ans func(api.MembersBody) answer) *client.Client
 		}
 		json.NewEncoder(w).Encode(api.ErrorJSON{Error: a.code, Message: "scripted " + a.code})
 	})
-	srv := &http.Server{Handler: mux}
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(lis) }()
-	c, err := client.New(client.Config{API: lis.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		srv.Close()
-		<-served
-	})
-	return c
+	return serveFake(t, mux)
 }
 
 func TestMembersChangeErrors(t *testing.T) {

@@ -281,16 +281,7 @@ func (c *memCluster) dump(name string) {
 func TestLocksAcrossNodes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := startMemCluster(t, memClusterOpts{size: 3})
-		st := c.waitReady()
-		if len(st.View.Leaders) != 3 {
-			t.Fatalf("view %+v, want three leaders", st.View)
-		}
-		held := mustAcquire(t, c.node(0), "/site", "exclusive", time.Minute)
-
-		// A try from another node is refused while the lock is held.
-		if _, err := acquire(t, c.node(1), "/site", "exclusive", 0, time.Minute); !errors.Is(err, codes.ErrTimedOut) {
-			t.Fatalf("try on a held name: %v, want timed out", err)
-		}
+		held := holdOnFirst(t, c)
 		// A waiter on node 3 is granted once node 1 releases, with a larger token.
 		got := make(chan daemon.Lease, 1)
 		errs := make(chan error, 1)
@@ -686,14 +677,7 @@ func (c *cluster) waitReady() api.Status {
 // Locks across real agents: the bakery's messages over libp2p.
 func TestLocksAcrossAgents(t *testing.T) {
 	c := startCluster(t, clusterOpts{size: 3})
-	st := c.waitReady()
-	if len(st.View.Leaders) != 3 {
-		t.Fatalf("view %+v, want three leaders", st.View)
-	}
-	held := mustAcquire(t, c.node(0), "/site", "exclusive", time.Minute)
-	if _, err := acquire(t, c.node(1), "/site", "exclusive", 0, time.Minute); !errors.Is(err, codes.ErrTimedOut) {
-		t.Fatalf("try on a held name: %v, want timed out", err)
-	}
+	held := holdOnFirst(t, c)
 	if err := c.node(0).Release(context.Background(), held.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -812,3 +796,24 @@ func TestStrangersCannotJoin(t *testing.T) {
 
 // nodeStr spells a node id as the API does.
 func nodeStr(id wire.NodeID) string { return strconv.FormatUint(uint64(id), 10) }
+
+// lockCluster is a cluster of either kind: in memory or real agents.
+type lockCluster interface {
+	waitReady() api.Status
+	node(i int) *daemon.Node
+}
+
+// holdOnFirst waits for a ready view of three leaders, takes /site
+// exclusively on node 1, and checks that a try from node 2 is refused
+// while it is held.
+func holdOnFirst(t *testing.T, c lockCluster) daemon.Lease {
+	t.Helper()
+	if st := c.waitReady(); len(st.View.Leaders) != 3 {
+		t.Fatalf("view %+v, want three leaders", st.View)
+	}
+	held := mustAcquire(t, c.node(0), "/site", "exclusive", time.Minute)
+	if _, err := acquire(t, c.node(1), "/site", "exclusive", 0, time.Minute); !errors.Is(err, codes.ErrTimedOut) {
+		t.Fatalf("try on a held name: %v, want timed out", err)
+	}
+	return held
+}

@@ -46,6 +46,11 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 4, 11)
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry(), lastPhase: map[wire.RequestID]phaseMark{}}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		f(c)
+		return c
+	}
 	m.grants = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_grants_total",
 		Help: "Locks granted to this node's clients, by mode."}, []string{"mode"})
 	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failures_total",
@@ -58,34 +63,31 @@ func newMetrics() *metrics {
 		Help: "Leases this node's clients hold, by mode."}, []string{"mode"})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_waiters",
 		Help: "Requests of this node's clients waiting for a grant."})
-	m.changesRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_membership_changes_refused_total",
-		Help: "Membership changes asked of this node that failed (bad, concurrent, or not committed)."})
-	m.foreign = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_foreign_messages_total",
-		Help: "Messages refused because they came from another cluster (another bootstrap) or a node not yet joined."})
-	m.stale = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_stale_lives_total",
-		Help: "Check-ins refused because this node knows a newer life of the sender (a lost or restored store)."})
-	f(m.changesRefused)
-	f(m.foreign)
-	f(m.stale)
-	m.views = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_views_total",
-		Help: "Valid views (epochs) this node adopted."})
-	m.leaderSets = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_leader_changes_total",
-		Help: "Views adopted whose leaders differ from the previous view's."})
-	m.handoffs = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_handoffs_total",
-		Help: "Lock table takeovers this node finished as a new leader."})
+	m.changesRefused = counter("sluice_membership_changes_refused_total",
+		"Membership changes asked of this node that failed (bad, concurrent, or not committed).")
+	m.foreign = counter("sluice_foreign_messages_total",
+		"Messages refused because they came from another cluster (another bootstrap) or a node not yet joined.")
+	m.stale = counter("sluice_stale_lives_total",
+		"Check-ins refused because this node knows a newer life of the sender (a lost or restored store).")
+	m.views = counter("sluice_views_total",
+		"Valid views (epochs) this node adopted.")
+	m.leaderSets = counter("sluice_leader_changes_total",
+		"Views adopted whose leaders differ from the previous view's.")
+	m.handoffs = counter("sluice_handoffs_total",
+		"Lock table takeovers this node finished as a new leader.")
 	m.phases = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_bakery_phase_seconds",
 		Help:    "Time a request of this node spent in each bakery phase (entering, get-max, add-ticket, waiting).",
 		Buckets: latencyBuckets}, []string{"phase"})
 	m.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_messages_total",
 		Help: "Lock and election messages, by direction (in, out, dropped)."}, []string{"direction"})
-	m.persists = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_store_submits_total",
-		Help: "Batches of writes the node handed to its store."})
-	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rejected_messages_total",
-		Help: "Messages from peers refused as malformed, stale or misdirected."})
-	m.forced = prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_force_unlocks_total",
-		Help: "Operator force-unlocks sent from this node."})
-	for _, c := range []prometheus.Collector{m.grants, m.failures, m.wait, m.hold, m.active, m.waiters, m.views,
-		m.leaderSets, m.handoffs, m.phases, m.messages, m.persists, m.rejected, m.forced} {
+	m.persists = counter("sluice_store_submits_total",
+		"Batches of writes the node handed to its store.")
+	m.rejected = counter("sluice_rejected_messages_total",
+		"Messages from peers refused as malformed, stale or misdirected.")
+	m.forced = counter("sluice_force_unlocks_total",
+		"Operator force-unlocks sent from this node.")
+	for _, c := range []prometheus.Collector{m.grants, m.failures, m.wait, m.hold, m.active, m.waiters,
+		m.phases, m.messages} {
 		f(c)
 	}
 	return m

@@ -35,6 +35,31 @@ func (f *clientFlags) client() (*client.Client, error) {
 	return c, nil
 }
 
+// callTimeout bounds one call of a command to its agent.
+const callTimeout = 10 * time.Second
+
+// withAgent runs call with a client of the agent and a context bounded by
+// timeout, and closes the client after.
+func (f *clientFlags) withAgent(timeout time.Duration, call func(context.Context, *client.Client) error) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return call(ctx, c)
+}
+
+// printAnswer prints an agent's answer as indented JSON, or as text.
+func printAnswer[T any](w io.Writer, asJSON bool, v T, text func(io.Writer, T)) error {
+	if asJSON {
+		return printJSON(w, v)
+	}
+	text(w, v)
+	return nil
+}
+
 // apiError maps a client error to the documented exit code.
 func apiError(what string, err error) error {
 	switch {

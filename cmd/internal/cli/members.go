@@ -43,23 +43,13 @@ func newMembersCmd() *cobra.Command {
 			"list the members to see.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			l, err := c.Members(ctx)
-			if err != nil {
-				return apiError("members", err)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(out, l)
-			}
-			printMembers(out, l)
-			return nil
+			return cf.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
+				l, err := c.Members(ctx)
+				if err != nil {
+					return apiError("members", err)
+				}
+				return printAnswer(cmd.OutOrStdout(), asJSON, l, printMembers)
+			})
 		},
 	}
 	cf.add(cmd)
@@ -92,32 +82,18 @@ func newMembersVouchCmd() *cobra.Command {
 			"runbooks); vouching for a restored copy can grant a lock twice.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			v, err := c.VouchStore(ctx)
-			var ae *client.APIError
-			switch {
-			case err == nil:
-			case errors.Is(err, client.ErrMembership) && errors.As(err, &ae):
-				return &exitError{code: ExitFailure, msg: "members vouch: " + ae.Message}
-			default:
-				return apiError("members vouch", err)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(out, v)
-			}
-			if v.CheckedIn {
-				fmt.Fprintf(out, "vouched for node %s's store: checked in\n", v.Node)
-			} else {
-				fmt.Fprintf(out, "vouched for node %s's store: %s\n", v.Node, v.Reason)
-			}
-			return nil
+			return cf.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
+				v, err := c.VouchStore(ctx)
+				var ae *client.APIError
+				switch {
+				case err == nil:
+				case errors.Is(err, client.ErrMembership) && errors.As(err, &ae):
+					return &exitError{code: ExitFailure, msg: "members vouch: " + ae.Message}
+				default:
+					return apiError("members vouch", err)
+				}
+				return printAnswer(cmd.OutOrStdout(), asJSON, v, printVouched)
+			})
 		},
 	}
 	cf.add(cmd)
@@ -144,37 +120,32 @@ func newMembersChangeCmd(verb, done, short string,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), changeWait)
-			defer cancel()
 			id := args[0]
-			res, err := change(c, ctx, id)
-			var ae *client.APIError
-			switch {
-			case err == nil:
-			case errors.Is(err, client.ErrMembership) && errors.As(err, &ae):
-				// The agent's reason is the whole story: nothing changed.
-				return &exitError{code: ExitFailure, msg: fmt.Sprintf("%s: %s", what, ae.Message)}
-			case errors.Is(err, client.ErrChangeTimedOut):
-				return &exitError{code: ExitFailure,
-					msg: fmt.Sprintf("%s: not confirmed in time; it may still commit: check 'sluice members'", what)}
-			default:
-				return apiError(what, err)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(out, res)
-			}
-			fmt.Fprintf(out, "%s %s: view epoch %d", done, id, res.Epoch)
-			if voters := voterList(res.Members); voters != "" {
-				fmt.Fprintf(out, ", members: %s", voters)
-			}
-			fmt.Fprintln(out)
-			return nil
+			return cf.withAgent(changeWait, func(ctx context.Context, c *client.Client) error {
+				res, err := change(c, ctx, id)
+				var ae *client.APIError
+				switch {
+				case err == nil:
+				case errors.Is(err, client.ErrMembership) && errors.As(err, &ae):
+					// The agent's reason is the whole story: nothing changed.
+					return &exitError{code: ExitFailure, msg: fmt.Sprintf("%s: %s", what, ae.Message)}
+				case errors.Is(err, client.ErrChangeTimedOut):
+					return &exitError{code: ExitFailure,
+						msg: fmt.Sprintf("%s: not confirmed in time; it may still commit: check 'sluice members'", what)}
+				default:
+					return apiError(what, err)
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					return printJSON(out, res)
+				}
+				fmt.Fprintf(out, "%s %s: view epoch %d", done, id, res.Epoch)
+				if voters := voterList(res.Members); voters != "" {
+					fmt.Fprintf(out, ", members: %s", voters)
+				}
+				fmt.Fprintln(out)
+				return nil
+			})
 		},
 	}
 	cf.add(cmd)
@@ -223,4 +194,12 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+func printVouched(out io.Writer, v api.StoreVouched) {
+	if v.CheckedIn {
+		fmt.Fprintf(out, "vouched for node %s's store: checked in\n", v.Node)
+	} else {
+		fmt.Fprintf(out, "vouched for node %s's store: %s\n", v.Node, v.Reason)
+	}
 }

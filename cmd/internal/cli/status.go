@@ -153,22 +153,13 @@ func newLocksCmd() *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			tab, err := c.Locks(ctx, prefix)
-			if err != nil {
-				return apiError("locks", err)
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(out, tab)
-			}
-			printLocks(out, tab)
-			return nil
+			return cf.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
+				tab, err := c.Locks(ctx, prefix)
+				if err != nil {
+					return apiError("locks", err)
+				}
+				return printAnswer(cmd.OutOrStdout(), asJSON, tab, printLocks)
+			})
 		},
 	}
 	cf.add(cmd)
@@ -249,24 +240,13 @@ func newUnlockCmd() *cobra.Command {
 				return usageErrorf("unlock: --force is required: this releases a lock its holder still believes it has")
 			}
 			name := args[0]
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			released, err := release(ctx, c, name, token, lease)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(out, api.ForceUnlocked{Name: name, Released: released})
-			}
-			for _, r := range released {
-				fmt.Fprintf(out, "released %s on %s\n", r, name)
-			}
-			return nil
+			return cf.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
+				released, err := release(ctx, c, name, token, lease)
+				if err != nil {
+					return err
+				}
+				return printAnswer(cmd.OutOrStdout(), asJSON, api.ForceUnlocked{Name: name, Released: released}, printUnlocked)
+			})
 		},
 	}
 	cf.add(cmd)
@@ -312,4 +292,10 @@ func release(ctx context.Context, c *client.Client, name string, token uint64, l
 		return nil, &exitError{code: ExitFailure, msg: fmt.Sprintf("unlock: no ticket of %q in the agent's table", name)}
 	}
 	return released, nil
+}
+
+func printUnlocked(out io.Writer, u api.ForceUnlocked) {
+	for _, r := range u.Released {
+		fmt.Fprintf(out, "released %s on %s\n", r, u.Name)
+	}
 }
