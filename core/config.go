@@ -126,6 +126,10 @@ const (
 	// reports that may be older than a force-unlock of its request,
 	// without asking the leaders whether they still have the ticket.
 	MutantUnconfirmedGrant
+	// MutantForgetMarks: a replica forgets an idle name without keeping
+	// its high-water mark in the floor, so the name's next fencing token
+	// may be below an earlier one.
+	MutantForgetMarks
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -34,6 +34,14 @@ const (
 	// its ticket if there was one: a DurableTicket in StateReleased with
 	// Lifetime. Kept until a WriteDelete of the same request.
 	WriteTomb
+	// WriteForget drops Name, which holds no ticket or tombstone any more:
+	// its high-water mark goes, and the floor is raised to Entry.Ticket
+	// (the mark it had) in the same write, so a ticket of the name taken
+	// later is still above every earlier one.
+	WriteForget
+	// WriteFloor raises the floor to Entry.Ticket (a handoff brings the
+	// previous leaders' floor).
+	WriteFloor
 )
 
 // Write is one change the caller must make durable before sending the
@@ -70,6 +78,9 @@ type Durable struct {
 	Complete uint64
 	// Led: views this node leads whose handoff it has not finished.
 	Led map[uint64]wire.View
+	// Floor is at least the high-water mark of every name forgotten
+	// (WriteForget): a name without a mark of its own starts from it.
+	Floor uint64
 }
 
 // NewDurable returns an empty durable state.
@@ -100,6 +111,11 @@ func (d *Durable) Apply(ws []Write) {
 			}
 		case WriteHighWater:
 			d.HighWater[w.Name] = max(d.HighWater[w.Name], w.Entry.Ticket)
+		case WriteForget:
+			d.Floor = max(d.Floor, w.Entry.Ticket)
+			delete(d.HighWater, w.Name)
+		case WriteFloor:
+			d.Floor = max(d.Floor, w.Entry.Ticket)
 		case WriteFence:
 			d.Fence = max(d.Fence, w.Epoch)
 		case WriteComplete:
@@ -129,7 +145,7 @@ func (d *Durable) set(name string, t DurableTicket) {
 // Clone returns a deep copy of d.
 func (d *Durable) Clone() *Durable {
 	c := NewDurable()
-	c.Fence, c.Complete = d.Fence, d.Complete
+	c.Fence, c.Complete, c.Floor = d.Fence, d.Complete, d.Floor
 	for e, v := range d.Led {
 		c.Led[e] = v.Leadership()
 	}

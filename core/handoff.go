@@ -47,6 +47,7 @@ type pull struct {
 	// want is the size the answer announced (SnapshotDone may overtake
 	// entries); done once that many entries are here.
 	want, complete  uint64 // complete: the responder's last completed handoff
+	floor           uint64 // the responder's floor (Durable.Floor)
 	announced, done bool
 	// askedAt is when the last request went, heardAt when the last message
 	// of the answer came; quiet is how long an answer under way may go
@@ -193,7 +194,7 @@ func (n *Node) onSnapshotRequest(m wire.Message) {
 		n.snapshots = append(n.snapshots, due)
 		return
 	}
-	answer := SnapshotAnswer{Due: due}
+	answer := SnapshotAnswer{Due: due, Floor: n.floor}
 	send := func(m wire.Message) error { n.send(m); return nil }
 	for _, name := range sortedKeys(n.names) {
 		_ = answer.Name(name, n.names[name].highWater, n.memoryTable(n.names[name]), send)
@@ -226,7 +227,10 @@ func (n *Node) memoryTable(t *replicaName) []DurableTicket {
 // the handoff's stream, whether the table comes from the core's memory or
 // from a store (Config.SnapshotsFromStore).
 type SnapshotAnswer struct {
-	Due   SnapshotDue
+	Due SnapshotDue
+	// Floor is the sender's Durable.Floor, from the same read as the
+	// table: it goes with Done.
+	Floor uint64
 	count uint64
 }
 
@@ -263,9 +267,10 @@ func (a *SnapshotAnswer) send(m wire.Message, send func(wire.Message) error) err
 	return send(m)
 }
 
-// Done is the answer's last message: how many entries it had.
+// Done is the answer's last message: how many entries it had, and the
+// floor.
 func (a *SnapshotAnswer) Done() wire.Message {
-	return wire.Message{Kind: wire.KindSnapshotDone, To: a.Due.To, AnswerSize: a.count,
+	return wire.Message{Kind: wire.KindSnapshotDone, To: a.Due.To, AnswerSize: a.count, HighWater: a.Floor,
 		HandoffEpoch: a.Due.Complete, SnapshotID: a.Due.Nonce, Answer: a.Due.Answer,
 		View: wire.View{Epoch: a.Due.Epoch}}
 }
@@ -291,7 +296,7 @@ func (n *Node) onSnapshot(m wire.Message) {
 	case wire.KindSnapshotTomb:
 		p.entries[snapKey{m.Name, m.Req, true}] = m
 	case wire.KindSnapshotDone:
-		p.want, p.complete, p.announced = m.AnswerSize, m.HandoffEpoch, true
+		p.want, p.complete, p.floor, p.announced = m.AnswerSize, m.HandoffEpoch, m.HighWater, true
 	}
 	// Entries lost on the way leave the answer short for good: it goes
 	// quiet, and requestSnapshots asks again.
@@ -318,6 +323,13 @@ func (n *Node) finishSync(sync *syncState) {
 	}
 	if done < need || !complete {
 		return
+	}
+	// The floor first: names the old leaders forgot keep their tokens
+	// growing here too.
+	for _, p := range sync.from {
+		if p != nil && p.done {
+			n.raiseFloor(p.floor)
+		}
 	}
 	// Tombstones first, from every answer: a release that one old leader
 	// missed is known to another, and its ticket must not come back.
@@ -356,7 +368,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	}
 	if m.Req == (wire.RequestID{}) {
 		if m.HighWater > t.highWater {
-			t.highWater = m.HighWater
+			t.highWater, t.stored = m.HighWater, true
 			n.persist(Write{Kind: WriteHighWater, Name: m.Name, Entry: wire.Entry{Ticket: m.HighWater}})
 		}
 		return
@@ -382,11 +394,13 @@ func (n *Node) mergeEntry(m wire.Message) {
 		// Taken over: a copy a release missed may come this way too.
 		r = &record{entry: wire.Entry{Req: m.Req, Mode: m.Mode}, since: n.now, restored: true}
 		t.recs[m.Req] = r
+		n.restoredNames.add(m.Name)
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
 	r.entry.Active = r.entry.Active || mayBeActive(m.Mode)
 	r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
-	t.highWater = max(t.highWater, m.Ticket)
+	n.schedule(t, r.deadline)
+	t.highWater, t.stored = max(t.highWater, m.Ticket), true
 	n.changed(t)
 	n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 }

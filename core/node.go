@@ -132,6 +132,14 @@ type Node struct {
 	stats        Stats
 
 	names map[string]*replicaName
+	// checks are the names' deadline checks (deadlines.go); floor is at
+	// least every forgotten name's high-water mark (durable), and
+	// readersForgotten when forgotten names last saw readers, by bucket.
+	checks           checkHeap
+	floor            uint64
+	readersForgotten [readerBuckets]int64
+	// restoredNames: the names that may hold restored tickets (askHolds).
+	restoredNames nameSet
 	// dirty: the names whose watchers are due a report; reported: the
 	// names with reports their waiters have not decided on. Both are
 	// settled once per Ready, so a batch of input costs one report per
@@ -174,7 +182,10 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
 		syncs: map[uint64]*syncState{}, adopted: map[uint64]wire.View{},
 		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
-		former: map[wire.RequestID]formerTicket{}, dirty: nameSet{}, reported: nameSet{}}
+		former: map[wire.RequestID]formerTicket{}, dirty: nameSet{}, reported: nameSet{}, restoredNames: nameSet{}}
+	if persisted != nil {
+		n.floor = persisted.Floor
+	}
 	n.restore(persisted)
 	if persisted != nil {
 		n.fence, n.complete = persisted.Fence, persisted.Complete

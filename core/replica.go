@@ -1,8 +1,6 @@
 package core
 
 import (
-	"slices"
-
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -56,14 +54,21 @@ type replicaName struct {
 	// readerSeen is the last tick a READ_ONLY ticket was in the table (or
 	// the start of what this replica knows of the name).
 	readerSeen int64
+	// checkAt is the tick of the name's next deadline check (0: none).
+	checkAt int64
+	// stored: the high-water mark may be on disk (read back, or written).
+	stored bool
 }
 
 func (n *Node) replicaName(name string) *replicaName {
 	t := n.names[name]
 	if t == nil {
+		// A name made again starts from the floor: above every ticket
+		// it had before it was forgotten.
 		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]tomb{}, watchers: map[wire.NodeID]*watcher{},
-			name: name, readerSeen: n.readerHorizon}
+			name: name, highWater: n.floor, readerSeen: max(n.readerHorizon, n.readersForgotten[readerBucket(name)])}
 		n.names[name] = t
+		n.schedule(t, n.now) // forgotten at once if nothing comes of it
 	}
 	return t
 }
@@ -73,10 +78,13 @@ func (n *Node) restore(d *Durable) {
 		return
 	}
 	for name, hw := range d.HighWater {
-		n.replicaName(name).highWater = hw
+		t := n.replicaName(name)
+		t.highWater, t.stored = max(t.highWater, hw), true
 	}
 	for name, ts := range d.Tickets {
 		t := n.replicaName(name)
+		t.stored = true
+		n.restoredNames.add(name)
 		for req, dt := range ts {
 			if dt.Entry.State == wire.StateReleased {
 				t.tombs[req] = tomb{until: n.now + dt.Lifetime, held: true}
@@ -131,6 +139,7 @@ func (n *Node) replicaStep(m wire.Message) {
 		if t := n.names[m.Name]; t != nil {
 			if w := t.watchers[m.From]; w != nil && w.seq <= m.WatchSeq {
 				delete(t.watchers, m.From)
+				n.checkIfIdle(t)
 			}
 		}
 	case wire.KindRelease:
@@ -171,6 +180,7 @@ func (n *Node) onEnter(m wire.Message) {
 			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
 			deadline: n.now + n.keep(m.Lifetime),
 		}
+		n.schedule(t, t.recs[m.Req].deadline)
 		n.changed(t)
 	}
 	n.send(reply)
@@ -206,7 +216,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 	default:
 		r.entry.Ticket = m.Ticket
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
-		t.highWater = max(t.highWater, m.Ticket)
+		t.highWater, t.stored = max(t.highWater, m.Ticket), true
 		n.changed(t)
 		if n.cfg.Mutant&MutantNotDurable == 0 {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
@@ -240,6 +250,7 @@ func (n *Node) onWatch(m wire.Message) {
 	}
 	w.seq = max(w.seq, m.WatchSeq)
 	w.deadline = max(w.deadline, n.now+int64(m.Lifetime))
+	n.schedule(t, w.deadline)
 	// Answered at the flush, with every change of this batch: a master
 	// with many waiters on the name watches for each of them.
 	w.due = true
@@ -341,6 +352,7 @@ func (n *Node) onRestarted(m wire.Message) {
 			n.tellFormer(m.From, name, r)
 		}
 		delete(t.watchers, m.From)
+		n.checkIfIdle(t)
 	}
 }
 
@@ -366,18 +378,24 @@ func (n *Node) askHolds() {
 		return
 	}
 	n.holdsAskAt = n.now + n.cfg.RefreshTicks
-	for _, name := range sortedKeys(n.names) {
+	for _, name := range sortedKeys(n.restoredNames) {
 		t := n.names[name]
+		if t == nil {
+			delete(n.restoredNames, name)
+			continue
+		}
 		var asked []wire.Entry
 		for _, req := range sortedReqs(t.recs) {
 			if r := t.recs[req]; r.restored && len(asked) < maxHoldsAsked {
 				asked = append(asked, r.entry)
 			}
 		}
-		if len(asked) > 0 {
-			n.toLeaders(wire.Message{Kind: wire.KindHolds, Name: name, Entries: asked},
-				func(l wire.NodeID) bool { return l == n.cfg.ID })
+		if len(asked) == 0 {
+			delete(n.restoredNames, name)
+			continue
 		}
+		n.toLeaders(wire.Message{Kind: wire.KindHolds, Name: name, Entries: asked},
+			func(l wire.NodeID) bool { return l == n.cfg.ID })
 	}
 }
 
@@ -463,7 +481,9 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 	old, had := t.tombs[req]
 	if tombUntil > n.now {
 		t.tombs[req] = tomb{until: max(old.until, tombUntil), held: old.held || r != nil && (r.held || r.restored)}
+		n.schedule(t, t.tombs[req].until)
 	}
+	n.checkIfIdle(t)
 	switch {
 	case tombUntil > n.now && (r != nil || !had) && n.cfg.Mutant&MutantMemoryTombs == 0:
 		// In the ticket's place; a tombstone extended in memory only
@@ -474,43 +494,10 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 	}
 }
 
-// replicaTick expires records, tombstones and watches.
+// replicaTick runs the checks of the names whose deadlines passed.
 func (n *Node) replicaTick() {
 	n.askHolds()
-	for _, name := range sortedKeys(n.names) {
-		t := n.names[name]
-		for _, req := range sortedReqs(t.recs) {
-			if t.recs[req].deadline < n.now {
-				n.stats.Expired++
-				n.dropRecord(name, t, req, 0)
-			}
-		}
-		// Only the expired ones are sorted (for a deterministic Persist):
-		// this runs every tick over every tombstone.
-		var over []wire.RequestID
-		for req, tb := range t.tombs {
-			if tb.until < n.now {
-				over = append(over, req)
-			}
-		}
-		slices.SortFunc(over, wire.RequestID.Compare)
-		for _, req := range over {
-			// Every copy the release missed has ended too (one restored
-			// at a restart counts again, and is asked about: askHolds).
-			delete(t.tombs, req)
-			if n.cfg.Mutant&MutantMemoryTombs == 0 {
-				n.persist(Write{Kind: WriteDelete, Name: name, Entry: wire.Entry{Req: req}})
-			}
-		}
-		for id, w := range t.watchers {
-			if w.deadline < n.now {
-				delete(t.watchers, id)
-			}
-		}
-		if len(t.recs) == 0 && len(t.tombs) == 0 && len(t.watchers) == 0 && t.highWater == 0 {
-			delete(n.names, name)
-		}
-	}
+	n.runChecks()
 }
 
 // changed notes that t's watchers are due a report.

@@ -77,6 +77,13 @@ func applyWrite(txn *writeTxn, w *core.Write) error {
 		return txn.Set(ticketKey(w.Name, w.Entry.Req), encodeTicket(wire.Entry{State: wire.StateReleased}, w.Lifetime))
 	case core.WriteHighWater:
 		return raise(txn, highKey(w.Name), w.Entry.Ticket, true)
+	case core.WriteForget:
+		if err := raise(txn, keyFloor, w.Entry.Ticket, false); err != nil {
+			return err
+		}
+		return txn.Delete(highKey(w.Name))
+	case core.WriteFloor:
+		return raise(txn, keyFloor, w.Entry.Ticket, false)
 	case core.WriteFence:
 		return raise(txn, keyFence, w.Epoch, false)
 	case core.WriteComplete:

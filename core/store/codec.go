@@ -37,6 +37,7 @@ const (
 var (
 	keyFence    = []byte("m:fence")
 	keyComplete = []byte("m:complete")
+	keyFloor    = []byte("m:floor")
 	keyInc      = []byte("m:inc")
 	keyAge      = []byte("m:age")
 	keyIdentity = []byte("m:identity")

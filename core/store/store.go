@@ -360,6 +360,8 @@ func load(txn *badger.Txn) (State, error) {
 				return decodeInto(&d.Fence, k, v)
 			case string(k) == string(keyComplete):
 				return decodeInto(&d.Complete, k, v)
+			case string(k) == string(keyFloor):
+				return decodeInto(&d.Floor, k, v)
 			case string(k) == string(keyInc):
 				inc, err := decodeInc(k, v)
 				st.Incarnation = inc
@@ -641,49 +643,66 @@ func (s *Store) Load() (State, error) {
 
 // Snapshot calls fn for every name of the lock table, in name order, from
 // one consistent read transaction: its high-water mark (0 if none) and its
-// tickets and tombstones (core.WriteTomb) in request id order. An error from fn stops it and is returned.
-// Close waits for a running Snapshot.
-func (s *Store) Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) error {
-	return s.view(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.Prefix = namePrefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		var (
-			cur     string
-			high    uint64
-			tickets []core.DurableTicket
-			have    bool
-		)
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			var e nameEntry
-			err := item.Value(func(v []byte) error {
-				var err error
-				e, err = decodeNameEntry(item.Key(), v)
-				return err
-			})
-			if err != nil {
+// tickets and tombstones (core.WriteTomb) in request id order. It returns
+// the floor (core.Durable.Floor) of the same read. An error from fn stops
+// it and is returned. Close waits for a running Snapshot.
+func (s *Store) Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) (uint64, error) {
+	var floor uint64
+	err := s.view(func(txn *badger.Txn) error {
+		item, err := txn.Get(keyFloor)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			if err := item.Value(func(v []byte) error { return decodeInto(&floor, keyFloor, v) }); err != nil {
 				return err
 			}
-			if have && e.name != cur {
-				if err := fn(cur, high, tickets); err != nil {
-					return err
-				}
-				high, tickets = 0, nil
-			}
-			cur, have = e.name, true
-			if e.high {
-				high = e.value
-			} else {
-				tickets = append(tickets, e.ticket)
-			}
 		}
-		if have {
-			return fn(cur, high, tickets)
-		}
-		return nil
+		return snapshotNames(txn, fn)
 	})
+	return floor, err
+}
+
+func snapshotNames(txn *badger.Txn, fn func(name string, highWater uint64, tickets []core.DurableTicket) error) error {
+	opts := badger.DefaultIteratorOptions
+	opts.Prefix = namePrefix
+	it := txn.NewIterator(opts)
+	defer it.Close()
+	var (
+		cur     string
+		high    uint64
+		tickets []core.DurableTicket
+		have    bool
+	)
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		var e nameEntry
+		err := item.Value(func(v []byte) error {
+			var err error
+			e, err = decodeNameEntry(item.Key(), v)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if have && e.name != cur {
+			if err := fn(cur, high, tickets); err != nil {
+				return err
+			}
+			high, tickets = 0, nil
+		}
+		cur, have = e.name, true
+		if e.high {
+			high = e.value
+		} else {
+			tickets = append(tickets, e.ticket)
+		}
+	}
+	if have {
+		return fn(cur, high, tickets)
+	}
+	return nil
 }
 
 func (s *Store) view(fn func(*badger.Txn) error) error {

@@ -99,7 +99,7 @@ func randNodes(r *rand.Rand) []wire.NodeID {
 
 func randWrite(r *rand.Rand) core.Write {
 	w := core.Write{
-		Kind: core.WriteKind(1 + r.IntN(8)),
+		Kind: core.WriteKind(1 + r.IntN(int(core.WriteFloor))),
 		Name: names[r.IntN(len(names))],
 		Entry: wire.Entry{
 			Req:    reqs[r.IntN(len(reqs))],
@@ -207,13 +207,17 @@ type snapName struct {
 	Tickets []core.DurableTicket
 }
 
+// snapshot is the store's snapshot, its floor as a first entry named
+// "floor" with no tickets (a name of the table has tickets or a mark).
 func snapshot(t *testing.T, s *Store) []snapName {
 	t.Helper()
 	var got []snapName
-	if err := s.Snapshot(func(name string, high uint64, tickets []core.DurableTicket) error {
+	floor, err := s.Snapshot(func(name string, high uint64, tickets []core.DurableTicket) error {
 		got = append(got, snapName{name, high, tickets})
 		return nil
-	}); err != nil {
+	})
+	got = append([]snapName{{Name: "floor", High: floor}}, got...)
+	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
 	return got
@@ -225,7 +229,7 @@ func wantSnapshot(d *core.Durable) []snapName {
 	for name := range d.Tickets {
 		all[name] = d.HighWater[name]
 	}
-	var want []snapName
+	want := []snapName{{Name: "floor", High: d.Floor}}
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		sn := snapName{Name: name, High: all[name]}
 		for _, req := range slices.SortedFunc(maps.Keys(d.Tickets[name]), wire.RequestID.Compare) {
@@ -321,12 +325,12 @@ func TestSnapshot(t *testing.T) {
 	if w := wantSnapshot(want); !reflect.DeepEqual(got, w) {
 		t.Fatalf("snapshot\n got: %+v\nwant: %+v", got, w)
 	}
-	if got[0].Name != "" || got[0].High != 0 || len(got[0].Tickets) != 2 {
-		t.Fatalf("first name: %+v", got[0])
+	if got[1].Name != "" || got[1].High != 0 || len(got[1].Tickets) != 2 {
+		t.Fatalf("first name: %+v", got[1])
 	}
 	stop := errors.New("stop")
 	calls := 0
-	err := s.Snapshot(func(string, uint64, []core.DurableTicket) error { calls++; return stop })
+	_, err := s.Snapshot(func(string, uint64, []core.DurableTicket) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("Snapshot with failing fn: %v after %d calls", err, calls)
 	}
@@ -413,7 +417,7 @@ func TestCorruptValue(t *testing.T) {
 			if _, err := s.Load(); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("Load: %v, want ErrCorrupt", err)
 			}
-			if err := s.Snapshot(func(string, uint64, []core.DurableTicket) error { return nil }); c.k[0] == 'n' && !errors.Is(err, ErrCorrupt) {
+			if _, err := s.Snapshot(func(string, uint64, []core.DurableTicket) error { return nil }); c.k[0] == 'n' && !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("Snapshot: %v, want ErrCorrupt", err)
 			}
 			if err := s.Close(); err != nil {
@@ -675,7 +679,7 @@ func TestClose(t *testing.T) {
 	if _, err := s.Load(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Load after Close: %v", err)
 	}
-	if err := s.Snapshot(nil); !errors.Is(err, ErrClosed) {
+	if _, err := s.Snapshot(nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Snapshot after Close: %v", err)
 	}
 }
@@ -696,7 +700,7 @@ func TestCloseRacesSubmit(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if err := s.Snapshot(func(string, uint64, []core.DurableTicket) error { return nil }); err != nil && !errors.Is(err, ErrClosed) {
+			if _, err := s.Snapshot(func(string, uint64, []core.DurableTicket) error { return nil }); err != nil && !errors.Is(err, ErrClosed) {
 				t.Error(err)
 				return
 			}

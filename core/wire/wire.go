@@ -173,7 +173,9 @@ const (
 	// View.Epoch is the epoch of the request it answers.
 	KindSnapshot
 	// KindSnapshotDone: the Answer was AnswerSize entries; HandoffEpoch is
-	// the epoch of the last view the sender completed a handoff for.
+	// the epoch of the last view the sender completed a handoff for;
+	// HighWater is the sender's floor, at least the high-water mark of
+	// every name it forgot.
 	KindSnapshotDone
 
 	// KindActivate (master → replica): mark Req active (Reject unset) or
@@ -372,7 +374,8 @@ type Message struct {
 	Mode Mode
 	// Ticket is Req's ticket number (its fencing token once granted).
 	Ticket uint64
-	// HighWater is a replica's highest ticket of Name.
+	// HighWater is a replica's highest ticket of Name (of every name it
+	// forgot, in KindSnapshotDone).
 	HighWater uint64
 	// Incarnation is a life of the sender (acks, reports, restarts,
 	// hellos, check-ins) or of the addressee (ADD_TICKET: the one that

@@ -148,6 +148,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}},
 		{"no margin for drifting clocks", core.MutantNoDriftMargin, true, Options{WorstDrift: true}},
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}},
+		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

@@ -38,7 +38,8 @@ type Store interface {
 	Submit(b store.Batch) <-chan error
 	// Snapshot streams the durable lock table from one consistent read,
 	// in name order; it is called off the loop.
-	Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) error
+	// It returns the floor (core.Durable.Floor) of the same read.
+	Snapshot(fn func(name string, highWater uint64, tickets []core.DurableTicket) error) (uint64, error)
 	// Age is the store's durable age: how many changes it holds.
 	Age() uint64
 }
@@ -483,9 +484,10 @@ func (n *Node) streamSnapshot(ctx context.Context, due core.SnapshotDue) {
 		return n.cfg.Transport.SendWait(ctx, m)
 	}
 	answer := core.SnapshotAnswer{Due: due}
-	err := n.cfg.Store.Snapshot(func(name string, highWater uint64, tickets []core.DurableTicket) error {
+	floor, err := n.cfg.Store.Snapshot(func(name string, highWater uint64, tickets []core.DurableTicket) error {
 		return answer.Name(name, highWater, tickets, send)
 	})
+	answer.Floor = floor
 	if err == nil {
 		err = send(answer.Done())
 	}

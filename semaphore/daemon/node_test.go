@@ -104,7 +104,7 @@ func stateFor() store.State { return store.State{Durable: core.NewDurable(), Inc
 // Snapshot keeps store.Store's contract: one consistent read (a copy, so
 // that Submit never waits for fn), names in order, tickets in request id
 // order.
-func (d *diskTwin) Snapshot(fn func(string, uint64, []core.DurableTicket) error) error {
+func (d *diskTwin) Snapshot(fn func(string, uint64, []core.DurableTicket) error) (uint64, error) {
 	d.mu.Lock()
 	durable := d.durable.Clone()
 	d.mu.Unlock()
@@ -116,13 +116,15 @@ func (d *diskTwin) Snapshot(fn func(string, uint64, []core.DurableTicket) error)
 		ts := slices.Collect(maps.Values(durable.Tickets[name]))
 		slices.SortFunc(ts, func(a, b core.DurableTicket) int { return a.Entry.Req.Compare(b.Entry.Req) })
 		if err := fn(name, durable.HighWater[name], ts); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return durable.Floor, nil
 }
 
-func (g *gatedDisk) Snapshot(func(string, uint64, []core.DurableTicket) error) error { return nil }
+func (g *gatedDisk) Snapshot(func(string, uint64, []core.DurableTicket) error) (uint64, error) {
+	return 0, nil
+}
 
 func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 	t.Helper()
