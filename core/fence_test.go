@@ -24,6 +24,8 @@ import (
 //     is granted on a report older than its force-unlock.
 //   - renew_delayed.txt with the old renewal arithmetic: the TTL outlives
 //     the master's end (checked on the printed ttl instead of grants).
+//   - forgotten_names_keep_fencing.txt forgetting idle names' marks: the
+//     name's next token is 1 again, not 3 (checked on the token).
 //   - release_survives_handoff.txt with tombstones in memory only: the
 //     released ticket comes back, and the next try is not granted (one
 //     grant less: a name blocked with no holder).
@@ -40,6 +42,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"force_release_waiter_lost_revoke.txt", core.MutantNoOwnTicket, 2, ": granted "},
 		{"renew_delayed.txt", core.MutantRenewFromDecision, 2, "ttl=10\n"},
 		{"release_survives_handoff.txt", core.MutantMemoryTombs, 2, ": granted "},
+		{"forgotten_names_keep_fencing.txt", core.MutantForgetMarks, 1, "token=3 "},
 		{"force_release_waiter_stale_reports.txt", core.MutantNoOwnTicket, 2, ": granted "},
 		{"force_release_waiter_stale_reports.txt", core.MutantUnconfirmedGrant, 2, ": granted "},
 	} {

@@ -149,11 +149,17 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		for _, e := range entries {
 			h.printf("%s %s ticket=%d\n", e.Req, e.State, e.Ticket)
 		}
+	case "names":
+		// The names a replica keeps anything of (idle ones are forgotten).
+		h.printf("names %q\n", h.nodes[h.nodeArg(t, d)-1].core.Names())
 	case "disk":
 		// What the node stored for the name: tickets and tombstones.
 		d0 := h.nodes[h.nodeArg(t, d)-1].disk
 		name := strArg(d, "name", "a")
 		h.printf("high-water %d\n", d0.HighWater[name])
+		if d0.Floor > 0 {
+			h.printf("floor %d\n", d0.Floor)
+		}
 		for _, req := range slices.SortedFunc(maps.Keys(d0.Tickets[name]), wire.RequestID.Compare) {
 			dt := d0.Tickets[name][req]
 			h.printf("%s %s ticket=%d lifetime=%d\n", req, dt.Entry.State, dt.Entry.Ticket, dt.Lifetime)

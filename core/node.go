@@ -555,11 +555,12 @@ func (n *Node) Names() []string {
 }
 
 // Table returns what this node, as a replica, holds for name: its requests
-// in order of id, and the name's high-water ticket.
+// in order of id, and the name's high-water ticket (the floor, for a name
+// it does not hold: a ticket of it must be above that).
 func (n *Node) Table(name string) ([]wire.Entry, uint64) {
 	t := n.names[name]
 	if t == nil {
-		return nil, 0
+		return nil, n.floor
 	}
 	out := make([]wire.Entry, 0, len(t.recs))
 	for _, req := range sortedReqs(t.recs) {
