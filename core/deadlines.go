@@ -79,7 +79,7 @@ func (n *Node) checkName(t *replicaName) {
 			// at a restart counts again, and is asked about: askHolds).
 			delete(t.tombs, req)
 			if n.cfg.Mutant&MutantMemoryTombs == 0 {
-				n.persist(Write{Kind: WriteDelete, Name: t.name, Entry: wire.Entry{Req: req}})
+				n.persist(Write{Kind: WriteDelete, Name: t.name, Entry: wire.Entry{Req: req}, Lazy: true})
 			}
 		}
 	}
@@ -128,7 +128,8 @@ func (n *Node) forgetName(t *replicaName) {
 		mark = 0
 	}
 	if t.stored {
-		n.persist(Write{Kind: WriteForget, Name: t.name, Entry: wire.Entry{Ticket: mark}})
+		// Lazy: lost, the name's mark is still on disk, as before.
+		n.persist(Write{Kind: WriteForget, Name: t.name, Entry: wire.Entry{Ticket: mark}, Lazy: true})
 	}
 	n.floor = max(n.floor, mark)
 	b := readerBucket(t.name)

@@ -57,6 +57,12 @@ type Write struct {
 	Epoch uint64
 	// View is the view of WriteLedView.
 	View wire.View
+	// Lazy: nothing sent rests on this write: losing it in a crash costs
+	// only liveness (a released ticket comes back until the other leaders
+	// or its lifetime drop it; a name is forgotten later). It must still
+	// become durable in order with the others: a later write that is
+	// durable implies it is.
+	Lazy bool
 }
 
 // DurableTicket is a ticket as stored, or a tombstone: a released request,

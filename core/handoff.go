@@ -467,7 +467,7 @@ func (n *Node) adoptView(v wire.View) {
 			if len(v.Leaders) > 0 {
 				n.startEnter(r)
 			}
-		case phaseEnter, phaseGetMax, phaseAddTicket, phaseWait:
+		case phaseEnter, phaseAddTicket, phaseWait:
 			n.restartDoorway(r)
 		case phaseHeld:
 			if r.renew != nil {

@@ -13,8 +13,7 @@ type phase uint8
 
 const (
 	phaseQueued    phase = iota // waiting for a view
-	phaseEnter                  // ENTERING
-	phaseGetMax                 // GET_MAX_TICKET
+	phaseEnter                  // ENTERING, which reads the maximum too
 	phaseAddTicket              // ADD_TICKET (+ EXITING)
 	phaseWait                   // ACTIVATE: waiting on reports
 	phaseHeld                   // granted
@@ -258,8 +257,6 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 	switch r.phase {
 	case phaseEnter:
 		m.Kind = wire.KindEnter
-	case phaseGetMax:
-		m.Kind = wire.KindGetMax
 	case phaseAddTicket:
 		m.Kind, m.Ticket = wire.KindAddTicket, r.ticket
 		for _, l := range sortedNodes(r.enterInc) {
@@ -307,8 +304,6 @@ func (n *Node) masterStep(m wire.Message) {
 	switch {
 	case m.Kind == wire.KindEnterAck && r.phase == phaseEnter:
 		n.onEnterAck(r, m)
-	case m.Kind == wire.KindGetMaxAck && r.phase == phaseGetMax:
-		n.onGetMaxAck(r, m)
 	case m.Kind == wire.KindAddTicketAck && r.phase == phaseAddTicket && m.Ticket == r.ticket:
 		n.onAddTicketAck(r, m)
 	case m.Kind == wire.KindActivateAck && r.phase == phaseWait && r.activating:
@@ -334,23 +329,22 @@ func (n *Node) masterStep(m wire.Message) {
 	}
 }
 
+// onEnterAck counts a choosing flag set, with the replica's high-water
+// mark read in the same step. Once a quorum set the flag, the number is
+// proposed: one round instead of Lamport's two (set the flag, then read
+// every number). Reading early is safe because a replica refuses a number
+// not above its mark (onAddTicket): a request that is not in a waiter's
+// first reports set its flag, and so sends its number, only after the
+// waiter's ticket was durable at a quorum, which its own quorum meets.
 func (n *Node) onEnterAck(r *request, m wire.Message) {
 	if m.Reject {
 		n.fail(r, m.Code)
 		return
 	}
 	r.acks[m.From] = m.Incarnation
-	if len(r.acks) >= n.quorum() {
-		r.enterInc, r.acks = maps.Clone(r.acks), map[wire.NodeID]uint32{}
-		r.phase, r.sentAt, r.resends = phaseGetMax, n.now, 0
-		n.sendPhase(r, nil)
-	}
-}
-
-func (n *Node) onGetMaxAck(r *request, m wire.Message) {
-	r.acks[m.From] = 0
 	r.max = max(r.max, m.HighWater)
 	if len(r.acks) >= n.quorum() {
+		r.enterInc = maps.Clone(r.acks)
 		r.ticket = r.max + 1
 		r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
 		r.phase, r.sentAt, r.resends = phaseAddTicket, n.now, 0
@@ -472,7 +466,7 @@ func (n *Node) restartDoorway(r *request) {
 	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead}
 	r.handle = wire.RequestID{}
 	n.startRelease(r)
-	n.reqs[fresh.id] = fresh
+	n.reqs[fresh.id], n.live[fresh.id] = fresh, fresh
 	if fresh.handle != (wire.RequestID{}) {
 		n.handles[fresh.handle] = fresh
 	}
@@ -711,6 +705,8 @@ func (n *Node) startRelease(r *request) {
 		return
 	}
 	r.phase, r.sentAt, r.renew = phaseReleasing, n.now, nil
+	delete(n.live, r.id)
+	n.releasing[r.id] = r
 	r.acks = map[wire.NodeID]uint32{}
 	r.releaseUntil = n.now + int64(n.lifetime(r))
 	n.sendPhase(r, nil)
@@ -734,6 +730,8 @@ func (n *Node) released(r *request, c, forced wire.Code) {
 
 func (n *Node) forget(r *request) {
 	delete(n.reqs, r.id)
+	delete(n.live, r.id)
+	delete(n.releasing, r.id)
 	if n.handles[r.handle] == r {
 		delete(n.handles, r.handle)
 	}
@@ -743,33 +741,41 @@ func (n *Node) forget(r *request) {
 	}
 }
 
-// masterTick runs the timers of this node's requests.
+// masterTick runs the timers of this node's requests. Those on their way
+// out only wait for acks or their end, and may be many (a leader down
+// leaves every release unacked there until the replicas forget it): they
+// are looked at every RetransmitTicks, not every tick.
 func (n *Node) masterTick() {
+	for _, id := range sortedReqs(n.live) {
+		r := n.live[id]
+		if r == nil {
+			continue
+		}
+		switch r.phase {
+		case phaseQueued, phaseEnter, phaseAddTicket, phaseWait:
+			n.tickWaiting(r)
+		case phaseHeld:
+			n.tickHeld(r)
+		}
+	}
+	if n.now%n.cfg.RetransmitTicks != 0 {
+		return
+	}
 	for id, f := range n.former {
 		if f.until < n.now {
 			delete(n.former, id)
 		}
 	}
-	for _, id := range sortedReqs(n.reqs) {
-		r := n.reqs[id]
-		if r == nil {
-			continue
-		}
-		switch r.phase {
-		case phaseQueued, phaseEnter, phaseGetMax, phaseAddTicket, phaseWait:
-			n.tickWaiting(r)
-		case phaseHeld:
-			n.tickHeld(r)
-		case phaseReleasing:
-			if n.now > r.releaseUntil {
-				// The replicas forgot the request by themselves; a force
-				// of another's request has nobody's word for that.
-				n.released(r, wire.CodeNone, wire.CodeNotReady)
-				n.forget(r)
-			} else if n.now-r.sentAt >= n.cfg.RetransmitTicks {
-				r.sentAt = n.now
-				n.sendPhase(r, n.notAcked(r))
-			}
+	for _, id := range sortedReqs(n.releasing) {
+		r := n.releasing[id]
+		if n.now > r.releaseUntil {
+			// The replicas forgot the request by themselves; a force
+			// of another's request has nobody's word for that.
+			n.released(r, wire.CodeNone, wire.CodeNotReady)
+			n.forget(r)
+		} else if n.now-r.sentAt >= n.cfg.RetransmitTicks {
+			r.sentAt = n.now
+			n.sendPhase(r, n.notAcked(r))
 		}
 	}
 }
@@ -913,7 +919,7 @@ func (n *Node) masterRestarted(from wire.NodeID, inc uint32) {
 				r.rejects[from] = true
 				n.checkTicketQuorum(r)
 			}
-		case phaseGetMax, phaseWait:
+		case phaseWait:
 			n.sendPhase(r, only)
 			if r.phase == phaseWait && mayBeActive(r.a.Mode) {
 				// A restarted replica takes such tickets as active: correct it.

@@ -76,7 +76,9 @@ type Event struct {
 func (e Event) ExpiryFrom(sent int64) int64 { return sent + e.TTL }
 
 // Ready is the output of the node since the last Advance. Handle it in field
-// order: Persist durably, then send Messages, then deliver Events.
+// order: Persist durably, then send Messages, then deliver Events. When
+// every write of Persist is Lazy, the messages need not wait: write them
+// in order with the others (the next commit), but send at once.
 type Ready struct {
 	Persist  []Write
 	Messages []wire.Message
@@ -161,6 +163,9 @@ type Node struct {
 	// (KindFormer), by request, so this life can release them.
 	former  map[wire.RequestID]formerTicket
 	reqs    map[wire.RequestID]*request // by wire id
+	// live are the requests of reqs not on their way out, releasing the
+	// others (phaseReleasing): the tick looks at them at different rates.
+	live, releasing map[wire.RequestID]*request
 	handles map[wire.RequestID]*request // by the handle Acquire returned
 	mnames  map[string]*masterName
 
@@ -181,7 +186,7 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	}
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
 		syncs: map[uint64]*syncState{}, adopted: map[uint64]wire.View{},
-		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
+		reqs: map[wire.RequestID]*request{}, live: map[wire.RequestID]*request{}, releasing: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
 		former: map[wire.RequestID]formerTicket{}, dirty: nameSet{}, reported: nameSet{}, restoredNames: nameSet{}}
 	if persisted != nil {
 		n.floor = persisted.Floor
@@ -251,7 +256,7 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	}
 	r := &request{id: n.nextID(), a: a, start: n.now, dead: n.now + wait}
 	r.handle = r.id
-	n.reqs[r.id] = r
+	n.reqs[r.id], n.live[r.id] = r, r
 	n.handles[r.handle] = r
 	mn.count++
 	if len(n.cfg.View.Leaders) > 0 {
@@ -506,7 +511,7 @@ type RequestStatus struct {
 	Since int64
 }
 
-var phaseNames = [...]string{"queued", "entering", "get-max", "add-ticket", "waiting", "held", "releasing"}
+var phaseNames = [...]string{"queued", "entering", "add-ticket", "waiting", "held", "releasing"}
 
 // Requests lists this node's own requests that a client still holds or
 // waits for, in handle order.

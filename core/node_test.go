@@ -169,7 +169,7 @@ func TestStaleAckAfterRestart(t *testing.T) {
 	for _, c := range []struct {
 		mutant    core.Mutant
 		wantPhase string
-	}{{0, "entering"}, {core.MutantStaleIncarnation, "get-max"}} {
+	}{{0, "entering"}, {core.MutantStaleIncarnation, "add-ticket"}} {
 		cfg := core.Config{ID: 4, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: c.mutant}
 		cfg.Incarnation = 1
 		old, _ := core.New(cfg, nil)

@@ -123,6 +123,8 @@ func (n *Node) replicaStep(m wire.Message) {
 	case wire.KindEnter:
 		n.onEnter(m)
 	case wire.KindGetMax:
+		// Masters read the maximum with ENTERING now; an agent of the
+		// version before still asks apart.
 		reply := n.replyTo(m, wire.KindGetMaxAck)
 		reply.HighWater = n.replicaName(m.Name).highWater
 		n.send(reply)
@@ -162,7 +164,8 @@ func (n *Node) replyTo(m wire.Message, k wire.Kind) wire.Message {
 	return wire.Message{Kind: k, To: m.From, Name: m.Name, Req: m.Req, Incarnation: n.cfg.Incarnation}
 }
 
-// onEnter sets Req's choosing flag (ENTERING), unless the name is full.
+// onEnter sets Req's choosing flag (ENTERING), unless the name is full,
+// and answers with the name's high-water mark.
 func (n *Node) onEnter(m wire.Message) {
 	reply := n.replyTo(m, wire.KindEnterAck)
 	t := n.replicaName(m.Name)
@@ -183,6 +186,7 @@ func (n *Node) onEnter(m wire.Message) {
 		n.schedule(t, t.recs[m.Req].deadline)
 		n.changed(t)
 	}
+	reply.HighWater = t.highWater
 	n.send(reply)
 }
 
@@ -484,13 +488,16 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 		n.schedule(t, t.tombs[req].until)
 	}
 	n.checkIfIdle(t)
+	// Lazy: the release is answered before its tombstone is durable. A
+	// crash that loses it brings the ticket back as restored, which the
+	// other leaders' word (askHolds) or its lifetime ends: only liveness.
 	switch {
 	case tombUntil > n.now && (r != nil || !had) && n.cfg.Mutant&MutantMemoryTombs == 0:
 		// In the ticket's place; a tombstone extended in memory only
 		// (a release sent again) is not written again.
-		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: t.tombs[req].until - n.now})
+		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: t.tombs[req].until - n.now, Lazy: true})
 	case r != nil && r.entry.Ticket != 0:
-		n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry})
+		n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry, Lazy: true})
 	}
 }
 

@@ -91,9 +91,12 @@ const (
 	// KindEnter (master → replica): set the choosing flag of Req (phase ENTERING).
 	KindEnter Kind = iota + 1
 	// KindEnterAck (replica → master): choosing set; Incarnation is the
-	// replica's. Reject with Code when the replica refuses the request.
+	// replica's, HighWater its high-water ticket of Name, read in the same
+	// step. Reject with Code when the replica refuses the request.
 	KindEnterAck
-	// KindGetMax (master → replica): read the name's high-water ticket (GET_MAX_TICKET).
+	// KindGetMax (master → replica): read the name's high-water ticket
+	// (GET_MAX_TICKET). Masters read it with KindEnter now; replicas still
+	// answer it.
 	KindGetMax
 	// KindGetMaxAck: HighWater is the replica's for Name.
 	KindGetMaxAck

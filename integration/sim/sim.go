@@ -142,6 +142,9 @@ type Result struct {
 	Pauses, Orphans, Forced, ForcedHolders int
 	// Batched: Readies that settled more than one message (Options.Batch).
 	Batched int
+	// LazyLost: crashes that lost lazy writes (core.Write.Lazy): released
+	// tickets that came back, and names not forgotten.
+	LazyLost int
 }
 
 // add sums another run's figures into r (MaxIdleWait keeps the largest).
@@ -152,6 +155,7 @@ func (r *Result) add(o Result) {
 	r.Forced += o.Forced
 	r.ForcedHolders += o.ForcedHolders
 	r.Batched += o.Batched
+	r.LazyLost += o.LazyLost
 	r.Failures += o.Failures
 	r.Crashes += o.Crashes
 	r.Messages += o.Messages
@@ -204,6 +208,35 @@ type disk struct {
 	// age counts the Readys whose writes the disk holds, as the store's
 	// age does: hellos tell it, and it is what a copy is older by.
 	age uint64
+	// lazy are writes on their way to disk whose Ready was sent without
+	// waiting for them (core.Write.Lazy): durable at the next commit, the
+	// next strict write or the node's next tick, lost in a crash before.
+	lazy []core.Write
+}
+
+// commit makes the lazy writes durable, and says whether there were any.
+func (d *disk) commit() bool {
+	if len(d.lazy) == 0 {
+		return false
+	}
+	d.durable.Apply(d.lazy)
+	d.lazy = nil
+	d.age++
+	return true
+}
+
+// write makes a Ready's writes durable before its messages go, or, when
+// every one of them is lazy, queues them for the next commit. It says
+// whether the disk's age grew.
+func (d *disk) write(ws []core.Write) bool {
+	if !slices.ContainsFunc(ws, func(w core.Write) bool { return !w.Lazy }) {
+		d.lazy = append(d.lazy, ws...)
+		return false
+	}
+	d.commit()
+	d.durable.Apply(ws)
+	d.age++
+	return true
 }
 
 type simNode struct {
@@ -509,6 +542,10 @@ func (s *Sim) advanceClock(i int) {
 			s.handleElection(i)
 		}
 		if n.core != nil {
+			// A group commit lands within a tick.
+			if n.disk.commit() && n.elect != nil {
+				n.elect.SetStoreAge(n.disk.age)
+			}
 			n.core.Tick()
 			n.ticks++
 			s.handle(i)
@@ -649,6 +686,10 @@ func (s *Sim) crash(i int) {
 		return
 	}
 	n.core, n.stepped = nil, 0 // what it stepped and did not hand out dies with it
+	if len(n.disk.lazy) > 0 {
+		s.res.LazyLost++
+		n.disk.lazy = nil // written, not yet durable
+	}
 	s.res.Crashes++
 	s.tracef("node %d crashes", n.id)
 	s.orphanClients(i, "its node crashed")
@@ -682,12 +723,8 @@ func (s *Sim) handle(i int) {
 	s.nodes[i].stepped = 0
 	for n := s.nodes[i]; n.core != nil && n.core.HasReady(); {
 		rd := n.core.Ready()
-		n.disk.durable.Apply(rd.Persist)
-		if len(rd.Persist) > 0 {
-			n.disk.age++
-			if n.elect != nil {
-				n.elect.SetStoreAge(n.disk.age)
-			}
+		if n.disk.write(rd.Persist) && n.elect != nil {
+			n.elect.SetStoreAge(n.disk.age)
 		}
 		msgs := rd.Messages
 		crashing := !s.o.NoFaults && s.tick <= s.o.FaultTicks && len(msgs) > 0 && s.chance(0.002) && s.downCount() < 2

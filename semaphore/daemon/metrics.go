@@ -76,7 +76,7 @@ func newMetrics() *metrics {
 	m.handoffs = counter("sluice_handoffs_total",
 		"Lock table takeovers this node finished as a new leader.")
 	m.phases = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_bakery_phase_seconds",
-		Help:    "Time a request of this node spent in each bakery phase (entering, get-max, add-ticket, waiting).",
+		Help:    "Time a request of this node spent in each bakery phase (entering, add-ticket, waiting).",
 		Buckets: latencyBuckets}, []string{"phase"})
 	m.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_messages_total",
 		Help: "Lock and election messages, by direction (in, out, dropped)."}, []string{"direction"})

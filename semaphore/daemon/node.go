@@ -143,6 +143,9 @@ type Node struct {
 	failed error
 
 	pending []pendingReady
+	// lazy are the answers of batches of lazy writes (core.Write.Lazy)
+	// whose Ready went out without waiting: a failure still stops the node.
+	lazy []<-chan error
 	metrics *metrics
 	// senders counts the goroutines streaming snapshots; sending holds
 	// them by (new leader, epoch), so that a new leader's repeated request
@@ -218,13 +221,23 @@ func (n *Node) Run(ctx context.Context) error {
 	n.drive(ctx)
 	n.answerStatusWaits()
 	for {
-		var durable <-chan error
+		var durable, lazy <-chan error
 		if len(n.pending) > 0 {
 			durable = n.pending[0].durable
+		}
+		if len(n.lazy) > 0 {
+			lazy = n.lazy[0]
 		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-lazy:
+			n.lazy = n.lazy[1:]
+			if err != nil {
+				n.fail(err)
+				continue
+			}
+			n.elect.SetStoreAge(n.cfg.Store.Age())
 		case err := <-durable:
 			n.pending[0].durable = nil
 			if err != nil {
@@ -372,7 +385,14 @@ func (n *Node) collect() {
 			rd := n.core.Ready()
 			p := pendingReady{msgs: rd.Messages, events: rd.Events, snapshots: rd.Snapshots}
 			if len(rd.Persist) > 0 {
-				p.durable = n.cfg.Store.Submit(store.Batch{Writes: rd.Persist})
+				durable := n.cfg.Store.Submit(store.Batch{Writes: rd.Persist})
+				if slices.ContainsFunc(rd.Persist, func(w core.Write) bool { return !w.Lazy }) {
+					p.durable = durable
+				} else {
+					// Nothing sent rests on these writes: they go with the
+					// next commit, and only a failure matters.
+					n.lazy = append(n.lazy, durable)
+				}
 				n.stats.Persists++
 				n.metrics.persists.Inc()
 			}
@@ -530,7 +550,7 @@ func (n *Node) stop(err error) {
 		n.log.Error("the node stops", "err", err)
 	}
 	n.failed = err
-	n.pending = nil
+	n.pending, n.lazy = nil, nil
 	n.failAll(n.failed)
 }
 
