@@ -161,13 +161,13 @@ type Node struct {
 
 	// former are tickets of this node's earlier lives that replicas keep
 	// (KindFormer), by request, so this life can release them.
-	former  map[wire.RequestID]formerTicket
-	reqs    map[wire.RequestID]*request // by wire id
+	former map[wire.RequestID]formerTicket
+	reqs   map[wire.RequestID]*request // by wire id
 	// live are the requests of reqs not on their way out, releasing the
 	// others (phaseReleasing): the tick looks at them at different rates.
 	live, releasing map[wire.RequestID]*request
-	handles map[wire.RequestID]*request // by the handle Acquire returned
-	mnames  map[string]*masterName
+	handles         map[wire.RequestID]*request // by the handle Acquire returned
+	mnames          map[string]*masterName
 
 	persists  []Write
 	msgs      []wire.Message

@@ -145,7 +145,7 @@ type Node struct {
 	pending []pendingReady
 	// lazy are the answers of batches of lazy writes (core.Write.Lazy)
 	// whose Ready went out without waiting: a failure still stops the node.
-	lazy []<-chan error
+	lazy    []<-chan error
 	metrics *metrics
 	// senders counts the goroutines streaming snapshots; sending holds
 	// them by (new leader, epoch), so that a new leader's repeated request
