@@ -1725,7 +1725,7 @@ func (s *Sim) machineFaults() bool {
 	if s.chance(0.05) {
 		if n := s.nodes[s.rng.IntN(len(s.nodes))]; n.core != nil {
 			b := n.disk
-			b.durable = b.durable.Clone()
+			b.durable, b.lazy = b.durable.Clone(), nil // a copy holds what is durable
 			n.backup, n.backupAt = &b, s.tick
 		}
 	}
