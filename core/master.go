@@ -466,7 +466,7 @@ func (n *Node) restartDoorway(r *request) {
 	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead}
 	r.handle = wire.RequestID{}
 	n.startRelease(r)
-	n.reqs[fresh.id], n.live[fresh.id] = fresh, fresh
+	n.reqs[fresh.id] = fresh
 	if fresh.handle != (wire.RequestID{}) {
 		n.handles[fresh.handle] = fresh
 	}
@@ -705,8 +705,6 @@ func (n *Node) startRelease(r *request) {
 		return
 	}
 	r.phase, r.sentAt, r.renew = phaseReleasing, n.now, nil
-	delete(n.live, r.id)
-	n.releasing[r.id] = r
 	r.acks = map[wire.NodeID]uint32{}
 	r.releaseUntil = n.now + int64(n.lifetime(r))
 	n.sendPhase(r, nil)
@@ -730,8 +728,6 @@ func (n *Node) released(r *request, c, forced wire.Code) {
 
 func (n *Node) forget(r *request) {
 	delete(n.reqs, r.id)
-	delete(n.live, r.id)
-	delete(n.releasing, r.id)
 	if n.handles[r.handle] == r {
 		delete(n.handles, r.handle)
 	}
@@ -741,13 +737,15 @@ func (n *Node) forget(r *request) {
 	}
 }
 
-// masterTick runs the timers of this node's requests. Those on their way
-// out only wait for acks or their end, and may be many (a leader down
-// leaves every release unacked there until the replicas forget it): they
-// are looked at every RetransmitTicks, not every tick.
+// masterTick runs the timers of this node's requests.
 func (n *Node) masterTick() {
-	for _, id := range sortedReqs(n.live) {
-		r := n.live[id]
+	for id, f := range n.former {
+		if f.until < n.now {
+			delete(n.former, id)
+		}
+	}
+	for _, id := range sortedReqs(n.reqs) {
+		r := n.reqs[id]
 		if r == nil {
 			continue
 		}
@@ -756,26 +754,16 @@ func (n *Node) masterTick() {
 			n.tickWaiting(r)
 		case phaseHeld:
 			n.tickHeld(r)
-		}
-	}
-	if n.now%n.cfg.RetransmitTicks != 0 {
-		return
-	}
-	for id, f := range n.former {
-		if f.until < n.now {
-			delete(n.former, id)
-		}
-	}
-	for _, id := range sortedReqs(n.releasing) {
-		r := n.releasing[id]
-		if n.now > r.releaseUntil {
-			// The replicas forgot the request by themselves; a force
-			// of another's request has nobody's word for that.
-			n.released(r, wire.CodeNone, wire.CodeNotReady)
-			n.forget(r)
-		} else if n.now-r.sentAt >= n.cfg.RetransmitTicks {
-			r.sentAt = n.now
-			n.sendPhase(r, n.notAcked(r))
+		case phaseReleasing:
+			if n.now > r.releaseUntil {
+				// The replicas forgot the request by themselves; a force
+				// of another's request has nobody's word for that.
+				n.released(r, wire.CodeNone, wire.CodeNotReady)
+				n.forget(r)
+			} else if n.now-r.sentAt >= n.cfg.RetransmitTicks {
+				r.sentAt = n.now
+				n.sendPhase(r, n.notAcked(r))
+			}
 		}
 	}
 }

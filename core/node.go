@@ -163,9 +163,6 @@ type Node struct {
 	// (KindFormer), by request, so this life can release them.
 	former map[wire.RequestID]formerTicket
 	reqs   map[wire.RequestID]*request // by wire id
-	// live are the requests of reqs not on their way out, releasing the
-	// others (phaseReleasing): the tick looks at them at different rates.
-	live, releasing map[wire.RequestID]*request
 	handles         map[wire.RequestID]*request // by the handle Acquire returned
 	mnames          map[string]*masterName
 
@@ -186,7 +183,7 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	}
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
 		syncs: map[uint64]*syncState{}, adopted: map[uint64]wire.View{},
-		reqs: map[wire.RequestID]*request{}, live: map[wire.RequestID]*request{}, releasing: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
+		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
 		former: map[wire.RequestID]formerTicket{}, dirty: nameSet{}, reported: nameSet{}, restoredNames: nameSet{}}
 	if persisted != nil {
 		n.floor = persisted.Floor
@@ -256,7 +253,7 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	}
 	r := &request{id: n.nextID(), a: a, start: n.now, dead: n.now + wait}
 	r.handle = r.id
-	n.reqs[r.id], n.live[r.id] = r, r
+	n.reqs[r.id] = r
 	n.handles[r.handle] = r
 	mn.count++
 	if len(n.cfg.View.Leaders) > 0 {
