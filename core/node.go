@@ -161,10 +161,10 @@ type Node struct {
 
 	// former are tickets of this node's earlier lives that replicas keep
 	// (KindFormer), by request, so this life can release them.
-	former map[wire.RequestID]formerTicket
-	reqs   map[wire.RequestID]*request // by wire id
-	handles         map[wire.RequestID]*request // by the handle Acquire returned
-	mnames          map[string]*masterName
+	former  map[wire.RequestID]formerTicket
+	reqs    map[wire.RequestID]*request // by wire id
+	handles map[wire.RequestID]*request // by the handle Acquire returned
+	mnames  map[string]*masterName
 
 	persists  []Write
 	msgs      []wire.Message
