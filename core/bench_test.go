@@ -181,6 +181,16 @@ func (c *benchCluster) housekeep(b *testing.B) {
 func BenchmarkLockCycle(b *testing.B) {
 	c := newBenchCluster(b, true, nil)
 	a := core.Acquire{Name: "lock", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10}
+	c.cycles(b, a)
+	if got := len(c.disks[0].Tickets[a.Name]); got > housekeepEvery {
+		b.Fatalf("%d tombstones on disk: housekeeping does not expire them", got)
+	}
+}
+
+// cycles is the measured loop of the cycle benchmarks: node 1 acquires a
+// and releases it, each to completion, once per iteration. It reports the
+// messages and writes per cycle.
+func (c *benchCluster) cycles(b *testing.B, a core.Acquire) {
 	msgs, writes := c.msgs, c.writes
 	cycles := 0
 	b.ReportAllocs()
@@ -194,9 +204,6 @@ func BenchmarkLockCycle(b *testing.B) {
 		if cycles++; cycles%housekeepEvery == 0 {
 			c.housekeep(b)
 		}
-	}
-	if got := len(c.disks[0].Tickets[a.Name]); got > housekeepEvery {
-		b.Fatalf("%d tombstones on disk: housekeeping does not expire them", got)
 	}
 	b.ReportMetric(float64(c.msgs-msgs)/float64(cycles), "msgs/op")
 	b.ReportMetric(float64(c.writes-writes)/float64(cycles), "writes/op")
@@ -215,36 +222,14 @@ func BenchmarkReadersOneName(b *testing.B) {
 		held[i] = c.acquire(b, i%3+1, core.Acquire{Name: name, Mode: wire.ModeReadOnly, Timeout: 10, Duration: 1 << 30})
 	}
 	c.settle(b)
-	granted := 0
-	for _, e := range c.events {
-		if e.Kind == core.EventGranted {
-			granted++
-		}
-	}
-	if granted != holders {
+	if granted := countEvents(c.events, core.EventGranted); granted != holders {
 		b.Fatalf("%d of %d readers granted: %+v", granted, holders, c.events)
 	}
 	c.events = c.events[:0]
-	try := core.Acquire{Name: name, Mode: wire.ModeReadOnly, Timeout: 0, Duration: 10}
-	msgs, writes := c.msgs, c.writes
-	cycles := 0
-	b.ReportAllocs()
-	for b.Loop() {
-		id := c.acquire(b, 1, try)
-		c.settle(b)
-		c.expect(b, core.EventGranted, id)
-		c.release(b, 1, id)
-		c.settle(b)
-		c.expect(b, core.EventReleased, id)
-		if cycles++; cycles%housekeepEvery == 0 {
-			c.housekeep(b)
-		}
-	}
+	c.cycles(b, core.Acquire{Name: name, Mode: wire.ModeReadOnly, Timeout: 0, Duration: 10})
 	if e, _ := c.nodes[0].Table(name); len(e) != holders {
 		b.Fatalf("%d entries in the table, want the %d holders", len(e), holders)
 	}
-	b.ReportMetric(float64(c.msgs-msgs)/float64(cycles), "msgs/op")
-	b.ReportMetric(float64(c.writes-writes)/float64(cycles), "writes/op")
 }
 
 // BenchmarkTickIdleNames measures one Node.Tick of a leader that has seen

@@ -326,11 +326,14 @@ func (n *Node) finishSync(sync *syncState) {
 	}
 	// The floor first: names the old leaders forgot keep their tokens
 	// growing here too.
+	// (One write of the highest: the map's order must not show.)
+	var floor uint64
 	for _, p := range sync.from {
 		if p != nil && p.done {
-			n.raiseFloor(p.floor)
+			floor = max(floor, p.floor)
 		}
 	}
+	n.raiseFloor(floor)
 	// Tombstones first, from every answer: a release that one old leader
 	// missed is known to another, and its ticket must not come back.
 	for _, tombs := range []bool{true, false} {

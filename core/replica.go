@@ -383,11 +383,7 @@ func (n *Node) askHolds() {
 	}
 	n.holdsAskAt = n.now + n.cfg.RefreshTicks
 	for _, name := range sortedKeys(n.restoredNames) {
-		t := n.names[name]
-		if t == nil {
-			delete(n.restoredNames, name)
-			continue
-		}
+		t := n.names[name] // forgetName takes a name out of restoredNames
 		var asked []wire.Entry
 		for _, req := range sortedReqs(t.recs) {
 			if r := t.recs[req]; r.restored && len(asked) < maxHoldsAsked {
