@@ -39,8 +39,9 @@ type AgentConfig struct {
 	Name string
 	// DataDir holds the identity key and the Badger files. Required unless
 	// InMemory, which keeps everything in memory (dev and tests) and makes
-	// a new identity at every start: a voter that forgot its votes must
-	// not come back under its old identity. The two exclude each other.
+	// a new identity at every start (unless Key or KeyFile gives one): a
+	// voter that forgot its votes must not come back under its old
+	// identity. The two exclude each other.
 	DataDir  string
 	InMemory bool
 	// Listen are libp2p multiaddrs (default /ip4/127.0.0.1/tcp/0).
@@ -63,6 +64,15 @@ type AgentConfig struct {
 	// Key, when set, is the node's identity (tests and dev; with DataDir
 	// the key in it rules).
 	Key p2p.PrivKey
+	// KeyFile, with InMemory only, is an identity key file as `sluice id
+	// --data DIR` writes it (DIR/identity.key): the node keeps that
+	// identity and everything else in memory, so a cluster of in-memory
+	// nodes can be bootstrapped with InitialMembers known beforehand
+	// (benchmarks). Restarted with the same key while the other members
+	// run, the node comes back with its first incarnation again, under a
+	// new nonce: they refuse its check-in (stale life), as they refuse a
+	// lost disk.
+	KeyFile string
 	// Priority 1..14, or election.Off; 0 means election.DefaultPriority.
 	Priority uint8
 	// PSK is the cluster secret (32 bytes), nil for none.
@@ -118,7 +128,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 		}
 	}()
 
-	key, fresh, err := identity(cfg.DataDir, cfg.Key)
+	key, fresh, err := identity(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +167,12 @@ func checkAgentConfig(cfg AgentConfig) (AgentConfig, error) {
 	if cfg.InMemory && cfg.DataDir != "" {
 		return cfg, fmt.Errorf("%w: --in-memory keeps no state, so with --data it would bring a persisted identity back "+
 			"without its votes and lock table; use --data alone, or --in-memory alone (a new identity at every start)", ErrConfig)
+	}
+	if cfg.KeyFile != "" && !cfg.InMemory {
+		return cfg, fmt.Errorf("%w: --key-file is for --in-memory; with --data the identity is the data directory's key", ErrConfig)
+	}
+	if cfg.KeyFile != "" && cfg.Key != nil {
+		return cfg, fmt.Errorf("%w: both a key and a key file given", ErrConfig)
 	}
 	if cfg.Join && len(cfg.InitialMembers) > 0 {
 		return cfg, fmt.Errorf("%w: --join and --initial-members exclude each other: members bootstrap a cluster, others join it", ErrConfig)
@@ -293,17 +309,40 @@ func (a *Agent) startNode(cfg AgentConfig, state store.State, boot, peers []wire
 	return nil
 }
 
-// identity is the node's key: kept in dataDir, given, or new. fresh says
-// that it never served (made now, or by `sluice id`).
-func identity(dataDir string, given p2p.PrivKey) (p2p.PrivKey, bool, error) {
+// identity is the node's key: kept in the data directory, given, read
+// from the key file, or new. fresh says that it never served (made now, or
+// by `sluice id`); a key beside an in-memory store always starts afresh.
+func identity(cfg AgentConfig) (p2p.PrivKey, bool, error) {
 	switch {
-	case dataDir != "":
-		return p2p.LoadOrCreateIdentity(dataDir)
-	case given != nil:
-		return given, true, nil
+	case cfg.DataDir != "":
+		return p2p.LoadOrCreateIdentity(cfg.DataDir)
+	case cfg.Key != nil:
+		return cfg.Key, true, nil
+	case cfg.KeyFile != "":
+		k, err := readKeyFile(cfg.KeyFile)
+		return k, true, err
 	}
 	k, err := p2p.NewIdentity()
 	return k, true, err
+}
+
+// readKeyFile reads an existing identity key file. The p2p package reads
+// keys only as a data directory's identity.key (and makes one when it is
+// missing), so the file must have that name, and a missing file is an
+// error here rather than a new key: a typo must not start a stranger.
+func readKeyFile(path string) (p2p.PrivKey, error) {
+	if filepath.Base(path) != p2p.IdentityFile {
+		return nil, fmt.Errorf("%w: --key-file %s: the file must be named %s, as `sluice id --data DIR` writes it",
+			ErrConfig, path, p2p.IdentityFile)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("%w: --key-file: %w (make one with `sluice id --data DIR`)", ErrConfig, err)
+	}
+	k, _, err := p2p.LoadOrCreateIdentity(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("%w: --key-file: %w", ErrConfig, err)
+	}
+	return k, nil
 }
 
 // bootstrap reads the initial members: peer ids, this node's among them.

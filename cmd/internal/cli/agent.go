@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -61,11 +62,14 @@ var brokenBuilds = map[string]core.Mutant{
 
 // agentFlags are the flags of `sluice agent`.
 type agentFlags struct {
-	name, data, priority, pskFile, api, tokenFile, logLevel, config, broken string
-	listen, peers, allow, initial                                           []string
-	size                                                                    int
-	inMemory, join                                                          bool
-	electionTimeout                                                         time.Duration
+	name, data, keyFile, priority, pskFile, api, tokenFile, logLevel, config, broken string
+	listen, peers, allow, initial                                                    []string
+	size                                                                             int
+	inMemory, join                                                                   bool
+	electionTimeout                                                                  time.Duration
+	// cpuProfile is the hidden --cpu-profile: the benchmark harness
+	// (integration/bench) profiles the agents of a run with it.
+	cpuProfile string
 }
 
 func newAgentCmd() *cobra.Command {
@@ -92,6 +96,11 @@ func newAgentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopProfile, err := startCPUProfile(f.cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			return runAgent(cmd, cfg)
 		},
 	}
@@ -115,9 +124,12 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.api, "api", api.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
 	fl.StringVar(&f.tokenFile, "api-token-file", "", "bearer token for a TCP API address")
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
+	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key of `sluice id --data DIR`), so that --initial-members can name the node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.broken, "broken", "", "")
 	_ = fl.MarkHidden("broken")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "")
+	_ = fl.MarkHidden("cpu-profile")
 	fl.StringVar(&f.config, "config", "", "YAML file with any of these settings (keys: the flag names); flags win over SLUICE_* environment variables, which win over the file")
 }
 
@@ -148,7 +160,7 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	if mutant != 0 {
 		log.Error("THIS AGENT IS BROKEN ON PURPOSE: it may grant a lock twice; only tests start it so", "broken", f.broken)
 	}
-	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, Listen: f.listen, Peers: f.peers,
+	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
 		Priority: prio, AllowList: f.allow, API: f.api, Logger: log, Broken: mutant}
 	if f.pskFile != "" {
@@ -167,6 +179,27 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// startCPUProfile profiles the process into path until the returned
+// function runs (nothing when path is empty). The agent stops on SIGTERM
+// through runAgent's return, so the profile is complete then.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usageErrorf("agent: --cpu-profile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent: --cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // runAgent runs the agent of cfg until SIGINT or SIGTERM, then stops it.

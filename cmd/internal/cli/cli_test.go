@@ -57,6 +57,10 @@ func TestUsageErrors(t *testing.T) {
 		{"agent", "--in-memory", "--api", "127.0.0.1:0"},
 		{"agent", "--in-memory", "--api", "10.1.2.3:7000", "--api-token-file", "/dev/null"},
 		{"agent", "--in-memory", "--allow", "not-a-peer-id"},
+		{"agent", "--data", "/nonexistent/data", "--key-file", "/nonexistent/identity.key"},
+		{"agent", "--in-memory", "--key-file", "/nonexistent/identity.key"},
+		{"agent", "--in-memory", "--key-file", "/dev/null"},
+		{"agent", "--in-memory", "--cpu-profile", "/nonexistent/cpu.pprof"},
 		{"id"},
 		{"version", "extra"},
 		{"frobnicate"},
@@ -72,6 +76,40 @@ func TestUsageErrors(t *testing.T) {
 			}
 			assertOneCleanLine(t, stderr, "sluice: ")
 		})
+	}
+}
+
+// --key-file gives an in-memory agent the identity `sluice id` made, so
+// that the first members' ids are known before they start. The agent is
+// asked to bootstrap a cluster without itself: its refusal names the id
+// it would have run under.
+func TestAgentKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	code, id, stderr := runCapture(t, "id", "--data", dir)
+	if code != ExitOK {
+		t.Fatalf("id: %d %q", code, stderr)
+	}
+	id = strings.TrimSpace(id)
+	code, _, stderr = runCapture(t, "agent", "--in-memory", "--key-file", dir+"/identity.key", "--api", "",
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--initial-members", "12D3KooWGzBf5jqxwWSiUrYC2L8t2PMJrcxZ4XQQ4cVhWjGKAAXz")
+	if code != ExitUsage || !strings.Contains(stderr, "peer id "+id+" too") {
+		t.Errorf("agent: %d %q, want a refusal naming %s", code, stderr, id)
+	}
+}
+
+// The hidden flags stay out of the help.
+func TestAgentHiddenFlags(t *testing.T) {
+	code, stdout, _ := runCapture(t, "agent", "--help")
+	if code != ExitOK {
+		t.Fatalf("exit code = %d", code)
+	}
+	if !strings.Contains(stdout, "--key-file") {
+		t.Errorf("help lacks --key-file:\n%s", stdout)
+	}
+	for _, hidden := range []string{"--broken", "--cpu-profile"} {
+		if strings.Contains(stdout, hidden) {
+			t.Errorf("help shows the hidden %s:\n%s", hidden, stdout)
+		}
 	}
 }
 

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The drain workload (W5): readers keep cycling on a site's name while a
+// writer drains it now and then.
+const (
+	drainReaders = 32
+	readerHold   = time.Millisecond
+	writerHold   = 50 * time.Millisecond
+	// drainGap separates drains, so that every drain starts among readers
+	// in full swing.
+	drainGap = 150 * time.Millisecond
+)
+
+// drainSample is one drain. Reader instants are taken after their calls
+// return: a grant when Acquire returned, a release when Release did.
+type drainSample struct {
+	// WriterWaitMS: from the writer's ask to its grant.
+	WriterWaitMS float64 `json:"writer_wait_ms"`
+	// AfterLastReleaseMS: the writer's grant minus the latest reader
+	// release before it: what the drain adds once the readers are out.
+	AfterLastReleaseMS float64 `json:"after_last_release_ms"`
+	// ReadmitMS: the first reader grant after the writer's release call
+	// began, minus that instant: how soon readers are back.
+	ReadmitMS float64 `json:"readmit_ms"`
+}
+
+// drainTrace collects the readers' grant and release instants.
+type drainTrace struct {
+	mu       sync.Mutex
+	grants   []time.Time
+	releases []time.Time
+}
+
+func (t *drainTrace) add(grant, release time.Time) {
+	t.mu.Lock()
+	t.grants = append(t.grants, grant)
+	t.releases = append(t.releases, release)
+	t.mu.Unlock()
+}
+
+// writerDrain is what the writer saw of one drain.
+type writerDrain struct{ ask, grant, release time.Time }
+
+func runDrain(ctx context.Context, b *bench, sys system, prefix string) (*runResult, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ls, err := sys.lockers(lctx, drainReaders+1)
+	if err != nil {
+		return nil, fmt.Errorf("%s clients: %w", sys.name(), err)
+	}
+	defer closeAll(ls)
+	readers, writer := ls[:drainReaders], ls[drainReaders]
+	name := prefix + "/site"
+
+	soft, stopReaders := context.WithCancel(ctx)
+	defer stopReaders()
+	hard, cancelHard := context.WithCancel(ctx)
+	defer cancelHard()
+	var trace drainTrace
+	tallies := make([]tally, drainReaders+1)
+	var wg sync.WaitGroup
+	for i, l := range readers {
+		wg.Go(func() { readLoop(soft, hard, l, name, &tallies[i], &trace) })
+	}
+
+	wt := &tallies[drainReaders]
+	var drains []writerDrain
+	pause(ctx, b.cfg.warmup)
+	for range b.cfg.drains {
+		if ctx.Err() != nil {
+			break
+		}
+		wt.attempts++
+		ask := time.Now()
+		// etcd's RWMutex takes no context: a writer stuck past opTimeout
+		// is aborted (its client closed), as sluice's times out.
+		abort := time.AfterFunc(opTimeout, writer.abort)
+		rel, err := writer.write(hard, name)
+		abort.Stop()
+		if err != nil {
+			wt.fail(fmt.Errorf("writer: %w", err))
+			pause(ctx, drainGap)
+			continue
+		}
+		grant := time.Now()
+		pause(ctx, writerHold)
+		released := time.Now()
+		if err := rel(hard); err != nil {
+			wt.fail(fmt.Errorf("writer release: %w", err))
+		}
+		drains = append(drains, writerDrain{ask: ask, grant: grant, release: released})
+		pause(ctx, drainGap)
+	}
+	stopReaders()
+	stopHard := time.AfterFunc(stopGrace, cancelHard)
+	defer stopHard.Stop()
+	waitOrAbort(hard, &wg, ls)
+
+	r := &runResult{}
+	for _, t := range tallies {
+		r.Attempts += t.attempts
+		r.Cycles += t.cycles
+		r.addErrors(t.errors, t.samples)
+		for k, v := range t.refused {
+			if r.Refused == nil {
+				r.Refused = map[string]int{}
+			}
+			r.Refused[k] += v
+		}
+	}
+	r.finishErrors()
+	r.Drains = drainSamples(drains, &trace)
+	return r, nil
+}
+
+// readLoop is one reader: take the name, hold it a moment, give it back;
+// a refused try asks again after retryPause. It stops taking when soft
+// ends; hard bounds the calls.
+func readLoop(soft, hard context.Context, l locker, name string, t *tally, trace *drainTrace) {
+	for soft.Err() == nil {
+		t.attempts++
+		rel, err := l.read(hard, name)
+		if err != nil {
+			if r := refusal(err); r != "" {
+				t.refuse(r)
+				pause(soft, retryPause)
+				continue
+			}
+			t.fail(err)
+			pause(soft, errorPause)
+			continue
+		}
+		granted := time.Now()
+		pause(hard, readerHold)
+		if err := rel(hard); err != nil {
+			t.fail(fmt.Errorf("release: %w", err))
+			continue
+		}
+		trace.add(granted, time.Now())
+		t.cycles++
+	}
+}
+
+// drainSamples measures each drain against the readers' trace. A drain
+// without a reader release before its grant, or without a reader grant
+// after its release, gives no sample (it had no reader to wait for or
+// to let back in).
+func drainSamples(drains []writerDrain, trace *drainTrace) []drainSample {
+	trace.mu.Lock()
+	grants, releases := slices.Clone(trace.grants), slices.Clone(trace.releases)
+	trace.mu.Unlock()
+	slices.SortFunc(grants, time.Time.Compare)
+	slices.SortFunc(releases, time.Time.Compare)
+	var out []drainSample
+	for _, d := range drains {
+		// releases[i-1] is the last release before the grant.
+		i, _ := slices.BinarySearchFunc(releases, d.grant, time.Time.Compare)
+		// grants[j] is the first grant at or after the release began.
+		j, _ := slices.BinarySearchFunc(grants, d.release, time.Time.Compare)
+		if i == 0 || j == len(grants) {
+			continue
+		}
+		out = append(out, drainSample{WriterWaitMS: ms(d.grant.Sub(d.ask)),
+			AfterLastReleaseMS: ms(d.grant.Sub(releases[i-1])), ReadmitMS: ms(grants[j].Sub(d.release))})
+	}
+	return out
+}

@@ -1,0 +1,478 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// maxErrorRate: a system whose clients failed more often than this in a
+// workload has that workload's cells flagged, and misses its targets.
+const maxErrorRate = 0.01
+
+// row is one line of the table: one metric of a workload in one storage
+// mode. Sluice and Etcd are nil when not measured; text cells (SluiceText,
+// EtcdText) say what numbers cannot.
+type row struct {
+	Workload   string   `json:"workload"`
+	Storage    string   `json:"storage"`
+	Metric     string   `json:"metric"`
+	Sluice     *float64 `json:"sluice,omitempty"`
+	Etcd       *float64 `json:"etcd,omitempty"`
+	Ratio      *float64 `json:"ratio,omitempty"`
+	SluiceText string   `json:"sluice_text"`
+	EtcdText   string   `json:"etcd_text"`
+	Target     string   `json:"target,omitempty"`
+	Result     string   `json:"result,omitempty"`
+}
+
+// target is an issue-14 target for a row.
+type target struct {
+	text string
+	// check is nil when the numbers to decide are missing; s and e are
+	// the row's values, sluiceRuns the runs behind sluice's.
+	check func(s, e *float64, sluiceRuns []*runResult) *bool
+}
+
+func ratioTarget(text string, ok func(ratio float64) bool) *target {
+	return &target{text: text, check: func(s, e *float64, _ []*runResult) *bool {
+		if s == nil || e == nil || *e == 0 {
+			return nil
+		}
+		v := ok(*s / *e)
+		return &v
+	}}
+}
+
+func sluiceTarget(text string, ok func(v float64) bool) *target {
+	return &target{text: text, check: func(s, _ *float64, _ []*runResult) *bool {
+		if s == nil {
+			return nil
+		}
+		v := ok(*s)
+		return &v
+	}}
+}
+
+// runsOf are the runs of one workload, storage and system.
+func (b *bench) runsOf(w, st, sys string) []*runResult {
+	var out []*runResult
+	for _, r := range b.runs {
+		if r.Workload == w && r.Storage == st && r.System == sys {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// medianOf is the median of f over runs, nil without runs or values.
+func medianOf(runs []*runResult, f func(*runResult) (float64, bool)) *float64 {
+	var xs []float64
+	for _, r := range runs {
+		if v, ok := f(r); ok {
+			xs = append(xs, v)
+		}
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	m := median(xs)
+	return &m
+}
+
+// errorRate is the share of the runs' attempts that failed.
+func errorRate(runs []*runResult) float64 {
+	var errs, attempts int
+	for _, r := range runs {
+		errs += r.errorCount()
+		attempts += r.Attempts
+	}
+	if attempts == 0 {
+		return 0
+	}
+	return float64(errs) / float64(attempts)
+}
+
+// metric is one row's definition: how to get the value from the runs of
+// a system, how to print it, and its target.
+type metric struct {
+	name   string
+	value  func(runs []*runResult) *float64
+	text   func(runs []*runResult) string // for rows of words; value nil then
+	format func(float64) string
+	target *target
+	// noRatio: a ratio of the two says nothing (fairness is a ratio).
+	noRatio bool
+}
+
+func rateMetric(name string) metric {
+	return metric{name: name, format: fmtRate, value: func(runs []*runResult) *float64 {
+		return medianOf(runs, func(r *runResult) (float64, bool) { return r.Rate, true })
+	}}
+}
+
+func acquireMetric(name string, p func(*latency) float64) metric {
+	return metric{name: name, format: fmtMS, value: func(runs []*runResult) *float64 {
+		return medianOf(runs, func(r *runResult) (float64, bool) {
+			if r.Acquire == nil {
+				return 0, false
+			}
+			return p(r.Acquire), true
+		})
+	}}
+}
+
+// drainMetric is a percentile over every drain of every repetition.
+func drainMetric(name string, q float64, f func(drainSample) float64) metric {
+	return metric{name: name, format: fmtMS, value: func(runs []*runResult) *float64 {
+		var ds []time.Duration
+		for _, r := range runs {
+			for _, d := range r.Drains {
+				ds = append(ds, time.Duration(f(d)*float64(time.Millisecond)))
+			}
+		}
+		if len(ds) == 0 {
+			return nil
+		}
+		slices.Sort(ds)
+		v := ms(percentile(ds, q))
+		return &v
+	}}
+}
+
+func churnOf(runs []*runResult) *churnResult {
+	for _, r := range runs {
+		if r.Churn != nil {
+			return r.Churn
+		}
+	}
+	return nil
+}
+
+// metrics are the rows of each workload in storage st.
+func metrics(w string, st storage) []metric {
+	p50 := func(l *latency) float64 { return l.P50 }
+	p99 := func(l *latency) float64 { return l.P99 }
+	switch w {
+	case "W1":
+		rate, lat99 := rateMetric("cycles/s"), acquireMetric("acquire p99", p99)
+		if st == durable {
+			rate.target = ratioTarget("≥2× etcd", func(x float64) bool { return x >= 2 })
+			lat99.target = ratioTarget("≤0.5× etcd", func(x float64) bool { return x <= 0.5 })
+		} else {
+			rate.target = ratioTarget("≥4× etcd on tmpfs", func(x float64) bool { return x >= 4 })
+		}
+		return []metric{rate, acquireMetric("acquire p50", p50), lat99}
+	case "W2":
+		rate := rateMetric("handoffs/s")
+		rate.target = ratioTarget("≥5× etcd", func(x float64) bool { return x >= 5 })
+		fair := metric{name: "fairness (min/max cycles per client)", format: func(v float64) string { return fmt.Sprintf("%.2f", v) },
+			value: func(runs []*runResult) *float64 {
+				return medianOf(runs, func(r *runResult) (float64, bool) { return r.Fairness, len(r.PerClient) > 0 })
+			},
+			target: sluiceTarget("≥0.9", func(v float64) bool { return v >= 0.9 }), noRatio: true}
+		return []metric{rate, fair, acquireMetric("acquire p99", p99)}
+	case "W3":
+		rate := rateMetric("cycles/s")
+		if st == durable {
+			rate.target = ratioTarget("≥2× etcd", func(x float64) bool { return x >= 2 })
+		}
+		return []metric{rate, acquireMetric("acquire p50", p50), acquireMetric("acquire p99", p99)}
+	case "W4":
+		refused := metric{name: "tries refused (timedout / draining)", text: func(runs []*runResult) string {
+			var t, d int
+			for _, r := range runs {
+				t, d = t+r.Refused["timedout"], d+r.Refused["draining"]
+			}
+			return fmt.Sprintf("%d / %d", t, d)
+		}}
+		return []metric{rateMetric("grants/s"), acquireMetric("acquire p50", p50), acquireMetric("acquire p99", p99), refused}
+	case "W5":
+		gap99 := drainMetric("writer grant − last reader release, p99", 0.99, func(d drainSample) float64 { return d.AfterLastReleaseMS })
+		gap99.target = sluiceTarget("≤5 ms", func(v float64) bool { return v <= 5 })
+		return []metric{
+			drainMetric("writer grant − last reader release, p50", 0.5, func(d drainSample) float64 { return d.AfterLastReleaseMS }),
+			gap99,
+			drainMetric("readmission after the writer's release, p50", 0.5, func(d drainSample) float64 { return d.ReadmitMS }),
+			drainMetric("readmission after the writer's release, p99", 0.99, func(d drainSample) float64 { return d.ReadmitMS }),
+			drainMetric("writer wait (ask to grant), p50", 0.5, func(d drainSample) float64 { return d.WriterWaitMS }),
+		}
+	case "churn":
+		rate := metric{name: "names/s overall", format: fmtRate, value: func(runs []*runResult) *float64 {
+			return medianOf(runs, func(r *runResult) (float64, bool) { return r.Rate, r.Churn != nil })
+		}}
+		rate.target = &target{text: "≥2,000/s, flat, all done", check: func(_, _ *float64, sl []*runResult) *bool { return churnMet(sl) }}
+		return []metric{rate,
+			{name: "rate per 5 s", text: churnRange},
+			{name: "names done", text: churnDone},
+			{name: "max server RSS after", format: fmtMiB, value: maxRSS,
+				target: sluiceTarget("≤200 MiB", func(v float64) bool { return v <= 200 })},
+		}
+	}
+	return nil
+}
+
+// churnRange shows whether the churn's rate held: its first and last
+// interval, and the lowest and highest.
+func churnRange(runs []*runResult) string {
+	c := churnOf(runs)
+	if c == nil || len(c.Intervals) == 0 {
+		return "—"
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, iv := range c.Intervals {
+		lo, hi = min(lo, iv.Rate), max(hi, iv.Rate)
+	}
+	s := fmt.Sprintf("first %s, last %s, min %s, max %s", fmtRate(c.Intervals[0].Rate),
+		fmtRate(c.Intervals[len(c.Intervals)-1].Rate), fmtRate(lo), fmtRate(hi))
+	switch flat, known := c.flat(); {
+	case !known:
+		s += " (too short to judge)"
+	case flat:
+		s += " (flat)"
+	default:
+		s += " (not flat)"
+	}
+	return s
+}
+
+func churnDone(runs []*runResult) string {
+	c := churnOf(runs)
+	if c == nil {
+		return "—"
+	}
+	s := fmt.Sprintf("%s of %s in %.0f s", fmtCount(c.Done), fmtCount(c.Names), c.Seconds)
+	switch {
+	case c.Stalled:
+		s += ", STALLED"
+	case c.Capped:
+		s += ", stopped at the cap"
+	}
+	return s
+}
+
+// maxRSS is the largest resident set of the servers after the churn, MiB.
+func maxRSS(runs []*runResult) *float64 {
+	c := churnOf(runs)
+	if c == nil || len(c.RSS) == 0 {
+		return nil
+	}
+	var m int64
+	for _, r := range c.RSS {
+		m = max(m, r.Bytes)
+	}
+	v := float64(m) / (1 << 20)
+	return &v
+}
+
+// churnMet decides the churn's rate target: the overall rate, a flat
+// rate, and every name done.
+func churnMet(runs []*runResult) *bool {
+	c := churnOf(runs)
+	if c == nil {
+		return nil
+	}
+	flat, known := c.flat()
+	met := c.Done == c.Names && !c.Stalled && c.Seconds > 0 && float64(c.Done)/c.Seconds >= 2000 && (flat || !known)
+	return &met
+}
+
+// rows builds the table.
+func (b *bench) rows() []row {
+	var out []row
+	for _, w := range b.cfg.only {
+		for _, st := range b.cfg.storages {
+			sl, et := b.runsOf(w, st.String(), "sluice"), b.runsOf(w, st.String(), "etcd")
+			if len(sl) == 0 && len(et) == 0 {
+				continue
+			}
+			slFlag, etFlag := errorFlag(sl), errorFlag(et)
+			for i, m := range metrics(w, st) {
+				r := row{Workload: w, Storage: st.String(), Metric: m.name}
+				if m.value != nil {
+					r.Sluice, r.Etcd = valueOf(m, sl), valueOf(m, et)
+					r.SluiceText, r.EtcdText = cell(m, r.Sluice), cell(m, r.Etcd)
+					if r.Sluice != nil && r.Etcd != nil && *r.Etcd != 0 && !m.noRatio {
+						x := *r.Sluice / *r.Etcd
+						r.Ratio = &x
+					}
+				} else {
+					r.SluiceText, r.EtcdText = textOf(m, sl), textOf(m, et)
+				}
+				if i == 0 {
+					r.SluiceText += slFlag
+					r.EtcdText += etFlag
+				}
+				if m.target != nil {
+					r.Target = m.target.text
+					r.Result = verdict(m.target.check(r.Sluice, r.Etcd, sl), slFlag != "")
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func valueOf(m metric, runs []*runResult) *float64 {
+	if len(runs) == 0 {
+		return nil
+	}
+	return m.value(runs)
+}
+
+func textOf(m metric, runs []*runResult) string {
+	if len(runs) == 0 {
+		return "—"
+	}
+	return m.text(runs)
+}
+
+func cell(m metric, v *float64) string {
+	if v == nil {
+		return "—"
+	}
+	return m.format(*v)
+}
+
+// errorFlag marks a system whose error rate is over maxErrorRate.
+func errorFlag(runs []*runResult) string {
+	if e := errorRate(runs); e > maxErrorRate {
+		return fmt.Sprintf(" ⚠ %.1f%% errors", 100*e)
+	}
+	return ""
+}
+
+func verdict(met *bool, errorsFlagged bool) string {
+	switch {
+	case errorsFlagged:
+		return "missed (errors)"
+	case met == nil:
+		return "n/a"
+	case *met:
+		return "met"
+	}
+	return "missed"
+}
+
+func fmtRate(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f/s", v)
+	}
+	return fmtCount(int(math.Round(v))) + "/s"
+}
+
+func fmtMS(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f ms", v)
+	}
+	return fmt.Sprintf("%.2f ms", v)
+}
+
+func fmtMiB(v float64) string { return fmt.Sprintf("%.0f MiB", v) }
+
+// fmtCount prints n with thousands separators.
+func fmtCount(n int) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + fmtCount(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// markdown is the report: settings, table, notes and errors.
+func (b *bench) markdown(rows []row, elapsed time.Duration) string {
+	var sb strings.Builder
+	c := b.cfg
+	fmt.Fprintf(&sb, "%s\n\n", b.machine.line())
+	fmt.Fprintf(&sb, "Settings: %d repetition(s) of each workload, %s measured after %s of warm-up, medians of the repetitions; "+
+		"W5: %d drains per repetition, percentiles over all of them; churn: %s names by %d clients, once per system and storage, "+
+		"capped at %s, stopped as stalled after %s without progress; clients round-robin over the 3 members.\n\n",
+		c.reps, c.window, c.warmup, c.drains, fmtCount(c.names), churnClients, c.churnCap, c.churnStall)
+	sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | Target | Result |\n")
+	sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		ratio := "—"
+		if r.Ratio != nil {
+			ratio = fmt.Sprintf("%.2f×", *r.Ratio)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Workload, r.Storage, r.Metric,
+			r.SluiceText, r.EtcdText, ratio, dash(r.Target), dash(r.Result))
+	}
+	sb.WriteString("\n")
+	for _, w := range workloads() {
+		if slices.Contains(c.only, w.id) {
+			fmt.Fprintf(&sb, "- %s: %s\n", w.id, w.title)
+		}
+	}
+	var errs []string
+	for _, r := range b.runs {
+		if n := r.errorCount(); n > 0 {
+			errs = append(errs, fmt.Sprintf("- %s %s %s rep %d: %d of %d attempts failed (%.2f%%): %v; e.g. %q",
+				r.Workload, r.Storage, r.System, r.Rep, n, r.Attempts, 100*r.ErrorRate, r.Errors, r.ErrorSamples))
+		}
+	}
+	if len(errs) > 0 {
+		sb.WriteString("\nClient errors (every one counted; a rate over 1% flags the workload's first row):\n\n")
+		sb.WriteString(strings.Join(errs, "\n") + "\n")
+	}
+	if len(b.notes) > 0 {
+		sb.WriteString("\nNotes:\n\n")
+		for _, n := range b.notes {
+			fmt.Fprintf(&sb, "- %s\n", n)
+		}
+	}
+	fmt.Fprintf(&sb, "\nElapsed: %s; load average at the end %s.\n", elapsed.Round(time.Second), loadAvg())
+	return sb.String()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// report writes results.md, results.json and results.svg to the out
+// directory and the Markdown to w.
+func (b *bench) report(w io.Writer, elapsed time.Duration) error {
+	rows := b.rows()
+	md := b.markdown(rows, elapsed)
+	if _, err := io.WriteString(w, md); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.cfg.out, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(map[string]any{
+		"machine": b.machine, "settings": b.settings(), "elapsed_s": elapsed.Seconds(),
+		"rows": rows, "runs": b.runs, "notes": b.notes,
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.cfg.out, "results.json"), raw, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.cfg.out, "results.svg"), []byte(b.chart(rows)), 0o644)
+}
+
+func (b *bench) settings() map[string]any {
+	var st []string
+	for _, s := range b.cfg.storages {
+		st = append(st, s.String())
+	}
+	c := b.cfg
+	return map[string]any{"reps": c.reps, "window_s": c.window.Seconds(), "warmup_s": c.warmup.Seconds(),
+		"names": c.names, "drains": c.drains, "workloads": c.only, "storage": st, "systems": c.systems,
+		"churn_cap_s": c.churnCap.Seconds(), "churn_stall_s": c.churnStall.Seconds(), "churn_clients": churnClients}
+}

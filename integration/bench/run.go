@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+)
+
+// bench is one run of the harness: its settings, what it measured, and
+// what did not work.
+type bench struct {
+	cfg     config
+	machine machine
+	runs    []*runResult
+	// notes are what the reader must know besides the numbers: a system
+	// that did not run, a cluster that failed.
+	notes []string
+}
+
+// machine describes where the numbers come from.
+type machine struct {
+	NProc       int    `json:"nproc"`
+	CPU         string `json:"cpu"`
+	Go          string `json:"go"`
+	Etcd        string `json:"etcd,omitempty"`
+	EtcdClient  string `json:"etcd_client"`
+	SluiceBuild string `json:"sluice"`
+	// LoadAvg is /proc/loadavg at the start: other work on the machine
+	// shows in the numbers.
+	LoadAvg string `json:"loadavg"`
+}
+
+func (b *bench) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.notes = append(b.notes, msg)
+	logf("%s", msg)
+}
+
+// run measures what cfg selects and writes the report; stdout gets the
+// machine, the table and the elapsed time.
+func run(ctx context.Context, cfg config, stdout io.Writer) error {
+	start := time.Now()
+	b := &bench{cfg: cfg}
+	logDir := filepath.Join(cfg.out, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	profileDir := ""
+	if cfg.profile {
+		profileDir = cfg.out
+	}
+	binDir, err := os.MkdirTemp("", "bench-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+	logf("building sluice")
+	bin, root, err := buildSluice(ctx, binDir)
+	if err != nil {
+		return err
+	}
+	b.machine = describeMachine(ctx, root)
+
+	etcdBin := ""
+	if slices.Contains(cfg.systems, "etcd") {
+		if etcdBin, err = findEtcd(ctx); err != nil {
+			b.note("etcd is not run: %v; sluice runs alone", err)
+		} else {
+			b.machine.Etcd = etcdVersion(ctx, etcdBin)
+		}
+	}
+	logf("%s", b.machine.line())
+
+	for _, st := range cfg.storages {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := b.runStorage(ctx, st, bin, etcdBin, logDir, profileDir); err != nil {
+			return err
+		}
+	}
+	elapsed := time.Since(start)
+	if err := b.report(stdout, elapsed); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted after %s; the report has what was measured", elapsed.Round(time.Second))
+	}
+	return nil
+}
+
+// runStorage starts the systems' clusters in one storage mode, runs the
+// workloads on them and stops them (also when ctx ends).
+func (b *bench) runStorage(ctx context.Context, st storage, sluiceBin, etcdBin, logDir, profileDir string) error {
+	var systems []system
+	defer func() {
+		for _, s := range systems {
+			logf("stopping %s %s", s.name(), st)
+			s.stop()
+		}
+	}()
+	for _, name := range b.cfg.systems {
+		logf("starting %s %s", name, st)
+		var s system
+		var err error
+		switch {
+		case name == "sluice":
+			s, err = startSluice(ctx, sluiceBin, st, logDir, profileDir)
+		case etcdBin != "":
+			s, err = startEtcd(ctx, etcdBin, st, logDir)
+		default:
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			b.note("%s %s did not start: %v", name, st, err)
+			continue
+		}
+		systems = append(systems, s)
+	}
+	for rep := range b.cfg.reps {
+		// Interleaved, the first system alternating by repetition, so
+		// that neither always runs on a fresher machine.
+		order := slices.Clone(systems)
+		if rep%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, w := range workloads() {
+			if w.id == "churn" || !slices.Contains(b.cfg.only, w.id) {
+				continue
+			}
+			for _, s := range order {
+				b.measure(ctx, w, s, st, rep)
+				if ctx.Err() != nil {
+					return nil
+				}
+			}
+		}
+	}
+	// The churn runs once per system and storage, last: it is long, and it
+	// leaves many names behind in the servers.
+	if slices.Contains(b.cfg.only, "churn") {
+		order := slices.Clone(systems)
+		if st == memory {
+			slices.Reverse(order)
+		}
+		for _, s := range order {
+			b.measure(ctx, workloads()[len(workloads())-1], s, st, 0)
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// measure runs workload w once on s and records the result.
+func (b *bench) measure(ctx context.Context, w workload, s system, st storage, rep int) {
+	prefix := fmt.Sprintf("/bench/%s/r%d/%s", st, rep+1, w.id)
+	r, err := w.run(ctx, b, s, prefix)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		b.note("%s %s %s rep %d did not run: %v", w.id, s.name(), st, rep+1, err)
+		return
+	}
+	r.System, r.Storage, r.Workload, r.Rep = s.name(), st.String(), w.id, rep+1
+	b.runs = append(b.runs, r)
+	logf("%s", r.line())
+}
+
+// line is a progress line for the run.
+func (r *runResult) line() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s %s rep %d %s:", r.Storage, r.Workload, r.Rep, r.System)
+	if len(r.Drains) == 0 {
+		fmt.Fprintf(&sb, " %.0f/s", r.Rate)
+	}
+	if r.Acquire != nil {
+		fmt.Fprintf(&sb, ", acquire p50 %.2f ms p99 %.2f ms", r.Acquire.P50, r.Acquire.P99)
+	}
+	if len(r.PerClient) > 1 {
+		fmt.Fprintf(&sb, ", fairness %.2f", r.Fairness)
+	}
+	if len(r.Drains) > 0 {
+		var worst float64
+		for _, d := range r.Drains {
+			worst = max(worst, d.AfterLastReleaseMS)
+		}
+		fmt.Fprintf(&sb, " %d drains, writer grant at most %.2f ms after the last reader release", len(r.Drains), worst)
+	}
+	if c := r.Churn; c != nil {
+		fmt.Fprintf(&sb, ", %d of %d names in %.1f s (stalled %v, capped %v)", c.Done, c.Names, c.Seconds, c.Stalled, c.Capped)
+	}
+	if n := r.errorCount(); n > 0 {
+		fmt.Fprintf(&sb, ", %d errors (%.2f%%): %v", n, 100*r.ErrorRate, r.Errors)
+	}
+	if len(r.Refused) > 0 {
+		fmt.Fprintf(&sb, ", refused %v", r.Refused)
+	}
+	return sb.String()
+}
+
+// describeMachine gathers the machine's description; root is the sluice
+// checkout.
+func describeMachine(ctx context.Context, root string) machine {
+	m := machine{NProc: runtime.NumCPU(), Go: runtime.Version(), CPU: cpuModel(), EtcdClient: "unknown", SluiceBuild: "unknown"}
+	m.LoadAvg = loadAvg()
+	if out, err := exec.CommandContext(ctx, "git", "-C", root, "describe", "--always", "--dirty", "--tags").Output(); err == nil {
+		m.SluiceBuild = strings.TrimSpace(string(out))
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "go.etcd.io/etcd/client/v3" {
+				m.EtcdClient = d.Version
+			}
+		}
+	}
+	return m
+}
+
+// loadAvg is the 1, 5 and 15 minute load average.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(b)); len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func (m machine) line() string {
+	etcd := m.Etcd
+	if etcd == "" {
+		etcd = "not run"
+	}
+	return fmt.Sprintf("Machine: %d CPUs (%s), load average %s at the start, %s, etcd server %s (client go.etcd.io/etcd/client/v3 %s), sluice %s",
+		m.NProc, m.CPU, m.LoadAvg, m.Go, etcd, m.EtcdClient, m.SluiceBuild)
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/client"
+)
+
+// release gives a lock back.
+type release func(context.Context) error
+
+// locker is one benchmark client of a system.
+type locker interface {
+	// lock takes name exclusively, waiting for it.
+	lock(ctx context.Context, name string) (release, error)
+	// read takes name shared: sluice's is a try, answered at once and
+	// maybe refused (timedout, draining); etcd's waits.
+	read(ctx context.Context, name string) (release, error)
+	// write takes name as a draining writer: it waits for the readers in
+	// and turns later ones away (or makes them wait) meanwhile.
+	write(ctx context.Context, name string) (release, error)
+	// abort ends the calls in flight that no context reaches.
+	abort()
+	close() error
+}
+
+// system is a running cluster of one of the compared systems.
+type system interface {
+	name() string
+	// lockers makes n clients spread round-robin over the members; ctx
+	// bounds everything they do.
+	lockers(ctx context.Context, n int) ([]locker, error)
+	memory() []memberRSS
+	stop()
+}
+
+// memberRSS is one server's resident set.
+type memberRSS struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+	Err   string `json:"error,omitempty"`
+}
+
+func rssOf(procs []*process) []memberRSS {
+	var out []memberRSS
+	for _, p := range procs {
+		m := memberRSS{Name: p.name}
+		b, err := p.rssBytes()
+		if err != nil {
+			m.Err = err.Error()
+		}
+		m.Bytes = b
+		out = append(out, m)
+	}
+	return out
+}
+
+// stopGrace is how long the calls in flight at a window's end may take
+// to finish before they are cancelled (and counted as errors).
+const stopGrace = 10 * time.Second
+
+// retryPause is how long a refused reader waits before it asks again,
+// and a client after an error (so a failing system is not spun on).
+const (
+	retryPause = time.Millisecond
+	errorPause = 10 * time.Millisecond
+)
+
+// refusal names a try's refusal ("timedout", "draining"), or "" when
+// err is none: refusals are answers, not errors.
+func refusal(err error) string {
+	switch {
+	case errors.Is(err, semaphore.ErrDraining):
+		return "draining"
+	case errors.Is(err, semaphore.ErrTimedOut):
+		return "timedout"
+	}
+	return ""
+}
+
+// errorKind is what an error is counted as: the sluice API's code, a
+// cancellation at the run's end, or the error's own text (etcd's).
+func errorKind(err error) string {
+	var ae *client.APIError
+	switch {
+	case errors.As(err, &ae) && ae.Code != "":
+		return ae.Code
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	s := err.Error()
+	if len(s) > 80 {
+		s = s[:80]
+	}
+	return s
+}
+
+// tally counts what one client did during a run; each client has its
+// own, merged at the end, so the loops share no lock.
+type tally struct {
+	cycles   int             // completed in the window
+	acquire  []time.Duration // of the grants in the window
+	attempts int             // over the whole run, warm-up included
+	errors   map[string]int  // likewise
+	samples  []string        // a few error messages
+	refused  map[string]int  // tries refused, by reason
+}
+
+func (t *tally) fail(err error) {
+	if t.errors == nil {
+		t.errors = map[string]int{}
+	}
+	t.errors[errorKind(err)]++
+	if len(t.samples) < 3 {
+		t.samples = append(t.samples, err.Error())
+	}
+}
+
+func (t *tally) refuse(reason string) {
+	if t.refused == nil {
+		t.refused = map[string]int{}
+	}
+	t.refused[reason]++
+}
+
+// window is the part of a run that counts: after the warm-up.
+type window struct{ start, end time.Time }
+
+func (w window) has(t time.Time) bool { return !t.Before(w.start) && t.Before(w.end) }
+
+// cycleOp is one client's acquire for the loop workloads.
+type cycleOp func(ctx context.Context, l locker, i int) (release, error)
+
+// runCycles has every locker repeat acquire then release until the
+// window ends; a cycle counts in the window when its release returns in
+// it, its acquire latency when its grant does. With tries, op is a try:
+// its refusals are counted apart and asked again after retryPause.
+func runCycles(ctx context.Context, ls []locker, warmup, length time.Duration, op cycleOp, tries bool) (window, []tally) {
+	now := time.Now()
+	win := window{start: now.Add(warmup), end: now.Add(warmup + length)}
+	soft, cancelSoft := context.WithDeadline(ctx, win.end)
+	defer cancelSoft()
+	hard, cancelHard := context.WithDeadline(ctx, win.end.Add(stopGrace))
+	defer cancelHard()
+	tallies := make([]tally, len(ls))
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			t := &tallies[i]
+			for soft.Err() == nil {
+				t.attempts++
+				start := time.Now()
+				rel, err := op(hard, l, i)
+				granted := time.Now()
+				if err != nil {
+					if r := refusal(err); r != "" && tries {
+						t.refuse(r)
+						pause(soft, retryPause)
+						continue
+					}
+					t.fail(err)
+					pause(soft, errorPause)
+					continue
+				}
+				if err := rel(hard); err != nil {
+					t.fail(fmt.Errorf("release: %w", err))
+					continue
+				}
+				if win.has(granted) {
+					t.acquire = append(t.acquire, granted.Sub(start))
+				}
+				if win.has(time.Now()) {
+					t.cycles++
+				}
+			}
+		})
+	}
+	waitOrAbort(hard, &wg, ls)
+	return win, tallies
+}
+
+// waitOrAbort waits for the clients' loops; when hard ends first, it
+// aborts the lockers so that calls no context reaches end too.
+func waitOrAbort(hard context.Context, wg *sync.WaitGroup, ls []locker) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-hard.Done():
+		for _, l := range ls {
+			l.abort()
+		}
+		<-done
+	}
+}
+
+// pause sleeps d, or less when ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// workload is one of the measured workloads.
+type workload struct {
+	id    string // W1 ... W5, churn
+	title string // for the table's legend
+	// run measures on sys; prefix keeps its names apart from every
+	// other run's.
+	run func(ctx context.Context, b *bench, sys system, prefix string) (*runResult, error)
+}
+
+// loopWorkload is a workload of acquire/release loops with clients
+// clients; op gives client i's acquire, a try when tries.
+func loopWorkload(id, title string, clients int, tries bool, op func(prefix string) cycleOp) workload {
+	return workload{id: id, title: title,
+		run: func(ctx context.Context, b *bench, sys system, prefix string) (*runResult, error) {
+			lctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			ls, err := sys.lockers(lctx, clients)
+			if err != nil {
+				return nil, fmt.Errorf("%s clients: %w", sys.name(), err)
+			}
+			win, tallies := runCycles(ctx, ls, b.cfg.warmup, b.cfg.window, op(prefix), tries)
+			closeAll(ls)
+			return summarize(win, tallies), nil
+		}}
+}
+
+// closeAll closes the lockers; a failure to clean up is logged, not
+// counted: the measurement is over.
+func closeAll(ls []locker) {
+	for _, l := range ls {
+		if err := l.close(); err != nil {
+			logf("closing a client: %v", err)
+		}
+	}
+}
+
+// workloads are the measured workloads, in the order they run.
+func workloads() []workload {
+	return []workload{
+		loopWorkload("W1", "1 client, exclusive lock+unlock of one name", 1, false, func(p string) cycleOp {
+			return func(ctx context.Context, l locker, _ int) (release, error) { return l.lock(ctx, p+"/one") }
+		}),
+		loopWorkload("W2", "16 clients, exclusive lock+unlock of one name", 16, false, func(p string) cycleOp {
+			return func(ctx context.Context, l locker, _ int) (release, error) { return l.lock(ctx, p+"/one") }
+		}),
+		loopWorkload("W3", "64 clients, exclusive lock+unlock, a name each", 64, false, func(p string) cycleOp {
+			return func(ctx context.Context, l locker, i int) (release, error) {
+				return l.lock(ctx, fmt.Sprintf("%s/%02d", p, i))
+			}
+		}),
+		loopWorkload("W4", "64 clients, READ_ONLY try+release of one name (etcd: RWMutex RLock, which waits)", 64, true, func(p string) cycleOp {
+			return func(ctx context.Context, l locker, _ int) (release, error) { return l.read(ctx, p+"/one") }
+		}),
+		{id: "W5", title: fmt.Sprintf("drain: %d readers cycling (%s holds), a READ_WRITE_PRIORITY writer holding %s",
+			drainReaders, readerHold, writerHold), run: runDrain},
+		{id: "churn", title: fmt.Sprintf("%d clients, exclusive lock+release of distinct names", churnClients), run: runChurn},
+	}
+}
