@@ -29,14 +29,19 @@ type benchCluster struct {
 	// msgs and writes count what was delivered and persisted; events
 	// collects what the nodes told their clients since the last expect.
 	msgs, writes int
-	events       []core.Event
+	// rounds counts the delivery rounds settle ran: sequential message
+	// hops, the latency a cycle would have on a real network.
+	rounds int
+	// grantedAt is the round of the last grant handed out.
+	grantedAt int
+	events    []core.Event
 	// tombs and deletes count each node's WriteTomb and WriteDelete.
 	tombs, deletes []int
 	// tap, if set, sees every message as it is delivered.
 	tap func(wire.Message)
 }
 
-func newBenchCluster(b *testing.B, disks bool, admit core.Admit) *benchCluster {
+func newBenchCluster(b testing.TB, disks bool, admit core.Admit) *benchCluster {
 	b.Helper()
 	view := wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}
 	c := &benchCluster{touched: make([]bool, 3), tombs: make([]int, 3), deletes: make([]int, 3)}
@@ -73,12 +78,17 @@ func (c *benchCluster) handle(i int) {
 		}
 		c.next = append(c.next, rd.Messages...)
 		c.events = append(c.events, rd.Events...)
+		for _, e := range rd.Events {
+			if e.Kind == core.EventGranted {
+				c.grantedAt = c.rounds
+			}
+		}
 		n.Advance()
 	}
 }
 
 // settle delivers messages until none is in flight.
-func (c *benchCluster) settle(b *testing.B) {
+func (c *benchCluster) settle(b testing.TB) {
 	b.Helper()
 	for i := range c.nodes {
 		c.handle(i)
@@ -98,6 +108,7 @@ func (c *benchCluster) settle(b *testing.B) {
 			c.touched[m.To-1] = true
 		}
 		c.msgs += len(c.cur)
+		c.rounds++
 		for i := range c.nodes {
 			if c.touched[i] {
 				c.touched[i] = false
@@ -108,7 +119,7 @@ func (c *benchCluster) settle(b *testing.B) {
 }
 
 // tick advances every node by one tick and settles.
-func (c *benchCluster) tick(b *testing.B) {
+func (c *benchCluster) tick(b testing.TB) {
 	b.Helper()
 	for i, n := range c.nodes {
 		n.Tick()
@@ -119,7 +130,7 @@ func (c *benchCluster) tick(b *testing.B) {
 
 // expect fails unless an event of kind for req (without a failure code)
 // came since the last expect, and forgets the events.
-func (c *benchCluster) expect(b *testing.B, kind core.EventKind, req wire.RequestID) {
+func (c *benchCluster) expect(b testing.TB, kind core.EventKind, req wire.RequestID) {
 	b.Helper()
 	for _, e := range c.events {
 		if e.Req == req && e.Kind == kind && e.Code == wire.CodeNone {
@@ -131,7 +142,7 @@ func (c *benchCluster) expect(b *testing.B, kind core.EventKind, req wire.Reques
 }
 
 // acquire proposes a on node (1-based) and returns its handle.
-func (c *benchCluster) acquire(b *testing.B, node int, a core.Acquire) wire.RequestID {
+func (c *benchCluster) acquire(b testing.TB, node int, a core.Acquire) wire.RequestID {
 	b.Helper()
 	id, err := c.nodes[node-1].Acquire(a)
 	if err != nil {
@@ -140,7 +151,7 @@ func (c *benchCluster) acquire(b *testing.B, node int, a core.Acquire) wire.Requ
 	return id
 }
 
-func (c *benchCluster) release(b *testing.B, node int, id wire.RequestID) {
+func (c *benchCluster) release(b testing.TB, node int, id wire.RequestID) {
 	b.Helper()
 	if err := c.nodes[node-1].Release(id); err != nil {
 		b.Fatal(err)
@@ -192,11 +203,13 @@ func BenchmarkLockCycle(b *testing.B) {
 // messages and writes per cycle.
 func (c *benchCluster) cycles(b *testing.B, a core.Acquire) {
 	msgs, writes := c.msgs, c.writes
-	cycles := 0
+	cycles, grantRounds := 0, 0
 	b.ReportAllocs()
 	for b.Loop() {
 		id := c.acquire(b, 1, a)
+		before := c.rounds
 		c.settle(b)
+		grantRounds += c.grantedAt - before
 		c.expect(b, core.EventGranted, id)
 		c.release(b, 1, id)
 		c.settle(b)
@@ -207,6 +220,7 @@ func (c *benchCluster) cycles(b *testing.B, a core.Acquire) {
 	}
 	b.ReportMetric(float64(c.msgs-msgs)/float64(cycles), "msgs/op")
 	b.ReportMetric(float64(c.writes-writes)/float64(cycles), "writes/op")
+	b.ReportMetric(float64(grantRounds)/float64(cycles), "grant-rounds/op")
 }
 
 // BenchmarkReadersOneName: 63 READ_ONLY leases held on one name, spread
@@ -272,27 +286,8 @@ func idleLeader(b *testing.B, names int, live bool) *core.Node {
 	if live {
 		a.Duration = 1 << 30
 	}
-	const batch = 1000
-	ids := make([]wire.RequestID, 0, batch)
-	for start := 0; start < names; start += batch {
-		ids = ids[:0]
-		for i := start; i < min(start+batch, names); i++ {
-			a.Name = fmt.Sprintf("/site/%07d", i)
-			ids = append(ids, c.acquire(b, i%3+1, a))
-		}
-		c.settle(b)
-		if done := countEvents(c.events, core.EventGranted); done != len(ids) {
-			b.Fatalf("%d of %d granted", done, len(ids))
-		}
-		c.events = c.events[:0]
-		for i, id := range ids {
-			c.release(b, (start+i)%3+1, id)
-		}
-		c.settle(b)
-		if done := countEvents(c.events, core.EventReleased); done != len(ids) {
-			b.Fatalf("%d of %d released", done, len(ids))
-		}
-		c.events = c.events[:0]
+	for start := 0; start < names; start += 1000 {
+		c.lockBatch(b, a, start, min(start+1000, names))
 	}
 	for ticks := 0; !live && c.deletes[0] < names && ticks < housekeepTicks; ticks++ {
 		c.tick(b)
@@ -310,6 +305,31 @@ func idleLeader(b *testing.B, names int, live bool) *core.Node {
 		b.Fatal("the leader is not idle")
 	}
 	return n
+}
+
+// lockBatch locks names /site/<from> to /site/<to-1> with a through
+// masters on all three nodes, each to its grant, then releases them, each to
+// its release.
+func (c *benchCluster) lockBatch(tb testing.TB, a core.Acquire, from, to int) {
+	tb.Helper()
+	ids := make([]wire.RequestID, 0, to-from)
+	for i := from; i < to; i++ {
+		a.Name = fmt.Sprintf("/site/%07d", i)
+		ids = append(ids, c.acquire(tb, i%3+1, a))
+	}
+	c.settle(tb)
+	if done := countEvents(c.events, core.EventGranted); done != len(ids) {
+		tb.Fatalf("%d of %d granted", done, len(ids))
+	}
+	c.events = c.events[:0]
+	for i, id := range ids {
+		c.release(tb, (from+i)%3+1, id)
+	}
+	c.settle(tb)
+	if done := countEvents(c.events, core.EventReleased); done != len(ids) {
+		tb.Fatalf("%d of %d released", done, len(ids))
+	}
+	c.events = c.events[:0]
 }
 
 func countEvents(events []core.Event, kind core.EventKind) int {

@@ -60,6 +60,10 @@ type Config struct {
 	// of sending it from memory. Both send the same table: every change is
 	// durable before anything resting on it leaves the node.
 	SnapshotsFromStore bool
+	// CheckTimers makes every tick also walk all requests and count in
+	// Stats.MissedTimers those whose timers were due but not armed. It costs
+	// a tick O(requests), which the timer heap exists to avoid: tests only.
+	CheckTimers bool
 	// Mutant deliberately breaks the core. Only the mutation tests set it,
 	// to prove that the simulator catches broken variants. Never set it.
 	Mutant Mutant
@@ -130,6 +134,12 @@ const (
 	// its high-water mark in the floor, so the name's next fencing token
 	// may be below an earlier one.
 	MutantForgetMarks
+	// MutantUncheckedTicketReports: a master decides on any report that
+	// echoes its ADD_TICKET's watch, without checking that the report lists
+	// its ticket: one made before the replica took the ticket (another
+	// request of the master watching the name) may lack a request that
+	// read a lower mark there.
+	MutantUncheckedTicketReports
 )
 
 func (c *Config) withDefaults() (Config, error) {

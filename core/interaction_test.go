@@ -100,6 +100,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			for i, n := range h.nodes {
 				if n.core != nil && (!d.HasArg("node") || h.nodeArg(t, d) == i+1) {
 					n.core.Tick()
+					if missed := n.core.Stats().MissedTimers; missed > 0 {
+						d.Fatalf(t, "node %d: %d requests' timers were due but not armed", i+1, missed)
+					}
 					h.ready(i + 1)
 				}
 			}
@@ -191,7 +194,8 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	for i := range size {
 		peers = append(peers, wire.NodeID(i+1))
 	}
-	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant}
+	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant,
+		CheckTimers: true}
 	if strArg(d, "admit", "") == "semaphore" {
 		h.cfg.Admit = semaphore.Admit
 	}

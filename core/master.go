@@ -33,6 +33,9 @@ type request struct {
 	start  int64 // tick of the Acquire call
 	dead   int64 // obtain deadline
 	sentAt int64 // last send of the current phase's messages
+	// timerAt: the tick its timers are armed for in Node.timers (0: none);
+	// no later than the first tick at which masterTick acts on it.
+	timerAt int64
 	// acks of the current phase, by leader; in phaseEnter the value is the
 	// leader's incarnation.
 	acks    map[wire.NodeID]uint32
@@ -70,6 +73,12 @@ type waiting struct {
 	// retryAt: when the policy asked to be asked again (0: not asked).
 	retryAt  int64
 	watchSeq uint64
+	// addSeq is the watch sequence the current ADD_TICKET carries: a
+	// replica that takes the ticket watches the name for us from then on,
+	// so the reports that decide the grant come with the acks, a round
+	// before the ones answering the wait's watch (see fresh). firstWatch
+	// is the wait's first watchSeq; an activation or a retry moves past it.
+	addSeq, firstWatch uint64
 	// firstSeen: the replicas whose first report made after the ticket was
 	// durable has been read; first: those reports. Once firstSeen is a
 	// quorum, a request in none of them entered its doorway after our
@@ -128,8 +137,17 @@ type report struct {
 
 // has reports whether the report lists req.
 func (rep *report) has(req wire.RequestID) bool {
-	_, ok := slices.BinarySearchFunc(rep.entries, req, func(e wire.Entry, id wire.RequestID) int { return e.Req.Compare(id) })
+	_, ok := rep.entry(req)
 	return ok
+}
+
+// entry is req's entry in the report.
+func (rep *report) entry(req wire.RequestID) (wire.Entry, bool) {
+	i, ok := slices.BinarySearchFunc(rep.entries, req, func(e wire.Entry, id wire.RequestID) int { return e.Req.Compare(id) })
+	if !ok {
+		return wire.Entry{}, false
+	}
+	return rep.entries[i], true
 }
 
 // relevant reports whether req was in one of r's first reports.
@@ -146,6 +164,7 @@ type masterName struct {
 	reports map[wire.NodeID]*report
 	waiters map[wire.RequestID]*request // this node's requests in phaseWait on the name, by wire id
 	count   int                         // requests of this node on the name, in any phase
+	adding  int                         // of those, in phaseAddTicket: their tickets watch the name too
 	// merges caches the merge of each set of fresh reports asked for.
 	// Reports make every waiter of the name decide again: those that see
 	// the same reports share one merge instead of each merging and sorting
@@ -253,12 +272,13 @@ func (n *Node) startEnter(r *request) {
 
 // sendPhase sends the current phase's message to every leader skip allows.
 func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
+	n.arm(r)
 	m := wire.Message{Name: r.a.Name, Req: r.id, Mode: r.a.Mode, Lifetime: n.lifetime(r)}
 	switch r.phase {
 	case phaseEnter:
 		m.Kind = wire.KindEnter
 	case phaseAddTicket:
-		m.Kind, m.Ticket = wire.KindAddTicket, r.ticket
+		m.Kind, m.Ticket, m.WatchSeq = wire.KindAddTicket, r.ticket, r.addSeq
 		for _, l := range sortedNodes(r.enterInc) {
 			if !r.rejects[l] && !r.tooLow[l] && (skip == nil || !skip(l)) {
 				m.To, m.Incarnation = l, r.enterInc[l]
@@ -335,7 +355,8 @@ func (n *Node) masterStep(m wire.Message) {
 // every number). Reading early is safe because a replica refuses a number
 // not above its mark (onAddTicket): a request that is not in a waiter's
 // first reports set its flag, and so sends its number, only after the
-// waiter's ticket was durable at a quorum, which its own quorum meets.
+// waiter's ticket was taken by the replica of those reports that its own
+// quorum meets (see fresh), and read there a mark at least as high.
 func (n *Node) onEnterAck(r *request, m wire.Message) {
 	if m.Reject {
 		n.fail(r, m.Code)
@@ -348,6 +369,9 @@ func (n *Node) onEnterAck(r *request, m wire.Message) {
 		r.ticket = r.max + 1
 		r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
 		r.phase, r.sentAt, r.resends = phaseAddTicket, n.now, 0
+		n.watchCounter++
+		r.addSeq = n.watchCounter
+		n.mnames[r.a.Name].adding++
 		n.sendPhase(r, nil)
 	}
 }
@@ -414,6 +438,7 @@ func (n *Node) onRenewAck(r *request, m wire.Message) {
 	r.renew.acks[m.From] = true
 	if len(r.renew.acks) >= n.quorum() {
 		r.leaseStart, r.unlocking = r.renew.start, false
+		n.arm(r)
 		ttl := r.a.Duration
 		if n.cfg.Mutant&MutantRenewFromDecision != 0 {
 			ttl += n.now - r.renew.start // the old formula: counted from the confirmation
@@ -452,6 +477,8 @@ func (n *Node) checkTicketQuorum(r *request) {
 		r.raises++
 		r.ticket = r.max + 1 + raiseSpread(r.id, r.raises)
 		r.acks, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}
+		n.watchCounter++
+		r.addSeq = n.watchCounter
 		r.sentAt, r.resends = n.now, 0
 		n.sendPhase(r, nil)
 		return
@@ -485,8 +512,10 @@ func raiseSpread(id wire.RequestID, raises uint64) uint64 {
 }
 
 func (n *Node) startWait(r *request) {
+	n.mnames[r.a.Name].adding--
 	n.watchCounter++
 	r.phase, r.sentAt, r.watchSeq = phaseWait, n.now, n.watchCounter
+	r.firstWatch = r.watchSeq
 	r.acks = nil
 	r.firstSeen, r.first = map[wire.NodeID]bool{}, nil
 	n.masterName(r.a.Name).waiters[r.id] = r
@@ -536,6 +565,25 @@ func (n *Node) decideReported() {
 // With a thousand waiters on a name, each decision must cost little more
 // than the policy's own look at the table: reports are searched, not
 // scanned, and merged once for all.
+// fresh reports whether rep may decide r: it answers r's watch, or, until
+// an activation or a retry asks for newer ones, it lists r's ticket as
+// proposed, so the replica made it after it took the ticket (the watch
+// ADD_TICKET carries). Either way a request missing from it entered its
+// doorway there after our ticket, and read a mark at least as high.
+func (n *Node) fresh(r *request, rep *report) bool {
+	if rep.echo >= r.watchSeq || n.cfg.Mutant&MutantStaleReports != 0 {
+		return true
+	}
+	if r.watchSeq != r.firstWatch || rep.echo < r.addSeq {
+		return false
+	}
+	if n.cfg.Mutant&MutantUncheckedTicketReports != 0 {
+		return true
+	}
+	e, ok := rep.entry(r.id)
+	return ok && e.Ticket == r.ticket
+}
+
 func (n *Node) evaluate(r *request) {
 	mn := n.mnames[r.a.Name]
 	fresh, own := 0, 0
@@ -543,7 +591,7 @@ func (n *Node) evaluate(r *request) {
 	from := make([]*report, 0, len(n.cfg.View.Leaders))
 	for _, l := range n.cfg.View.Leaders {
 		rep := mn.reports[l]
-		if rep == nil || rep.echo < r.watchSeq && n.cfg.Mutant&MutantStaleReports == 0 {
+		if rep == nil || !n.fresh(r, rep) {
 			continue
 		}
 		fresh++
@@ -614,6 +662,7 @@ func (n *Node) decide(r *request, d Decision) {
 	}
 	if !d.Grant && d.Refuse == wire.CodeNone && d.RetryIn > 0 {
 		r.retryAt = n.now + d.RetryIn
+		n.arm(r)
 	}
 }
 
@@ -631,6 +680,7 @@ func (n *Node) startConfirm(r *request) {
 
 func (n *Node) sendConfirm(r *request) {
 	r.confirm.sentAt = n.now
+	n.arm(r)
 	n.toLeaders(wire.Message{Kind: wire.KindConfirm, Name: r.a.Name, Req: r.id, Ticket: r.ticket},
 		func(l wire.NodeID) bool { return r.confirm.acks[l] || r.confirm.rejects[l] })
 }
@@ -642,6 +692,7 @@ func (n *Node) sendMark(r *request, active bool, skip func(wire.NodeID) bool) {
 		r.activating, r.activated, r.marked = active, false, true
 		r.actAcks, r.actSentAt = map[wire.NodeID]bool{}, n.now
 		r.actRound++
+		n.arm(r)
 	}
 	n.toLeaders(wire.Message{Kind: wire.KindActivate, Name: r.a.Name, Req: r.id, Reject: !active, Round: r.actRound}, skip)
 }
@@ -655,13 +706,19 @@ func (n *Node) onActivated(r *request) {
 	n.sendPhase(r, nil)
 }
 
+// leaveWait: r no longer watches its name, as a waiter or by its ticket.
+// The last to leave stops the watch.
 func (n *Node) leaveWait(r *request) {
-	if r.phase != phaseWait {
+	mn := n.mnames[r.a.Name]
+	switch r.phase {
+	case phaseWait:
+		delete(mn.waiters, r.id)
+	case phaseAddTicket:
+		mn.adding--
+	default:
 		return
 	}
-	mn := n.mnames[r.a.Name]
-	delete(mn.waiters, r.id)
-	if len(mn.waiters) == 0 {
+	if len(mn.waiters) == 0 && mn.adding == 0 {
 		n.watchCounter++
 		n.toLeaders(wire.Message{Kind: wire.KindUnwatch, Name: r.a.Name, WatchSeq: n.watchCounter}, nil)
 		clear(mn.reports)
@@ -672,6 +729,7 @@ func (n *Node) leaveWait(r *request) {
 func (n *Node) grant(r *request) {
 	n.leaveWait(r)
 	r.phase, r.leaseStart = phaseHeld, n.now
+	n.arm(r)
 	n.stats.Granted++
 	n.emit(r, Event{Kind: EventGranted, Elapsed: n.now - r.start, Duration: r.a.Duration, TTL: n.now - r.start + r.a.Duration})
 }
@@ -744,7 +802,8 @@ func (n *Node) masterTick() {
 			delete(n.former, id)
 		}
 	}
-	for _, id := range sortedReqs(n.reqs) {
+	due := n.dueTimers()
+	for _, id := range due {
 		r := n.reqs[id]
 		if r == nil {
 			continue
@@ -764,6 +823,9 @@ func (n *Node) masterTick() {
 				r.sentAt = n.now
 				n.sendPhase(r, n.notAcked(r))
 			}
+		}
+		if n.reqs[id] == r {
+			n.arm(r)
 		}
 	}
 }
@@ -838,6 +900,7 @@ func (n *Node) tickHeld(r *request) {
 
 func (n *Node) sendRenew(r *request, skip map[wire.NodeID]bool) {
 	r.renew.sentAt = n.now
+	n.arm(r)
 	n.toLeaders(wire.Message{Kind: wire.KindRenew, Name: r.a.Name, Req: r.id,
 		Lifetime: uint64(r.a.Duration + r.a.Grace)}, func(l wire.NodeID) bool { return skip[l] })
 }

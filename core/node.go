@@ -117,6 +117,9 @@ type Stats struct {
 	// RestoredDropped counts tickets restored from the store that fewer
 	// than a quorum of the view's leaders held (released while away).
 	RestoredDropped uint64
+	// MissedTimers counts requests whose timers were due at a tick but not
+	// armed (Config.CheckTimers only): a broken timer heap.
+	MissedTimers uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica
@@ -163,6 +166,7 @@ type Node struct {
 	// (KindFormer), by request, so this life can release them.
 	former  map[wire.RequestID]formerTicket
 	reqs    map[wire.RequestID]*request // by wire id
+	timers  timerHeap                   // requests' next timers (masterTick)
 	handles map[wire.RequestID]*request // by the handle Acquire returned
 	mnames  map[string]*masterName
 
@@ -259,6 +263,7 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	if len(n.cfg.View.Leaders) > 0 {
 		n.startEnter(r)
 	}
+	n.arm(r)
 	return r.id, nil
 }
 

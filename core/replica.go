@@ -208,6 +208,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 	switch {
 	case r != nil && r.entry.Ticket == m.Ticket:
 		// A duplicate: the ticket is durable already, or is in this Ready's Persist.
+		n.watchFromTicket(t, m)
 	case r == nil || r.entry.State != wire.StateChoosing ||
 		(m.Incarnation != n.cfg.Incarnation && n.cfg.Mutant&MutantStaleIncarnation == 0):
 		// The choosing flag this ticket rests on is not here, or was set
@@ -225,8 +226,18 @@ func (n *Node) onAddTicket(m wire.Message) {
 		if n.cfg.Mutant&MutantNotDurable == 0 {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 		}
+		n.watchFromTicket(t, m)
 	}
 	n.send(reply)
+}
+
+// watchFromTicket: a ticket taken is also a watch of the name by its
+// master (m.WatchSeq), so the report the grant may rest on leaves at this
+// Ready's flush, after the ack and with the ticket in it.
+func (n *Node) watchFromTicket(t *replicaName, m wire.Message) {
+	if m.WatchSeq > 0 {
+		n.watch(t, m.From, m.WatchSeq, int64(m.Lifetime))
+	}
 }
 
 // onConfirm marks a ticket held before its grant. Only a ticket still
@@ -246,19 +257,23 @@ func (n *Node) onConfirm(m wire.Message) {
 }
 
 func (n *Node) onWatch(m wire.Message) {
-	t := n.replicaName(m.Name)
-	w := t.watchers[m.From]
+	n.watch(n.replicaName(m.Name), m.From, m.WatchSeq, int64(m.Lifetime))
+}
+
+// watch has t pushed to master from for lifetime ticks, reports echoing seq.
+func (n *Node) watch(t *replicaName, from wire.NodeID, seq uint64, lifetime int64) {
+	w := t.watchers[from]
 	if w == nil {
 		w = &watcher{}
-		t.watchers[m.From] = w
+		t.watchers[from] = w
 	}
-	w.seq = max(w.seq, m.WatchSeq)
-	w.deadline = max(w.deadline, n.now+int64(m.Lifetime))
+	w.seq = max(w.seq, seq)
+	w.deadline = max(w.deadline, n.now+lifetime)
 	n.schedule(t, w.deadline)
 	// Answered at the flush, with every change of this batch: a master
 	// with many waiters on the name watches for each of them.
 	w.due = true
-	n.dirty.add(m.Name)
+	n.dirty.add(t.name)
 }
 
 func (n *Node) onRelease(m wire.Message) {

@@ -103,7 +103,10 @@ const (
 	// KindAddTicket (master → replica): store Ticket for Req durably (ADD_TICKET),
 	// only if the replica is still in Incarnation, the one that acked
 	// ENTERING, and Ticket is above the replica's high-water mark. The
-	// choosing flag stays set: the master may still raise the number.
+	// choosing flag stays set: the master may still raise the number. A
+	// replica that takes the ticket also watches Name for the master, as
+	// KindWatch with WatchSeq and Lifetime would, so a report with the
+	// ticket in it follows the ack.
 	KindAddTicket
 	// KindAddTicketAck: Ticket is on disk. With Reject, HighWater is the
 	// replica's when the ticket was too low (the master raises it), or 0

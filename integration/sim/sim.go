@@ -547,6 +547,10 @@ func (s *Sim) advanceClock(i int) {
 				n.elect.SetStoreAge(n.disk.age)
 			}
 			n.core.Tick()
+			if missed := n.core.Stats().MissedTimers; missed > 0 {
+				s.failf("node %d: %d requests' timers were due at tick %d but not armed", n.id, missed, s.tick)
+				return
+			}
 			n.ticks++
 			s.handle(i)
 		}
@@ -606,7 +610,7 @@ func (s *Sim) start(i int) {
 		admit = semaphore.Admit
 	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
-		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit}, n.disk.durable.Clone())
+		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, CheckTimers: true}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return
