@@ -88,6 +88,7 @@ func (n *Node) checkName(t *replicaName) {
 			delete(t.watchers, id)
 		}
 	}
+	t.compact()
 	if t.idle() {
 		n.forgetName(t)
 		return

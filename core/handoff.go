@@ -365,7 +365,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
 		if tb, ok := t.tombs[m.Req]; ok {
 			tb.held = true // an old leader's: it may have been held there
-			t.tombs[m.Req] = tb
+			t.putTomb(m.Req, tb)
 		}
 		return
 	}
@@ -396,7 +396,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	if r == nil {
 		// Taken over: a copy a release missed may come this way too.
 		r = &record{entry: wire.Entry{Req: m.Req, Mode: m.Mode}, since: n.now, restored: true}
-		t.recs[m.Req] = r
+		t.putRec(m.Req, r)
 		n.restoredNames.add(m.Name)
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
@@ -453,7 +453,8 @@ func (n *Node) adoptView(v wire.View) {
 			}
 			n.changed(t)
 		}
-		clear(t.watchers)
+		t.watchers = nil
+		t.compact()
 	}
 	n.startSync(v)
 	for _, name := range sortedKeys(n.mnames) {

@@ -60,13 +60,43 @@ type replicaName struct {
 	stored bool
 }
 
+// A name's maps are made at their first entry and dropped when emptied:
+// a name left with one tombstone, the common state of a busy churn, then
+// costs its tombstone only.
+
+func (t *replicaName) putRec(req wire.RequestID, r *record) {
+	if t.recs == nil {
+		t.recs = map[wire.RequestID]*record{}
+	}
+	t.recs[req] = r
+}
+
+func (t *replicaName) putTomb(req wire.RequestID, tb tomb) {
+	if t.tombs == nil {
+		t.tombs = map[wire.RequestID]tomb{}
+	}
+	t.tombs[req] = tb
+}
+
+// compact drops t's empty maps (a Go map keeps its memory when emptied).
+func (t *replicaName) compact() {
+	if len(t.recs) == 0 {
+		t.recs = nil
+	}
+	if len(t.tombs) == 0 {
+		t.tombs = nil
+	}
+	if len(t.watchers) == 0 {
+		t.watchers = nil
+	}
+}
+
 func (n *Node) replicaName(name string) *replicaName {
 	t := n.names[name]
 	if t == nil {
 		// A name made again starts from the floor: above every ticket
 		// it had before it was forgotten.
-		t = &replicaName{recs: map[wire.RequestID]*record{}, tombs: map[wire.RequestID]tomb{}, watchers: map[wire.NodeID]*watcher{},
-			name: name, highWater: n.floor, readerSeen: max(n.readerHorizon, n.readersForgotten[readerBucket(name)])}
+		t = &replicaName{name: name, highWater: n.floor, readerSeen: max(n.readerHorizon, n.readersForgotten[readerBucket(name)])}
 		n.names[name] = t
 		n.schedule(t, n.now) // forgotten at once if nothing comes of it
 	}
@@ -87,7 +117,7 @@ func (n *Node) restore(d *Durable) {
 		n.restoredNames.add(name)
 		for req, dt := range ts {
 			if dt.Entry.State == wire.StateReleased {
-				t.tombs[req] = tomb{until: n.now + dt.Lifetime, held: true}
+				t.putTomb(req, tomb{until: n.now + dt.Lifetime, held: true})
 				continue
 			}
 			// A stored ticket comes back as exited: its choosing flag is not
@@ -95,7 +125,7 @@ func (n *Node) restore(d *Durable) {
 			e := dt.Entry
 			e.State = wire.StateTicket
 			e.Active = mayBeActive(e.Mode)
-			t.recs[req] = &record{entry: e, deadline: n.now + dt.Lifetime, since: n.now, restored: true}
+			t.putRec(req, &record{entry: e, deadline: n.now + dt.Lifetime, since: n.now, restored: true})
 			if dt.Entry.Ticket > t.highWater {
 				t.highWater = dt.Entry.Ticket
 			}
@@ -141,6 +171,7 @@ func (n *Node) replicaStep(m wire.Message) {
 		if t := n.names[m.Name]; t != nil {
 			if w := t.watchers[m.From]; w != nil && w.seq <= m.WatchSeq {
 				delete(t.watchers, m.From)
+				t.compact()
 				n.checkIfIdle(t)
 			}
 		}
@@ -178,11 +209,11 @@ func (n *Node) onEnter(m wire.Message) {
 			n.send(reply)
 			return
 		}
-		t.recs[m.Req] = &record{
+		t.putRec(m.Req, &record{
 			since:    n.now,
 			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
 			deadline: n.now + n.keep(m.Lifetime),
-		}
+		})
 		n.schedule(t, t.recs[m.Req].deadline)
 		n.changed(t)
 	}
@@ -265,6 +296,9 @@ func (n *Node) watch(t *replicaName, from wire.NodeID, seq uint64, lifetime int6
 	w := t.watchers[from]
 	if w == nil {
 		w = &watcher{}
+		if t.watchers == nil {
+			t.watchers = map[wire.NodeID]*watcher{}
+		}
 		t.watchers[from] = w
 	}
 	w.seq = max(w.seq, seq)
@@ -371,6 +405,7 @@ func (n *Node) onRestarted(m wire.Message) {
 			n.tellFormer(m.From, name, r)
 		}
 		delete(t.watchers, m.From)
+		t.compact()
 		n.checkIfIdle(t)
 	}
 }
@@ -488,6 +523,7 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 			t.readerSeen = n.now
 		}
 		delete(t.recs, req)
+		t.compact()
 		n.changed(t)
 		if tombUntil > n.now {
 			tombUntil = max(tombUntil, r.deadline)
@@ -495,7 +531,7 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 	}
 	old, had := t.tombs[req]
 	if tombUntil > n.now {
-		t.tombs[req] = tomb{until: max(old.until, tombUntil), held: old.held || r != nil && (r.held || r.restored)}
+		t.putTomb(req, tomb{until: max(old.until, tombUntil), held: old.held || r != nil && (r.held || r.restored)})
 		n.schedule(t, t.tombs[req].until)
 	}
 	n.checkIfIdle(t)

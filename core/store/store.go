@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
@@ -249,15 +250,20 @@ func badgerOptions(cfg Config, path string) badger.Options {
 	return opts.WithLogger(badgerLogger{cfg.Logger}).
 		// One writer goroutine does every update: nothing can conflict.
 		WithDetectConflicts(false).
-		// The lock table is small: 16 MiB memtables (default 64) bound
-		// memory and restart replay, and still fit thousands of writes
-		// per transaction (Badger allows 15% of a memtable).
+		// The lock table is small: 16 MiB memtables (default 64), at most
+		// two waiting for their flush (default 5), bound memory and
+		// restart replay, and still fit thousands of writes per
+		// transaction (Badger allows 15% of a memtable).
 		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithNumCompactors(2).
 		// Values are tiny and all stay in the LSM tree (below
 		// ValueThreshold); the value log file, mapped at twice its size,
-		// need not be the default 1 GiB.
+		// need not be the default 1 GiB. Tables of tiny keys gain little
+		// from compression, and uncompressed blocks need no block cache.
 		WithValueLogFileSize(16 << 20).
-		WithBlockCacheSize(32 << 20)
+		WithCompression(options.None).
+		WithBlockCacheSize(8 << 20)
 }
 
 // openBadger turns a Badger panic on a damaged directory into an error:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -68,7 +69,9 @@ type agentFlags struct {
 	inMemory, join                                                                   bool
 	electionTimeout                                                                  time.Duration
 	// cpuProfile is the hidden --cpu-profile: the benchmark harness
-	// (integration/bench) profiles the agents of a run with it.
+	// (integration/bench) profiles the agents of a run with it. A heap
+	// profile goes beside it (PATH.heap) when the agent is told to stop,
+	// before it stops: what it held at the end of the run.
 	cpuProfile string
 }
 
@@ -101,7 +104,11 @@ func newAgentCmd() *cobra.Command {
 				return err
 			}
 			defer stopProfile()
-			return runAgent(cmd, cfg)
+			heapProfile := ""
+			if f.cpuProfile != "" {
+				heapProfile = f.cpuProfile + ".heap"
+			}
+			return runAgent(cmd, cfg, heapProfile)
 		},
 	}
 	f.add(cmd)
@@ -202,8 +209,25 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
+// writeHeapProfile writes the live heap to path; a failure is only
+// reported: the agent stops all the same.
+func writeHeapProfile(cmd *cobra.Command, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		runtime.GC() // the profile shows what the last collection kept
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: heap profile: %v\n", err)
+	}
+}
+
 // runAgent runs the agent of cfg until SIGINT or SIGTERM, then stops it.
-func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig) error {
+// A heap profile goes to heapProfile first, when it is not empty.
+func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig, heapProfile string) error {
 	ctx, stop := signalContext(cmd)
 	defer stop()
 	a, err := daemon.StartAgent(ctx, cfg)
@@ -213,6 +237,9 @@ func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig) error {
 	fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: node %s, peer id %s\n  listening on %s\n  API on %s\n",
 		cfg.Name, a.Host().PeerID(), strings.Join(a.Host().Addrs(), " "), a.APIAddr())
 	<-ctx.Done()
+	if heapProfile != "" {
+		writeHeapProfile(cmd, heapProfile)
+	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return a.Stop(stopCtx)
