@@ -140,6 +140,10 @@ const (
 	// request of the master watching the name) may lack a request that
 	// read a lower mark there.
 	MutantUncheckedTicketReports
+	// MutantDeltaAnyBase: a master applies a report's delta to whatever
+	// report of that replica it has, not only to the one it was made on,
+	// so a lost or reordered report leaves requests out of its view.
+	MutantDeltaAnyBase
 )
 
 func (c *Config) withDefaults() (Config, error) {

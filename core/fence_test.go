@@ -29,6 +29,11 @@ import (
 //   - release_survives_handoff.txt with tombstones in memory only: the
 //     released ticket comes back, and the next try is not granted (one
 //     grant less: a name blocked with no holder).
+//   - report_deltas.txt applying a report's changes to whatever report the
+//     master has: it never watches again for the whole table, and its view
+//     of the name lacks what the lost report said (the simulator finds no
+//     grant this breaks: every decision rests on a whole report first,
+//     and a request missing from it is later than the waiter).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -45,6 +50,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"forgotten_names_keep_fencing.txt", core.MutantForgetMarks, 1, "token=3 "},
 		{"force_release_waiter_stale_reports.txt", core.MutantNoOwnTicket, 2, ": granted "},
 		{"force_release_waiter_stale_reports.txt", core.MutantUnconfirmedGrant, 2, ": granted "},
+		{"report_deltas.txt", core.MutantDeltaAnyBase, 1, "5->1 watch a"},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

@@ -404,7 +404,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 	n.schedule(t, r.deadline)
 	t.highWater, t.stored = max(t.highWater, m.Ticket), true
-	n.changed(t)
+	n.changedReq(t, m.Req, r.entry.Mode)
 	n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 }
 

@@ -362,6 +362,9 @@ func fmtMsg(m wire.Message) string {
 			parts = append(parts, fmt.Sprintf("%s:%s:%d", e.Req, e.State, e.Ticket))
 		}
 		s += " [" + strings.Join(parts, " ") + "]"
+		if m.BaseSeq != 0 {
+			s += " (changes since " + strconv.FormatUint(m.BaseSeq, 10) + ")"
+		}
 	}
 	return s
 }

@@ -165,6 +165,8 @@ type masterName struct {
 	waiters map[wire.RequestID]*request // this node's requests in phaseWait on the name, by wire id
 	count   int                         // requests of this node on the name, in any phase
 	adding  int                         // of those, in phaseAddTicket: their tickets watch the name too
+	// rewatched: when each replica was last asked for the whole table.
+	rewatched map[wire.NodeID]int64
 	// merges caches the merge of each set of fresh reports asked for.
 	// Reports make every waiter of the name decide again: those that see
 	// the same reports share one merge instead of each merging and sorting
@@ -537,9 +539,56 @@ func (n *Node) onReport(m wire.Message) {
 	if !slices.IsSortedFunc(entries, byReq) {
 		entries = slices.SortedStableFunc(slices.Values(entries), byReq) // replicas send them sorted
 	}
+	if m.BaseSeq != 0 {
+		old := mn.reports[m.From]
+		if old == nil || (old.inc != m.Incarnation || old.seq != m.BaseSeq) && n.cfg.Mutant&MutantDeltaAnyBase == 0 {
+			n.rewatch(mn, m.Name, m.From)
+			return // made on a report we do not have: ask for the whole table
+		}
+		entries = applyDelta(old.entries, entries)
+	}
 	mn.reports[m.From] = &report{inc: m.Incarnation, seq: m.ReportSeq, echo: m.WatchSeq, sinceReaders: m.ReadersAgo, entries: entries}
 	mn.merges = nil // merges of the replaced report are dead
 	n.reported.add(m.Name)
+}
+
+// applyDelta is the table of base with the changes of delta (both in
+// request order; an entry in StateReleased is a request gone), new.
+func applyDelta(base, delta []wire.Entry) []wire.Entry {
+	out := make([]wire.Entry, 0, len(base)+len(delta))
+	i := 0
+	for _, d := range delta {
+		for i < len(base) && base[i].Req.Compare(d.Req) < 0 {
+			out = append(out, base[i])
+			i++
+		}
+		if i < len(base) && base[i].Req == d.Req {
+			i++ // replaced or gone
+		}
+		if d.State != wire.StateReleased {
+			out = append(out, d)
+		}
+	}
+	return append(out, base[i:]...)
+}
+
+// rewatch asks replica from for the whole table of name again, at most
+// once a retransmit interval: a report on a base we lack says we missed
+// one. Any waiter's watch sequence is at most the counter, and the
+// report answering comes after this send, so it is fresh for them all.
+func (n *Node) rewatch(mn *masterName, name string, from wire.NodeID) {
+	if len(mn.waiters) == 0 && mn.adding == 0 {
+		return // nobody here waits on the name: let the watch lapse
+	}
+	if mn.rewatched == nil {
+		mn.rewatched = map[wire.NodeID]int64{}
+	}
+	if at, ok := mn.rewatched[from]; ok && n.now-at < n.cfg.RetransmitTicks {
+		return
+	}
+	mn.rewatched[from] = n.now
+	n.send(wire.Message{Kind: wire.KindWatch, To: from, Name: name, WatchSeq: n.watchCounter,
+		Lifetime: uint64(n.cfg.RefreshTicks * 2)})
 }
 
 // decideReported has the waiters of every name that got reports since the

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"slices"
+
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -38,7 +40,27 @@ type watcher struct {
 	seq      uint64 // highest watch sequence seen from this master for the name
 	deadline int64
 	due      bool // owed a report: it watched since the last flush
+	// sentVer and sentSeq are the table's version and the ReportSeq of
+	// the last report sent to it; sentSeq 0: the next report is whole.
+	sentVer, sentSeq uint64
 }
+
+// A replica sends a watcher the whole table at each watch, and then only
+// what changed: the requests changed since its last report, each with its
+// entry, or in StateReleased if it is gone, on top of that report
+// (KindReport's BaseSeq). A master that missed one watches again.
+
+// journaled is one change of a name's table: req's entry changed, at
+// table version ver; mode is the request's, for a removal.
+type journaled struct {
+	ver  uint64
+	req  wire.RequestID
+	mode wire.Mode
+}
+
+// maxJournal bounds a name's journal; a watcher further behind gets the
+// whole table.
+const maxJournal = 64
 
 type replicaName struct {
 	highWater uint64
@@ -58,6 +80,10 @@ type replicaName struct {
 	checkAt int64
 	// stored: the high-water mark may be on disk (read back, or written).
 	stored bool
+	// ver counts the table's changes; journal lists the last ones while
+	// the name has watchers, complete from version journalFrom on.
+	ver, journalFrom uint64
+	journal          []journaled
 }
 
 // A name's maps are made at their first entry and dropped when emptied:
@@ -215,7 +241,7 @@ func (n *Node) onEnter(m wire.Message) {
 			deadline: n.now + n.keep(m.Lifetime),
 		})
 		n.schedule(t, t.recs[m.Req].deadline)
-		n.changed(t)
+		n.changedReq(t, m.Req, m.Mode)
 	}
 	reply.HighWater = t.highWater
 	n.send(reply)
@@ -253,7 +279,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 		r.entry.Ticket = m.Ticket
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 		t.highWater, t.stored = max(t.highWater, m.Ticket), true
-		n.changed(t)
+		n.changedReq(t, m.Req, r.entry.Mode)
 		if n.cfg.Mutant&MutantNotDurable == 0 {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 		}
@@ -303,6 +329,8 @@ func (n *Node) watch(t *replicaName, from wire.NodeID, seq uint64, lifetime int6
 	}
 	w.seq = max(w.seq, seq)
 	w.deadline = max(w.deadline, n.now+lifetime)
+	// The master may have dropped what it had: whole again.
+	w.sentSeq = 0
 	n.schedule(t, w.deadline)
 	// Answered at the flush, with every change of this batch: a master
 	// with many waiters on the name watches for each of them.
@@ -338,7 +366,7 @@ func (n *Node) onActivate(m wire.Message) {
 		r.markRound = m.Round
 		if r.entry.Active != !m.Reject {
 			r.entry.Active = !m.Reject
-			n.changed(t)
+			n.changedReq(t, r.entry.Req, r.entry.Mode)
 		}
 	}
 	n.send(reply)
@@ -400,7 +428,7 @@ func (n *Node) onRestarted(m wire.Message) {
 			// number stays, as after a restart of this replica.
 			if r.entry.State == wire.StateChoosing {
 				r.entry.State = wire.StateTicket
-				n.changed(t)
+				n.changedReq(t, req, r.entry.Mode)
 			}
 			n.tellFormer(m.From, name, r)
 		}
@@ -417,7 +445,7 @@ func (n *Node) onRestarted(m wire.Message) {
 func (n *Node) exit(t *replicaName, r *record, ticket uint64) {
 	if r != nil && r.entry.State == wire.StateChoosing && r.entry.Ticket != 0 {
 		r.entry.State, r.entry.Ticket = wire.StateTicket, max(r.entry.Ticket, ticket)
-		n.changed(t)
+		n.changedReq(t, r.entry.Req, r.entry.Mode)
 	}
 }
 
@@ -524,7 +552,7 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 		}
 		delete(t.recs, req)
 		t.compact()
-		n.changed(t)
+		n.changedReq(t, req, r.entry.Mode)
 		if tombUntil > n.now {
 			tombUntil = max(tombUntil, r.deadline)
 		}
@@ -554,10 +582,58 @@ func (n *Node) replicaTick() {
 	n.runChecks()
 }
 
-// changed notes that t's watchers are due a report.
+// changed notes that t's watchers are due a report of the whole table:
+// anything in it may have changed.
 func (n *Node) changed(t *replicaName) {
+	t.ver++
+	t.journal, t.journalFrom = t.journal[:0], t.ver+1
 	t.dirty = true
 	n.dirty.add(t.name)
+}
+
+// changedReq notes that req's entry in t changed (or went, with mode).
+func (n *Node) changedReq(t *replicaName, req wire.RequestID, mode wire.Mode) {
+	t.ver++
+	switch {
+	case len(t.watchers) == 0:
+		// Nobody to tell: a new watcher starts from the whole table.
+		t.journal, t.journalFrom = nil, t.ver+1
+	case len(t.journal) == maxJournal:
+		t.journal = append(t.journal[:0], t.journal[maxJournal/2:]...)
+		t.journalFrom = t.journal[0].ver
+		fallthrough
+	default:
+		t.journal = append(t.journal, journaled{ver: t.ver, req: req, mode: mode})
+	}
+	t.dirty = true
+	n.dirty.add(t.name)
+}
+
+// delta is what changed in t since version since, in request order; ok is
+// false when the journal does not reach back that far.
+func (t *replicaName) delta(since uint64) (entries []wire.Entry, ok bool) {
+	if since+1 < t.journalFrom {
+		return nil, false
+	}
+	var changed []journaled
+	for _, j := range t.journal {
+		if j.ver > since {
+			changed = append(changed, j)
+		}
+	}
+	slices.SortStableFunc(changed, func(a, b journaled) int { return a.req.Compare(b.req) })
+	entries = make([]wire.Entry, 0, len(changed))
+	for i, j := range changed {
+		if i > 0 && changed[i-1].req == j.req {
+			continue
+		}
+		if r := t.recs[j.req]; r != nil {
+			entries = append(entries, r.entry)
+		} else {
+			entries = append(entries, wire.Entry{Req: j.req, Mode: j.mode, State: wire.StateReleased})
+		}
+	}
+	return entries, true
 }
 
 // flushReports pushes one report per watcher of every name that changed
@@ -572,31 +648,54 @@ func (n *Node) flushReports() {
 		}
 		all := t.dirty
 		t.dirty = false
-		var entries []wire.Entry
+		if len(t.watchers) > 0 {
+			for _, r := range t.recs {
+				if r.entry.Mode == wire.ModeReadOnly {
+					t.readerSeen = n.now
+					break
+				}
+			}
+		}
+		// Reports of this flush share their entries: receivers never
+		// change a report's entries.
+		var whole []wire.Entry
+		var deltas map[uint64][]wire.Entry // by the version they start after
 		for _, id := range sortedNodes(t.watchers) {
 			w := t.watchers[id]
 			if !all && !w.due {
 				continue
 			}
 			w.due = false
-			if entries == nil {
-				entries = make([]wire.Entry, 0, len(t.recs))
-				for _, req := range sortedReqs(t.recs) {
-					entries = append(entries, t.recs[req].entry)
-					if t.recs[req].entry.Mode == wire.ModeReadOnly {
-						t.readerSeen = n.now
+			m := wire.Message{Kind: wire.KindReport, To: id, Name: name, Incarnation: n.cfg.Incarnation,
+				WatchSeq: w.seq, ReadersAgo: uint64(n.now - t.readerSeen)}
+			if w.sentSeq != 0 {
+				d, ok := deltas[w.sentVer]
+				if !ok {
+					d, ok = t.delta(w.sentVer)
+					if ok {
+						if deltas == nil {
+							deltas = map[uint64][]wire.Entry{}
+						}
+						deltas[w.sentVer] = d
 					}
 				}
+				if ok {
+					m.Entries, m.BaseSeq = d, w.sentSeq
+				}
 			}
-			n.report(name, t, id, w, entries)
+			if m.BaseSeq == 0 {
+				if whole == nil {
+					whole = make([]wire.Entry, 0, len(t.recs))
+					for _, req := range sortedReqs(t.recs) {
+						whole = append(whole, t.recs[req].entry)
+					}
+				}
+				m.Entries = whole
+			}
+			n.reportSeq++
+			m.ReportSeq = n.reportSeq
+			w.sentVer, w.sentSeq = t.ver, n.reportSeq
+			n.send(m)
 		}
 	}
-}
-
-// report sends to a watcher the table's entries, which every report of
-// this flush shares: receivers never change a report's entries.
-func (n *Node) report(name string, t *replicaName, to wire.NodeID, w *watcher, entries []wire.Entry) {
-	n.reportSeq++
-	n.send(wire.Message{Kind: wire.KindReport, To: to, Name: name, Incarnation: n.cfg.Incarnation,
-		ReportSeq: n.reportSeq, WatchSeq: w.seq, Entries: entries, ReadersAgo: uint64(n.now - t.readerSeen)})
 }

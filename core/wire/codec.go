@@ -88,6 +88,7 @@ var fields = [...]field{
 	number("answer", func(m *Message) *uint64 { return &m.Answer }),
 	number("answer-size", func(m *Message) *uint64 { return &m.AnswerSize }),
 	number("handoff-epoch", func(m *Message) *uint64 { return &m.HandoffEpoch }),
+	number("base-seq", func(m *Message) *uint64 { return &m.BaseSeq }),
 }
 
 // number is a field holding an unsigned integer; a value over the type's

@@ -21,7 +21,7 @@ func sample() Message {
 		ElectionID: "1|2|addr|4|n3", PrepareEpoch: 20, Promised: 12, Cluster: 0xfeedface, ClusterSize: 5, Nonce: 77, StoreAge: 13,
 		Lives: []Life{{Incarnation: 4, Nonce: 1 << 63}, {Incarnation: 5, Nonce: 3}}, Unconfirmed: true,
 		KnownIncarnation: 1<<32 - 1, KnownStoreAge: 14,
-		SnapshotID: 15, SnapshotSince: 16, Answer: 17, AnswerSize: 18, HandoffEpoch: 19,
+		SnapshotID: 15, SnapshotSince: 16, Answer: 17, AnswerSize: 18, HandoffEpoch: 19, BaseSeq: 20,
 	}
 }
 

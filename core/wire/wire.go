@@ -121,7 +121,8 @@ const (
 	// KindReport (replica → master): the Entries of Name at the replica,
 	// with ReadersAgo. Incarnation and ReportSeq order reports of one
 	// replica; WatchSeq echoes the highest the replica has seen from that
-	// master for Name.
+	// master for Name. With BaseSeq, Entries are only the changes since
+	// that report (the first after a watch is whole).
 	KindReport
 	// KindRelease (master → replica): Req is gone; drop it durably, and
 	// keep its tombstone for at least Lifetime ticks.
@@ -403,6 +404,10 @@ type Message struct {
 	WatchSeq uint64
 	// ReportSeq orders the reports of one replica incarnation.
 	ReportSeq uint64
+	// BaseSeq: a report's Entries are only what changed since the report
+	// of this ReportSeq (entries gone are in StateReleased); 0: the whole
+	// table.
+	BaseSeq uint64
 	// ReadersAgo is how many ticks ago a READ_ONLY ticket of Name was last
 	// in the reporting replica's table (0 while one is).
 	ReadersAgo uint64
