@@ -73,11 +73,11 @@ func (n *Node) checkName(t *replicaName) {
 			n.dropRecord(t.name, t, req, 0)
 		}
 	}
-	for _, req := range sortedReqs(t.tombs) {
-		if t.tombs[req].until < n.now {
+	for _, req := range t.tombs.sorted() {
+		if tb, _ := t.tombs.get(req); tb.until < n.now {
 			// Every copy the release missed has ended too (one restored
 			// at a restart counts again, and is asked about: askHolds).
-			delete(t.tombs, req)
+			t.tombs.del(req)
 			if n.cfg.Mutant&MutantMemoryTombs == 0 {
 				n.persist(Write{Kind: WriteDelete, Name: t.name, Entry: wire.Entry{Req: req}, Lazy: true})
 			}
@@ -97,7 +97,8 @@ func (n *Node) checkName(t *replicaName) {
 	for _, r := range t.recs {
 		deadlines = append(deadlines, r.deadline)
 	}
-	for _, tb := range t.tombs {
+	for _, req := range t.tombs.sorted() {
+		tb, _ := t.tombs.get(req)
 		deadlines = append(deadlines, tb.until)
 	}
 	for _, w := range t.watchers {
@@ -108,7 +109,7 @@ func (n *Node) checkName(t *replicaName) {
 
 // idle: t holds nothing but its high-water mark.
 func (t *replicaName) idle() bool {
-	return len(t.recs) == 0 && len(t.tombs) == 0 && len(t.watchers) == 0
+	return len(t.recs) == 0 && t.tombs.len() == 0 && len(t.watchers) == 0
 }
 
 // checkIfIdle schedules a check of t once nothing is left in it, so that

@@ -216,9 +216,10 @@ func (n *Node) memoryTable(t *replicaName) []DurableTicket {
 	if n.cfg.Mutant&MutantMemoryTombs != 0 {
 		return out
 	}
-	for _, req := range sortedReqs(t.tombs) {
+	for _, req := range t.tombs.sorted() {
+		tb, _ := t.tombs.get(req)
 		out = append(out, DurableTicket{Entry: wire.Entry{Req: req, State: wire.StateReleased},
-			Lifetime: t.tombs[req].until - n.now})
+			Lifetime: tb.until - n.now})
 	}
 	return out
 }
@@ -363,7 +364,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	t := n.replicaName(m.Name)
 	if m.Kind == wire.KindSnapshotTomb {
 		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
-		if tb, ok := t.tombs[m.Req]; ok {
+		if tb, ok := t.tombs.get(m.Req); ok {
 			tb.held = true // an old leader's: it may have been held there
 			t.putTomb(m.Req, tb)
 		}
@@ -376,7 +377,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 		}
 		return
 	}
-	if _, gone := t.tombs[m.Req]; gone {
+	if _, gone := t.tombs.get(m.Req); gone {
 		return
 	}
 	r := t.recs[m.Req]

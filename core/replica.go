@@ -67,7 +67,7 @@ type replicaName struct {
 	recs      map[wire.RequestID]*record
 	// tombs remembers released requests until their deadline, so a late
 	// duplicate ENTERING does not bring a released request back.
-	tombs    map[wire.RequestID]tomb
+	tombs    tombSet
 	watchers map[wire.NodeID]*watcher
 	name     string
 	// dirty: the table changed since its watchers' last report (the name
@@ -97,20 +97,12 @@ func (t *replicaName) putRec(req wire.RequestID, r *record) {
 	t.recs[req] = r
 }
 
-func (t *replicaName) putTomb(req wire.RequestID, tb tomb) {
-	if t.tombs == nil {
-		t.tombs = map[wire.RequestID]tomb{}
-	}
-	t.tombs[req] = tb
-}
+func (t *replicaName) putTomb(req wire.RequestID, tb tomb) { t.tombs.put(req, tb) }
 
 // compact drops t's empty maps (a Go map keeps its memory when emptied).
 func (t *replicaName) compact() {
 	if len(t.recs) == 0 {
 		t.recs = nil
-	}
-	if len(t.tombs) == 0 {
-		t.tombs = nil
 	}
 	if len(t.watchers) == 0 {
 		t.watchers = nil
@@ -226,7 +218,7 @@ func (n *Node) replyTo(m wire.Message, k wire.Kind) wire.Message {
 func (n *Node) onEnter(m wire.Message) {
 	reply := n.replyTo(m, wire.KindEnterAck)
 	t := n.replicaName(m.Name)
-	if _, gone := t.tombs[m.Req]; gone {
+	if _, gone := t.tombs.get(m.Req); gone {
 		return
 	}
 	if t.recs[m.Req] == nil {
@@ -342,7 +334,8 @@ func (n *Node) onRelease(m wire.Message) {
 	reply := n.replyTo(m, wire.KindReleaseAck)
 	t := n.replicaName(m.Name)
 	r, had := t.recs[m.Req]
-	reply.Held = had && (r.held || r.restored) || !had && t.tombs[m.Req].held
+	tb, _ := t.tombs.get(m.Req)
+	reply.Held = had && (r.held || r.restored) || !had && tb.held
 	n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
 	reply.Reject = !had
 	n.send(reply)
@@ -557,10 +550,11 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 			tombUntil = max(tombUntil, r.deadline)
 		}
 	}
-	old, had := t.tombs[req]
+	old, had := t.tombs.get(req)
 	if tombUntil > n.now {
 		t.putTomb(req, tomb{until: max(old.until, tombUntil), held: old.held || r != nil && (r.held || r.restored)})
-		n.schedule(t, t.tombs[req].until)
+		tb, _ := t.tombs.get(req)
+		n.schedule(t, tb.until)
 	}
 	n.checkIfIdle(t)
 	// Lazy: the release is answered before its tombstone is durable. A
@@ -570,7 +564,7 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 	case tombUntil > n.now && (r != nil || !had) && n.cfg.Mutant&MutantMemoryTombs == 0:
 		// In the ticket's place; a tombstone extended in memory only
 		// (a release sent again) is not written again.
-		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: t.tombs[req].until - n.now, Lazy: true})
+		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: max(old.until, tombUntil) - n.now, Lazy: true})
 	case r != nil && r.entry.Ticket != 0:
 		n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry, Lazy: true})
 	}
