@@ -73,14 +73,11 @@ func (n *Node) checkName(t *replicaName) {
 			n.dropRecord(t.name, t, req, 0)
 		}
 	}
-	for _, req := range t.tombs.sorted() {
-		if tb, _ := t.tombs.get(req); tb.until < n.now {
-			// Every copy the release missed has ended too (one restored
-			// at a restart counts again, and is asked about: askHolds).
-			t.tombs.del(req)
-			if n.cfg.Mutant&MutantMemoryTombs == 0 {
-				n.persist(Write{Kind: WriteDelete, Name: t.name, Entry: wire.Entry{Req: req}, Lazy: true})
-			}
+	// Every copy the release missed has ended too (one restored at a
+	// restart counts again, and is asked about: askHolds).
+	for _, req := range t.tombs.expire(n.now) {
+		if n.cfg.Mutant&MutantMemoryTombs == 0 {
+			n.persist(Write{Kind: WriteDelete, Name: t.name, Entry: wire.Entry{Req: req}, Lazy: true})
 		}
 	}
 	for id, w := range t.watchers {
@@ -97,9 +94,8 @@ func (n *Node) checkName(t *replicaName) {
 	for _, r := range t.recs {
 		deadlines = append(deadlines, r.deadline)
 	}
-	for _, req := range t.tombs.sorted() {
-		tb, _ := t.tombs.get(req)
-		deadlines = append(deadlines, tb.until)
+	if until, ok := t.tombs.earliest(); ok {
+		deadlines = append(deadlines, until)
 	}
 	for _, w := range t.watchers {
 		deadlines = append(deadlines, w.deadline)

@@ -609,11 +609,6 @@ func (n *Node) decideReported() {
 	}
 }
 
-// evaluate decides a waiting request on the merged view of a quorum of
-// reports, each made after the request's ticket was durable at a quorum.
-// With a thousand waiters on a name, each decision must cost little more
-// than the policy's own look at the table: reports are searched, not
-// scanned, and merged once for all.
 // fresh reports whether rep may decide r: it answers r's watch, or, until
 // an activation or a retry asks for newer ones, it lists r's ticket as
 // proposed, so the replica made it after it took the ticket (the watch
@@ -633,6 +628,11 @@ func (n *Node) fresh(r *request, rep *report) bool {
 	return ok && e.Ticket == r.ticket
 }
 
+// evaluate decides a waiting request on the merged view of a quorum of
+// fresh reports (see fresh).
+// With a thousand waiters on a name, each decision must cost little more
+// than the policy's own look at the table: reports are searched, not
+// scanned, and merged once for all.
 func (n *Node) evaluate(r *request) {
 	mn := n.mnames[r.a.Name]
 	fresh, own := 0, 0

@@ -24,6 +24,15 @@ func TestTombSet(t *testing.T) {
 			}
 		}
 		slices.SortFunc(reqs, wire.RequestID.Compare)
+		first, has := int64(0), false
+		for _, until := range want {
+			if !has || until < first {
+				first, has = until, true
+			}
+		}
+		if got, ok := s.earliest(); got != first || ok != has {
+			t.Fatalf("earliest %d %v, want %d %v", got, ok, first, has)
+		}
 		if got := s.sorted(); !slices.Equal(got, reqs) {
 			t.Fatalf("sorted %v, want %v", got, reqs)
 		}
@@ -50,5 +59,27 @@ func TestTombSet(t *testing.T) {
 		t.Fatalf("an emptied map is kept: %v", s.more)
 	}
 	s.del(req(4))
+	check(map[uint64]int64{})
+
+	// Expiry: what ended before now goes, in request order, whether inline
+	// or in the map, extended or not.
+	s.put(req(5), tomb{until: 50}) // inline
+	s.put(req(3), tomb{until: 30})
+	s.put(req(1), tomb{until: 70})
+	s.put(req(2), tomb{until: 20})
+	s.put(req(2), tomb{until: 60}) // extended: its first end is stale
+	s.put(req(4), tomb{until: 40})
+	s.del(req(4)) // gone: its end is stale
+	if got := s.expire(50); !slices.Equal(got, []wire.RequestID{req(3)}) {
+		t.Fatalf("expired before 50: %v, want [%v]", got, req(3))
+	}
+	check(map[uint64]int64{1: 70, 2: 60, 5: 50})
+	if got := s.expire(61); !slices.Equal(got, []wire.RequestID{req(2), req(5)}) {
+		t.Fatalf("expired before 61: %v, want [%v %v]", got, req(2), req(5))
+	}
+	check(map[uint64]int64{1: 70})
+	if got := s.expire(100); !slices.Equal(got, []wire.RequestID{req(1)}) || s.more != nil || s.ends != nil {
+		t.Fatalf("expired before 100: %v, left %+v", got, s)
+	}
 	check(map[uint64]int64{})
 }
