@@ -105,16 +105,8 @@ func runDrain(ctx context.Context, b *bench, sys system, prefix string) (*runRes
 	waitOrAbort(hard, &wg, ls)
 
 	r := &runResult{}
-	for _, t := range tallies {
-		r.Attempts += t.attempts
-		r.Cycles += t.cycles
-		r.addErrors(t.errors, t.samples)
-		for k, v := range t.refused {
-			if r.Refused == nil {
-				r.Refused = map[string]int{}
-			}
-			r.Refused[k] += v
-		}
+	for i := range tallies {
+		r.addTally(&tallies[i])
 	}
 	r.finishErrors()
 	r.Drains = drainSamples(drains, &trace)

@@ -73,17 +73,9 @@ func summarize(win window, ts []tally) *runResult {
 	r := &runResult{WindowSeconds: win.end.Sub(win.start).Seconds()}
 	var acquire []time.Duration
 	for _, t := range ts {
-		r.Cycles += t.cycles
+		r.addTally(&t)
 		r.PerClient = append(r.PerClient, t.cycles)
 		acquire = append(acquire, t.acquire...)
-		r.Attempts += t.attempts
-		r.addErrors(t.errors, t.samples)
-		for k, v := range t.refused {
-			if r.Refused == nil {
-				r.Refused = map[string]int{}
-			}
-			r.Refused[k] += v
-		}
 	}
 	r.Rate = float64(r.Cycles) / r.WindowSeconds
 	r.Acquire = summarizeLatency(acquire)
@@ -92,6 +84,19 @@ func summarize(win window, ts []tally) *runResult {
 	}
 	r.finishErrors()
 	return r
+}
+
+// addTally adds a client's attempts, cycles, errors and refusals.
+func (r *runResult) addTally(t *tally) {
+	r.Attempts += t.attempts
+	r.Cycles += t.cycles
+	r.addErrors(t.errors, t.samples)
+	for k, v := range t.refused {
+		if r.Refused == nil {
+			r.Refused = map[string]int{}
+		}
+		r.Refused[k] += v
+	}
 }
 
 func (r *runResult) addErrors(errs map[string]int, samples []string) {
