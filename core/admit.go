@@ -37,6 +37,13 @@ type Decision struct {
 	// that many ticks even if nothing changes: for a wait that ends with
 	// time (a quiet period), not with a change replicas would push.
 	RetryIn int64
+	// BlockedBy, with a wait (neither Grant nor Refuse, no RetryIn), is the
+	// entry the wait rests on, when it stands whatever else the table holds
+	// and however SinceReaders moves, as long as that entry is in it
+	// unchanged: the core then asks again only once a report changes that
+	// entry or the candidate's own. Zero when the wait rests on more than
+	// one entry (a reader limit) or on time.
+	BlockedBy wire.RequestID
 }
 
 // Admit decides whether me may be granted, given every other request of the
@@ -64,7 +71,7 @@ func Exclusive(me Candidate, others []wire.Entry) Decision {
 			if me.Try {
 				return Decision{Refuse: wire.CodeTimedOut}
 			}
-			return Decision{}
+			return Decision{BlockedBy: o.Req}
 		}
 	}
 	return Decision{Grant: true}

@@ -60,10 +60,14 @@ type Config struct {
 	// of sending it from memory. Both send the same table: every change is
 	// durable before anything resting on it leaves the node.
 	SnapshotsFromStore bool
-	// CheckTimers makes every tick also walk all requests and count in
-	// Stats.MissedTimers those whose timers were due but not armed. It costs
-	// a tick O(requests), which the timer heap exists to avoid: tests only.
-	CheckTimers bool
+	// CheckIncremental checks the node's incremental bookkeeping against
+	// the whole walk it saves: every tick also walks all requests and
+	// counts in Stats.MissedTimers those whose timers were due but not
+	// armed, and every report also asks each waiter it let sleep whether
+	// deciding would have done anything (Stats.MissedDecisions). It costs
+	// what the timer heap and the blocked waiters exist to avoid: tests
+	// only.
+	CheckIncremental bool
 	// Mutant deliberately breaks the core. Only the mutation tests set it,
 	// to prove that the simulator catches broken variants. Never set it.
 	Mutant Mutant
@@ -144,6 +148,10 @@ const (
 	// report of that replica it has, not only to the one it was made on,
 	// so a lost or reordered report leaves requests out of its view.
 	MutantDeltaAnyBase
+	// MutantSleepBlocked: a waiter whose last decision was a wait on one
+	// entry is never asked again on reports, even when that entry changes
+	// or leaves.
+	MutantSleepBlocked
 )
 
 func (c *Config) withDefaults() (Config, error) {

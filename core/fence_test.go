@@ -34,6 +34,10 @@ import (
 //     of the name lacks what the lost report said (the simulator finds no
 //     grant this breaks: every decision rests on a whole report first,
 //     and a request missing from it is later than the waiter).
+//   - drain_priority.txt with blocked waiters never asked again: the
+//     writer and the readers after it wait for ever (grants missing, and
+//     the harness prints the decisions the check of skipped waiters
+//     found).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -51,6 +55,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"force_release_waiter_stale_reports.txt", core.MutantNoOwnTicket, 2, ": granted "},
 		{"force_release_waiter_stale_reports.txt", core.MutantUnconfirmedGrant, 2, ": granted "},
 		{"report_deltas.txt", core.MutantDeltaAnyBase, 1, "5->1 watch a"},
+		{"drain_priority.txt", core.MutantSleepBlocked, 5, ": granted "},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

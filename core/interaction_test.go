@@ -195,7 +195,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 		peers = append(peers, wire.NodeID(i+1))
 	}
 	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant,
-		CheckTimers: true}
+		CheckIncremental: true}
 	if strArg(d, "admit", "") == "semaphore" {
 		h.cfg.Admit = semaphore.Admit
 	}
@@ -229,6 +229,10 @@ func (h *harness) ready(id int) {
 	n := h.nodes[id-1]
 	for n.core != nil && n.core.HasReady() {
 		rd := n.core.Ready()
+		if missed := n.core.Stats().MissedDecisions; missed > 0 {
+			// In the output, so a scenario's expectation fails on it.
+			h.printf("node %d: %d waiters slept through a report they had to decide on\n", id, missed)
+		}
 		n.disk.Apply(rd.Persist)
 		h.inflight = append(h.inflight, rd.Messages...)
 		for _, e := range rd.Events {

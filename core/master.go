@@ -87,6 +87,12 @@ type waiting struct {
 	// for each process choosing when it looked).
 	firstSeen map[wire.NodeID]bool
 	first     []*report
+	// blocked: the last decision was a wait on blockedBy alone
+	// (Decision.BlockedBy), on fresh reports of every leader; the waiter
+	// sleeps in masterName.blockedOn until a report changes that entry or
+	// its own.
+	blocked   bool
+	blockedBy wire.RequestID
 }
 
 // holding is a granted lease's (phaseHeld).
@@ -167,12 +173,96 @@ type masterName struct {
 	adding  int                         // of those, in phaseAddTicket: their tickets watch the name too
 	// rewatched: when each replica was last asked for the whole table.
 	rewatched map[wire.NodeID]int64
-	// merges caches the merge of each set of fresh reports asked for.
-	// Reports make every waiter of the name decide again: those that see
-	// the same reports share one merge instead of each merging and sorting
-	// the whole table (with a thousand waiters, that was a second per
-	// report).
+	// merges caches the merge of each set of fresh reports asked for:
+	// waiters that see the same reports share one merge.
 	merges []mergedReports
+	// A report makes only the waiters it may concern decide again: those
+	// not blocked (undecided), those blocked on an entry it changed, and
+	// those whose own entry it changed. changed: the requests whose entry
+	// changed in a report since the waiters last decided; changedAll: a
+	// report that cannot be compared (a replica's first, or a new
+	// incarnation's), after which all decide.
+	undecided  map[wire.RequestID]*request
+	blockedOn  map[wire.RequestID]map[wire.RequestID]*request
+	changed    map[wire.RequestID]struct{}
+	changedAll bool
+}
+
+func (mn *masterName) addWaiter(r *request) {
+	mn.waiters[r.id] = r
+	if mn.undecided == nil {
+		mn.undecided = map[wire.RequestID]*request{}
+	}
+	mn.undecided[r.id] = r
+}
+
+func (mn *masterName) removeWaiter(r *request) {
+	mn.wake(r)
+	delete(mn.waiters, r.id)
+	delete(mn.undecided, r.id)
+}
+
+// block puts r to sleep until a report changes b or r (see decideReported).
+func (mn *masterName) block(r *request, b wire.RequestID) {
+	delete(mn.undecided, r.id)
+	r.blocked, r.blockedBy = true, b
+	if mn.blockedOn == nil {
+		mn.blockedOn = map[wire.RequestID]map[wire.RequestID]*request{}
+	}
+	set := mn.blockedOn[b]
+	if set == nil {
+		set = map[wire.RequestID]*request{}
+		mn.blockedOn[b] = set
+	}
+	set[r.id] = r
+}
+
+// wake makes r decide at every report again.
+func (mn *masterName) wake(r *request) {
+	if !r.blocked {
+		return
+	}
+	r.blocked = false
+	if set := mn.blockedOn[r.blockedBy]; set != nil {
+		if delete(set, r.id); len(set) == 0 {
+			delete(mn.blockedOn, r.blockedBy)
+		}
+	}
+	mn.undecided[r.id] = r
+}
+
+// change notes that a report changed req's entry.
+func (mn *masterName) change(req wire.RequestID) {
+	if mn.changed == nil {
+		mn.changed = map[wire.RequestID]struct{}{}
+	}
+	mn.changed[req] = struct{}{}
+}
+
+// toDecide takes the waiters the reports since the last call may concern,
+// in request order, and forgets the changes. (MutantSleepBlocked: only
+// those not blocked.)
+func (mn *masterName) toDecide(mutant Mutant) []*request {
+	var out []*request
+	if mutant&MutantSleepBlocked != 0 {
+		out = slices.Collect(maps.Values(mn.undecided))
+	} else if mn.changedAll {
+		out = slices.Collect(maps.Values(mn.waiters))
+	} else {
+		out = slices.Collect(maps.Values(mn.undecided))
+		for req := range mn.changed {
+			for _, r := range mn.blockedOn[req] {
+				out = append(out, r)
+			}
+			if r := mn.waiters[req]; r != nil && r.blocked {
+				out = append(out, r)
+			}
+		}
+	}
+	clear(mn.changed)
+	mn.changedAll = false
+	slices.SortFunc(out, func(a, b *request) int { return a.id.Compare(b.id) })
+	return slices.CompactFunc(out, func(a, b *request) bool { return a == b })
 }
 
 // mergedReports is the merge of a set of reports: per request, the
@@ -190,25 +280,38 @@ type mergedReports struct {
 // sets of fresh reports at once.
 const maxMerges = 8
 
-// merged is the merge of the reports from, cached while they stand.
+// merged is the merge of the reports from, cached while they stand. The
+// reports are in request order, so it is a k-way merge of sorted lists.
 func (mn *masterName) merged(from []*report) *mergedReports {
 	for i := range mn.merges {
 		if slices.Equal(mn.merges[i].from, from) {
 			return &mn.merges[i]
 		}
 	}
-	byReq := map[wire.RequestID]wire.Entry{}
-	for _, rep := range from {
-		for _, e := range rep.entries {
-			if old, ok := byReq[e.Req]; ok {
-				e.State, e.Ticket, e.Active = max(e.State, old.State), max(e.Ticket, old.Ticket), e.Active || old.Active
+	m := mergedReports{from: slices.Clone(from), ticketed: make([]wire.Entry, 0, len(from[0].entries))}
+	next := make([]int, len(from)) // per report, its first entry not merged yet
+	for {
+		var e wire.Entry
+		found := false
+		for i, rep := range from {
+			if next[i] == len(rep.entries) {
+				continue
 			}
-			byReq[e.Req] = e
+			switch f := rep.entries[next[i]]; {
+			case !found || f.Req.Compare(e.Req) < 0:
+				e, found = f, true
+			case f.Req == e.Req:
+				e.State, e.Ticket, e.Active = max(e.State, f.State), max(e.Ticket, f.Ticket), e.Active || f.Active
+			}
 		}
-	}
-	m := mergedReports{from: slices.Clone(from), ticketed: make([]wire.Entry, 0, len(byReq))}
-	for _, id := range sortedReqs(byReq) {
-		e := byReq[id]
+		if !found {
+			break
+		}
+		for i, rep := range from {
+			if next[i] < len(rep.entries) && rep.entries[next[i]].Req == e.Req {
+				next[i]++
+			}
+		}
 		if e.State == wire.StateChoosing {
 			m.choosing = append(m.choosing, e)
 			if e.Ticket == 0 {
@@ -520,7 +623,7 @@ func (n *Node) startWait(r *request) {
 	r.firstWatch = r.watchSeq
 	r.acks = nil
 	r.firstSeen, r.first = map[wire.NodeID]bool{}, nil
-	n.masterName(r.a.Name).waiters[r.id] = r
+	n.masterName(r.a.Name).addWaiter(r)
 	n.sendPhase(r, nil)
 	n.evaluate(r)
 }
@@ -547,6 +650,16 @@ func (n *Node) onReport(m wire.Message) {
 		}
 		entries = applyDelta(old.entries, entries)
 	}
+	switch old := mn.reports[m.From]; {
+	case old == nil || old.inc != m.Incarnation:
+		mn.changedAll = true
+	case m.BaseSeq != 0:
+		for _, e := range m.Entries {
+			mn.change(e.Req)
+		}
+	default:
+		diffEntries(old.entries, entries, mn.change)
+	}
 	mn.reports[m.From] = &report{inc: m.Incarnation, seq: m.ReportSeq, echo: m.WatchSeq, sinceReaders: m.ReadersAgo, entries: entries}
 	mn.merges = nil // merges of the replaced report are dead
 	n.reported.add(m.Name)
@@ -572,6 +685,28 @@ func applyDelta(base, delta []wire.Entry) []wire.Entry {
 	return append(out, base[i:]...)
 }
 
+// diffEntries calls changed with every request whose entry differs
+// between a and b (both in request order).
+func diffEntries(a, b []wire.Entry, changed func(wire.RequestID)) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i].Req.Compare(b[j].Req) < 0:
+			changed(a[i].Req)
+			i++
+		case i == len(a) || b[j].Req.Compare(a[i].Req) < 0:
+			changed(b[j].Req)
+			j++
+		default:
+			if a[i] != b[j] {
+				changed(a[i].Req)
+			}
+			i++
+			j++
+		}
+	}
+}
+
 // rewatch asks replica from for the whole table of name again, at most
 // once a retransmit interval: a report on a base we lack says we missed
 // one. Any waiter's watch sequence is at most the counter, and the
@@ -592,17 +727,25 @@ func (n *Node) rewatch(mn *masterName, name string, from wire.NodeID) {
 }
 
 // decideReported has the waiters of every name that got reports since the
-// last Ready decide on them: once for all the reports of a batch.
+// last Ready decide on them: once for all the reports of a batch, and only
+// those the reports may concern (masterName.toDecide): a waiter blocked on
+// a holder sleeps through the other waiters' comings and goings.
 func (n *Node) decideReported() {
 	for _, name := range n.reported.take() {
 		mn := n.mnames[name]
 		if mn == nil {
 			continue
 		}
-		// Only this name's waiters, not every request of the node: this runs
-		// for every report, on the per-request READ_ONLY path too.
-		for _, id := range sortedReqs(mn.waiters) {
-			if r := mn.waiters[id]; r != nil {
+		rs := mn.toDecide(n.cfg.Mutant)
+		if n.cfg.CheckIncremental {
+			for _, r := range mn.waiters {
+				if _, found := slices.BinarySearchFunc(rs, r.id, func(q *request, id wire.RequestID) int { return q.id.Compare(id) }); !found && n.judge(r, true) {
+					n.stats.MissedDecisions++
+				}
+			}
+		}
+		for _, r := range rs {
+			if mn.waiters[r.id] == r {
 				n.evaluate(r)
 			}
 		}
@@ -630,11 +773,20 @@ func (n *Node) fresh(r *request, rep *report) bool {
 
 // evaluate decides a waiting request on the merged view of a quorum of
 // fresh reports (see fresh).
+func (n *Node) evaluate(r *request) {
+	n.judge(r, false)
+}
+
+// judge decides r (evaluate), or, dry, only reports whether deciding would
+// do anything: Config.CheckIncremental's look at the waiters left asleep.
 // With a thousand waiters on a name, each decision must cost little more
 // than the policy's own look at the table: reports are searched, not
 // scanned, and merged once for all.
-func (n *Node) evaluate(r *request) {
+func (n *Node) judge(r *request, dry bool) bool {
 	mn := n.mnames[r.a.Name]
+	if !dry {
+		mn.wake(r)
+	}
 	fresh, own := 0, 0
 	sinceReaders := int64(maxSpan)
 	from := make([]*report, 0, len(n.cfg.View.Leaders))
@@ -647,6 +799,9 @@ func (n *Node) evaluate(r *request) {
 		from = append(from, rep)
 		sinceReaders = min(sinceReaders, int64(min(rep.sinceReaders, maxSpan)))
 		if !r.firstSeen[l] && len(r.firstSeen) < n.quorum() {
+			if dry {
+				return true
+			}
 			r.firstSeen[l] = true
 			r.first = append(r.first, rep)
 		}
@@ -659,38 +814,56 @@ func (n *Node) evaluate(r *request) {
 	// grant would stand beside the next waiter's.
 	if n.cfg.Mutant&MutantNoOwnTicket == 0 {
 		if fresh-own >= n.quorum() {
-			n.fail(r, wire.CodeLost)
-			return
+			if !dry {
+				n.fail(r, wire.CodeLost)
+			}
+			return true
 		}
 		if own < n.quorum() {
-			return
+			return false
 		}
 	}
 	if r.confirm != nil {
-		return // decided: the confirmation answers
+		return false // decided: the confirmation answers
 	}
 	if fresh < n.quorum() || len(r.firstSeen) < n.quorum() {
-		return
+		return false
 	}
 	merged := mn.merged(from)
-	if n.waitsOnChoosing(r, merged.choosing) {
-		return
+	var d Decision
+	if b, waits := n.waitsOnChoosing(r, merged.choosing); waits {
+		d.BlockedBy = b
+	} else {
+		d = n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
+			Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, merged.ticketed)
 	}
-	n.decide(r, n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
-		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, merged.ticketed))
+	sleeps := !d.Grant && d.Refuse == wire.CodeNone && d.RetryIn == 0
+	if dry {
+		return !sleeps || r.activated || r.activating
+	}
+	n.decide(r, d)
+	// Asleep until the blocker or our entry changes: only on every leader's
+	// fresh report, so no report yet to come may join the view with an
+	// older copy of the blocker; not while a mark is out, whose
+	// acknowledgement decides again.
+	if sleeps && d.BlockedBy != (wire.RequestID{}) && fresh == len(n.cfg.View.Leaders) &&
+		r.phase == phaseWait && !r.activated && !r.activating && mn.waiters[r.id] == r {
+		mn.block(r, d.BlockedBy)
+	}
+	return true
 }
 
 // waitsOnChoosing reports whether a relevant request still choosing may
 // end below r, unless a number it proposed is above r's already:
 // proposals only grow.
-func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) bool {
+func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestID, bool) {
 	for _, e := range choosing {
 		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
 		if e.Req != r.id && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) {
-			return true
+			return e.Req, true
 		}
 	}
-	return false
+	return wire.RequestID{}, false
 }
 
 // decide carries out the policy's decision on r.
@@ -761,7 +934,7 @@ func (n *Node) leaveWait(r *request) {
 	mn := n.mnames[r.a.Name]
 	switch r.phase {
 	case phaseWait:
-		delete(mn.waiters, r.id)
+		mn.removeWaiter(r)
 	case phaseAddTicket:
 		mn.adding--
 	default:

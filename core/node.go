@@ -118,8 +118,12 @@ type Stats struct {
 	// than a quorum of the view's leaders held (released while away).
 	RestoredDropped uint64
 	// MissedTimers counts requests whose timers were due at a tick but not
-	// armed (Config.CheckTimers only): a broken timer heap.
+	// armed (Config.CheckIncremental only): a broken timer heap.
 	MissedTimers uint64
+	// MissedDecisions counts waiters left asleep on a report whose decision
+	// would have done something (Config.CheckIncremental only): a broken
+	// index of blocked waiters.
+	MissedDecisions uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica

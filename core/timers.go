@@ -14,7 +14,7 @@ import (
 // order as a walk of them all would. Arming is done wherever a request's
 // deadlines may move earlier (a new phase, a send, a grant, a renewal, a
 // retry asked for); a request armed too early is only looked at and armed
-// again. Config.CheckTimers counts requests that were due but not armed.
+// again. Config.CheckIncremental counts requests that were due but not armed.
 
 // reqTimer is request id's timer, armed for tick at.
 type reqTimer struct {
@@ -62,7 +62,7 @@ func (n *Node) dueTimers() []wire.RequestID {
 		}
 	}
 	slices.SortFunc(due, wire.RequestID.Compare)
-	if n.cfg.CheckTimers {
+	if n.cfg.CheckIncremental {
 		for id, r := range n.reqs {
 			if _, found := slices.BinarySearchFunc(due, id, wire.RequestID.Compare); !found && n.nextTimer(r) <= n.now {
 				n.stats.MissedTimers++

@@ -122,6 +122,9 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 			blocked = earlier || activeSoft
 		}
 		if blocked {
+			if wait.Refuse == wire.CodeNone {
+				wait.BlockedBy = o.Req // blocked by o alone, whatever else comes
+			}
 			return wait
 		}
 	}

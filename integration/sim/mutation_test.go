@@ -142,6 +142,9 @@ func TestMutantsAreCaught(t *testing.T) {
 	// leader restarts. Tombstones in memory only (MutantMemoryTombs) only
 	// delay a name until the stale ticket expires, within the settle
 	// probe's bound: core/testdata/release_survives_handoff.txt pins it.
+	// Waiters blocked on a holder that are never asked again
+	// (MutantSleepBlocked) are caught by the check of skipped waiters
+	// (Config.CheckIncremental) and by the settle probe.
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant
@@ -165,6 +168,7 @@ func TestMutantsAreCaught(t *testing.T) {
 			[]Options{{WorstDrift: true, Names: 2, ClientsPerNode: 4}}},
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil},
+		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

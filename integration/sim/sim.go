@@ -610,7 +610,7 @@ func (s *Sim) start(i int) {
 		admit = semaphore.Admit
 	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
-		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, CheckTimers: true}, n.disk.durable.Clone())
+		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, CheckIncremental: true}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return
@@ -727,6 +727,10 @@ func (s *Sim) handle(i int) {
 	s.nodes[i].stepped = 0
 	for n := s.nodes[i]; n.core != nil && n.core.HasReady(); {
 		rd := n.core.Ready()
+		if missed := n.core.Stats().MissedDecisions; missed > 0 {
+			s.failf("node %d: %d waiters slept through a report they had to decide on (tick %d)", n.id, missed, s.tick)
+			return
+		}
 		if n.disk.write(rd.Persist) && n.elect != nil {
 			n.elect.SetStoreAge(n.disk.age)
 		}
