@@ -39,6 +39,8 @@ type benchCluster struct {
 	tombs, deletes []int
 	// tap, if set, sees every message as it is delivered.
 	tap func(wire.Message)
+	// phases, if set, collects each node's Ready.Phases, in order.
+	phases [][]core.PhaseChange
 }
 
 func newBenchCluster(b testing.TB, disks bool, admit core.Admit) *benchCluster {
@@ -78,6 +80,9 @@ func (c *benchCluster) handle(i int) {
 		}
 		c.next = append(c.next, rd.Messages...)
 		c.events = append(c.events, rd.Events...)
+		if c.phases != nil {
+			c.phases[i] = append(c.phases[i], rd.Phases...)
+		}
 		for _, e := range rd.Events {
 			if e.Kind == core.EventGranted {
 				c.grantedAt = c.rounds

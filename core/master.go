@@ -370,7 +370,8 @@ func (n *Node) toLeaders(m wire.Message, skip func(wire.NodeID) bool) {
 }
 
 func (n *Node) startEnter(r *request) {
-	r.phase, r.sentAt, r.resends = phaseEnter, n.now, 0
+	n.setPhase(r, phaseEnter)
+	r.sentAt, r.resends = n.now, 0
 	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint32{}, nil, nil, 0
 	n.sendPhase(r, nil)
 }
@@ -473,7 +474,8 @@ func (n *Node) onEnterAck(r *request, m wire.Message) {
 		r.enterInc = maps.Clone(r.acks)
 		r.ticket = r.max + 1
 		r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
-		r.phase, r.sentAt, r.resends = phaseAddTicket, n.now, 0
+		n.setPhase(r, phaseAddTicket)
+		r.sentAt, r.resends = n.now, 0
 		n.watchCounter++
 		r.addSeq = n.watchCounter
 		n.mnames[r.a.Name].adding++
@@ -619,7 +621,8 @@ func raiseSpread(id wire.RequestID, raises uint64) uint64 {
 func (n *Node) startWait(r *request) {
 	n.mnames[r.a.Name].adding--
 	n.watchCounter++
-	r.phase, r.sentAt, r.watchSeq = phaseWait, n.now, n.watchCounter
+	n.setPhase(r, phaseWait)
+	r.sentAt, r.watchSeq = n.now, n.watchCounter
 	r.firstWatch = r.watchSeq
 	r.acks = nil
 	r.firstSeen, r.first = map[wire.NodeID]bool{}, nil
@@ -950,10 +953,19 @@ func (n *Node) leaveWait(r *request) {
 
 func (n *Node) grant(r *request) {
 	n.leaveWait(r)
-	r.phase, r.leaseStart = phaseHeld, n.now
+	n.setPhase(r, phaseHeld)
+	r.leaseStart = n.now
 	n.arm(r)
 	n.stats.Granted++
 	n.emit(r, Event{Kind: EventGranted, Elapsed: n.now - r.start, Duration: r.a.Duration, TTL: n.now - r.start + r.a.Duration})
+}
+
+// setPhase moves r to phase p, and tells Ready.Phases when r has a client.
+func (n *Node) setPhase(r *request, p phase) {
+	r.phase = p
+	if r.handle != (wire.RequestID{}) {
+		n.phases = append(n.phases, PhaseChange{Handle: r.handle, Phase: phaseNames[p]})
+	}
 }
 
 func (n *Node) event(r *request, k EventKind, c wire.Code) {
@@ -984,7 +996,8 @@ func (n *Node) startRelease(r *request) {
 		n.forget(r)
 		return
 	}
-	r.phase, r.sentAt, r.renew = phaseReleasing, n.now, nil
+	n.setPhase(r, phaseReleasing)
+	r.sentAt, r.renew = n.now, nil
 	r.acks = map[wire.NodeID]uint32{}
 	r.releaseUntil = n.now + int64(n.lifetime(r))
 	n.sendPhase(r, nil)
@@ -1010,6 +1023,7 @@ func (n *Node) forget(r *request) {
 	delete(n.reqs, r.id)
 	if n.handles[r.handle] == r {
 		delete(n.handles, r.handle)
+		n.phases = append(n.phases, PhaseChange{Handle: r.handle})
 	}
 	mn := n.mnames[r.a.Name]
 	if mn.count--; mn.count == 0 {

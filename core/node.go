@@ -87,6 +87,16 @@ type Ready struct {
 	// Config.SnapshotsFromStore is set: after Persist is durable (it holds
 	// the fence), stream the durable table to To (see SnapshotDue).
 	Snapshots []SnapshotDue
+	// Phases are the phases this node's requests entered, in order: for
+	// timing them, without walking every request at every Ready.
+	Phases []PhaseChange
+}
+
+// PhaseChange: the request of a client's Handle entered Phase (the names
+// Requests uses), or, with Phase "", is gone.
+type PhaseChange struct {
+	Handle wire.RequestID
+	Phase  string
 }
 
 // SnapshotDue asks the caller to send its durable lock table to To, a new
@@ -178,7 +188,8 @@ type Node struct {
 	msgs      []wire.Message
 	events    []Event
 	snapshots []SnapshotDue
-	handed    [4]int // lengths handed out by the last Ready
+	phases    []PhaseChange
+	handed    [5]int // lengths handed out by the last Ready
 }
 
 // New starts a node from what it persisted (nil for a first start). Its first
@@ -266,6 +277,8 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	mn.count++
 	if len(n.cfg.View.Leaders) > 0 {
 		n.startEnter(r)
+	} else {
+		n.setPhase(r, phaseQueued)
 	}
 	n.arm(r)
 	return r.id, nil
@@ -287,6 +300,7 @@ func (n *Node) Release(id wire.RequestID) error {
 		return fmt.Errorf("%w: %s", codes.ErrUnknownLease, id)
 	}
 	delete(n.handles, id)
+	n.phases = append(n.phases, PhaseChange{Handle: id}) // gone for its client
 	r.handle, r.releaseOf = wire.RequestID{}, id
 	n.startRelease(r)
 	return nil
@@ -470,7 +484,7 @@ func replicaKind(k wire.Kind) bool {
 
 // HasReady reports whether Ready has anything to handle.
 func (n *Node) HasReady() bool {
-	return len(n.dirty) > 0 || len(n.reported) > 0 || len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0
+	return len(n.dirty) > 0 || len(n.reported) > 0 || len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0 || len(n.phases) > 0
 }
 
 // Ready returns the output accumulated so far; Advance drops exactly what
@@ -480,10 +494,10 @@ func (n *Node) HasReady() bool {
 func (n *Node) Ready() Ready {
 	n.decideReported()
 	n.flushReports()
-	n.handed = [4]int{len(n.persists), len(n.msgs), len(n.events), len(n.snapshots)}
+	n.handed = [5]int{len(n.persists), len(n.msgs), len(n.events), len(n.snapshots), len(n.phases)}
 	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],
 		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)],
-		Snapshots: n.snapshots[:len(n.snapshots):len(n.snapshots)]}
+		Snapshots: n.snapshots[:len(n.snapshots):len(n.snapshots)], Phases: n.phases[:len(n.phases):len(n.phases)]}
 }
 
 // Advance acknowledges that the last Ready was handled. What that Ready
@@ -493,7 +507,8 @@ func (n *Node) Advance() {
 	n.msgs = dropHanded(n.msgs, n.handed[1])
 	n.events = dropHanded(n.events, n.handed[2])
 	n.snapshots = dropHanded(n.snapshots, n.handed[3])
-	n.handed = [4]int{}
+	n.phases = dropHanded(n.phases, n.handed[4])
+	n.handed = [5]int{}
 }
 
 func dropHanded[T any](s []T, k int) []T {

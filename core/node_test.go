@@ -458,3 +458,35 @@ func TestExpiryFrom(t *testing.T) {
 		t.Fatalf("expiry %d, want 1112", got)
 	}
 }
+
+// TestPhasesTellEveryChange: Ready.Phases lists every phase a client's
+// request enters, then its end, so the runtime times phases without
+// walking every request.
+func TestPhasesTellEveryChange(t *testing.T) {
+	c := newBenchCluster(t, true, nil)
+	c.phases = make([][]core.PhaseChange, len(c.nodes))
+	id := c.acquire(t, 1, core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10})
+	c.settle(t)
+	c.expect(t, core.EventGranted, id)
+	if rs := c.nodes[0].Requests(); len(rs) != 1 || rs[0].Phase != "held" {
+		t.Fatalf("requests %+v, want one held", rs)
+	}
+	c.release(t, 1, id)
+	c.settle(t)
+	var got []string
+	for _, p := range c.phases[0] {
+		if p.Handle != id {
+			t.Fatalf("phase change of %s, the only request is %s", p.Handle, id)
+		}
+		got = append(got, p.Phase)
+	}
+	// Released, the request is gone for its client at once (Requests no
+	// longer lists it) while the leaders are told.
+	want := []string{"entering", "add-ticket", "waiting", "held", ""}
+	if !slices.Equal(got, want) {
+		t.Fatalf("phases %q, want %q", got, want)
+	}
+	if rs := c.nodes[0].Requests(); len(rs) != 0 {
+		t.Fatalf("requests %+v after the release", rs)
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -97,25 +98,21 @@ func newMetrics() *metrics {
 // the store's and serves it.
 func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 
-// observePhases times the bakery phases of this node's requests: each time
-// the loop has run, a request whose phase changed closes its last phase.
-func (n *Node) observePhases(now time.Time) {
+// observePhases times the bakery phases of this node's requests: a
+// request that enters a phase, or is gone, closes its last phase. Only the
+// changes a Ready lists are read, not every request.
+func (n *Node) observePhases(changes []core.PhaseChange, now time.Time) {
 	m := n.metrics
-	seen := make(map[wire.RequestID]bool, len(m.lastPhase))
-	for _, r := range n.core.Requests() {
-		seen[r.Handle] = true
-		last, ok := m.lastPhase[r.Handle]
-		switch {
-		case !ok:
-			m.lastPhase[r.Handle] = phaseMark{r.Phase, now}
-		case last.phase != r.Phase:
+	for _, c := range changes {
+		last, ok := m.lastPhase[c.Handle]
+		if ok && last.phase != c.Phase {
 			m.phases.WithLabelValues(last.phase).Observe(now.Sub(last.at).Seconds())
-			m.lastPhase[r.Handle] = phaseMark{r.Phase, now}
 		}
-	}
-	for h := range m.lastPhase {
-		if !seen[h] {
-			delete(m.lastPhase, h)
+		switch {
+		case c.Phase == "":
+			delete(m.lastPhase, c.Handle)
+		case !ok || last.phase != c.Phase:
+			m.lastPhase[c.Handle] = phaseMark{c.Phase, now}
 		}
 	}
 }

@@ -80,10 +80,6 @@ const (
 	maxTicksPerWake  = 10000 // catching up after a long stop is bounded per wake-up
 	opQueue          = 256
 	inboxBatchPerRun = 256
-	// maxTimedRequests: the bakery phases are timed (a metric) while the
-	// node's clients have at most this many requests; above, the walk
-	// over them after every loop turn would cost more than it tells.
-	maxTimedRequests = 256
 )
 
 // NodeConfig configures a Node. Zero values mean the documented defaults.
@@ -337,9 +333,6 @@ func (n *Node) drive(ctx context.Context) {
 		n.collect()
 		n.flush(ctx)
 		if len(n.loopback) == 0 {
-			if len(n.leases) <= maxTimedRequests {
-				n.observePhases(time.Now())
-			}
 			return
 		}
 		msgs := n.loopback
@@ -383,6 +376,7 @@ func (n *Node) collect() {
 		}
 		if n.core.HasReady() {
 			rd := n.core.Ready()
+			n.observePhases(rd.Phases, time.Now())
 			p := pendingReady{msgs: rd.Messages, events: rd.Events, snapshots: rd.Snapshots}
 			if len(rd.Persist) > 0 {
 				durable := n.cfg.Store.Submit(store.Batch{Writes: rd.Persist})
