@@ -115,7 +115,7 @@ type member struct {
 	node  wire.NodeID
 	name  string
 	addrs []ma.Multiaddr // transport addresses, without /p2p
-	queue chan []byte
+	queue chan frames
 
 	// guarded by Host.mu
 	dialing  bool
@@ -485,7 +485,7 @@ func (h *Host) addMember(id peer.ID, name string, addrs []ma.Multiaddr, notify b
 		h.rememberAddrs(id, addrs)
 		return false
 	}
-	m = &member{id: id, node: node, name: name, addrs: addrs, queue: make(chan []byte, h.queueLen)}
+	m = &member{id: id, node: node, name: name, addrs: addrs, queue: make(chan frames, h.queueLen)}
 	m.backoff.reset()
 	h.members[node] = m
 	h.wg.Add(1)

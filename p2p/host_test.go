@@ -482,3 +482,47 @@ func TestSendWaitNeverDrops(t *testing.T) {
 		t.Fatalf("SendWait to an unknown node: %v", err)
 	}
 }
+
+// SendAll sends a loop turn's messages with one queue entry per peer: each
+// peer gets its own in order, the frames counted one by one; messages to
+// itself, to unknown nodes or that cannot be encoded are dropped and
+// counted, and do not hold up the rest.
+func TestSendAllGroupsByPeer(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{Name: "a"})
+	b := start(t, Config{Name: "b", Peers: a.Addrs()})
+	c := start(t, Config{Name: "c", Peers: a.Addrs()})
+	send(t, b, msg(a.Self(), 1)) // a learns b and c from their first frames
+	send(t, c, msg(a.Self(), 2))
+	recv(t, a)
+	recv(t, a)
+
+	big := msg(b.Self(), 0)
+	big.Name = string(make([]byte, wire.MaxNameLen+1))
+	const n = 200
+	var msgs []wire.Message
+	for i := range uint64(n) {
+		msgs = append(msgs, msg(b.Self(), 1000+i), msg(c.Self(), 5000+i))
+		if i == n/2 {
+			msgs = append(msgs, msg(a.Self(), 1), msg(12345, 1), big)
+		}
+	}
+	before := a.Stats()
+	if dropped := a.SendAll(msgs); dropped != 3 {
+		t.Fatalf("dropped %d, want 3 (self, unknown, unencodable)", dropped)
+	}
+	for _, h := range []struct {
+		h     *Host
+		first uint64
+	}{{b, 1000}, {c, 5000}} {
+		for i := range uint64(n) {
+			if m := recv(t, h.h); m.StoreAge != h.first+i || m.From != a.Self() {
+				t.Fatalf("node %d, frame %d: got seq %d from %d", h.h.Self(), i, m.StoreAge, m.From)
+			}
+		}
+	}
+	eventually(t, "frames counted one by one", func() bool {
+		s := a.Stats()
+		return s.FramesOut-before.FramesOut == 2*n && s.Dropped-before.Dropped == 3
+	})
+}

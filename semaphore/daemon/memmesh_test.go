@@ -395,6 +395,16 @@ func (t *memTransport) Send(m wire.Message) bool {
 	return t.net.send(context.Background(), t, m, false) == nil
 }
 
+func (t *memTransport) SendAll(msgs []wire.Message) int {
+	dropped := 0
+	for _, m := range msgs {
+		if !t.Send(m) {
+			dropped++
+		}
+	}
+	return dropped
+}
+
 func (t *memTransport) SendWait(ctx context.Context, m wire.Message) error {
 	return t.net.send(ctx, t, m, true)
 }

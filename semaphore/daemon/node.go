@@ -23,6 +23,9 @@ type Transport interface {
 	// Send queues m for m.To and never blocks; false means dropped (the
 	// core retransmits what matters).
 	Send(m wire.Message) bool
+	// SendAll is Send for a Ready's messages: those to one peer travel
+	// together. It returns how many it dropped.
+	SendAll(msgs []wire.Message) int
 	// SendWait queues m, waiting for room: for bulk sends off the loop.
 	SendWait(ctx context.Context, m wire.Message) error
 	// Inbox delivers messages from peers, From set to the true sender.
@@ -152,6 +155,7 @@ type Node struct {
 	// loopback holds released messages addressed to this node itself (a
 	// leader is its own replica; the election counts its own vote).
 	loopback []wire.Message
+	outbox   []wire.Message // flush's buffer of one Ready's messages to peers, reused
 	leases   map[wire.RequestID]*lease
 	// releases are the Release and ForceUnlock calls waiting for a quorum
 	// of the leaders to drop the request (core.EventReleased).
@@ -419,6 +423,7 @@ func (n *Node) flush(ctx context.Context) {
 			// an older backup is refused at its next check-in.
 			n.elect.SetStoreAge(n.cfg.Store.Age())
 		}
+		out := n.outbox[:0]
 		for _, m := range p.msgs {
 			n.stats.MessagesOut++
 			n.metrics.messages.WithLabelValues("out").Inc()
@@ -429,11 +434,16 @@ func (n *Node) flush(ctx context.Context) {
 				n.loopback = append(n.loopback, m)
 				continue
 			}
-			if !n.cfg.Transport.Send(m) {
-				n.stats.Dropped++
-				n.metrics.messages.WithLabelValues("dropped").Inc()
-			}
+			out = append(out, m)
 		}
+		// One entry per peer for the whole Ready, before its events and
+		// snapshots, as if each were sent in turn.
+		if dropped := n.cfg.Transport.SendAll(out); dropped > 0 {
+			n.stats.Dropped += uint64(dropped)
+			n.metrics.messages.WithLabelValues("dropped").Add(float64(dropped))
+		}
+		clear(out)
+		n.outbox = out
 		for _, e := range p.events {
 			n.onEvent(e)
 		}

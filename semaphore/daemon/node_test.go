@@ -39,6 +39,12 @@ func (t *loneTransport) Send(m wire.Message) bool {
 	}
 	return true
 }
+func (t *loneTransport) SendAll(msgs []wire.Message) int {
+	for _, m := range msgs {
+		t.Send(m)
+	}
+	return 0
+}
 func (t *loneTransport) SendWait(_ context.Context, m wire.Message) error {
 	t.Send(m)
 	return nil
