@@ -55,6 +55,15 @@ type Decision struct {
 // during the call only.
 type Admit func(me Candidate, others []wire.Entry) Decision
 
+// RefuseEarly is a replica's look at a try (obtain timeout 0) of mode at
+// its ENTERING, given the replica's table of the name (durable tickets,
+// StateTicket, only): a code other than CodeNone refuses it right there.
+// It must refuse only what Admit would refuse whatever ticket the request
+// got: every number it can get is above all of those tickets, so they are
+// all earlier than it. Refusing is always safe; refusing more than Admit
+// would only makes tries fail that could have passed.
+type RefuseEarly func(mode wire.Mode, tickets []wire.Entry) wire.Code
+
 // Earlier reports whether ticket (t, r) comes before ticket (u, s) in bakery
 // order: by number, then by request id.
 func Earlier(t uint64, r wire.RequestID, u uint64, s wire.RequestID) bool {

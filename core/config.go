@@ -55,6 +55,9 @@ type Config struct {
 	MaxWaiters int
 	// Admit is the admission policy. Default Exclusive.
 	Admit Admit
+	// RefuseEarly, if set, lets a replica refuse a try at ENTERING (see
+	// the type). Nil: tries are decided by Admit only.
+	RefuseEarly RefuseEarly
 	// SnapshotsFromStore: as a previous view's leader, hand the table over
 	// by Ready.Snapshots, for the caller to stream from its store, instead
 	// of sending it from memory. Both send the same table: every change is

@@ -197,7 +197,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant,
 		CheckIncremental: true}
 	if strArg(d, "admit", "") == "semaphore" {
-		h.cfg.Admit = semaphore.Admit
+		h.cfg.Admit, h.cfg.RefuseEarly = semaphore.Admit, semaphore.RefuseEarly
 	}
 	h.nodes, h.inflight, h.isolated = nil, nil, map[wire.NodeID]bool{}
 	for i := range size {

@@ -382,7 +382,7 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 	m := wire.Message{Name: r.a.Name, Req: r.id, Mode: r.a.Mode, Lifetime: n.lifetime(r)}
 	switch r.phase {
 	case phaseEnter:
-		m.Kind = wire.KindEnter
+		m.Kind, m.Try = wire.KindEnter, r.a.Timeout == 0
 	case phaseAddTicket:
 		m.Kind, m.Ticket, m.WatchSeq = wire.KindAddTicket, r.ticket, r.addSeq
 		for _, l := range sortedNodes(r.enterInc) {

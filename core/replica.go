@@ -227,6 +227,13 @@ func (n *Node) onEnter(m wire.Message) {
 			n.send(reply)
 			return
 		}
+		if code := n.refuseEarly(t, m); code != wire.CodeNone {
+			// Refused before it costs a durable ticket and two rounds:
+			// a drain's readers knock thousands of times a second.
+			reply.Reject, reply.Code = true, code
+			n.send(reply)
+			return
+		}
 		t.putRec(m.Req, &record{
 			since:    n.now,
 			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
@@ -692,4 +699,19 @@ func (n *Node) flushReports() {
 			n.send(m)
 		}
 	}
+}
+
+// refuseEarly asks Config.RefuseEarly about a try entering t.
+func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
+	if !m.Try || n.cfg.RefuseEarly == nil {
+		return wire.CodeNone
+	}
+	tickets := make([]wire.Entry, 0, len(t.recs))
+	for _, r := range t.recs {
+		if r.entry.State == wire.StateTicket {
+			tickets = append(tickets, r.entry)
+		}
+	}
+	slices.SortFunc(tickets, func(a, b wire.Entry) int { return a.Req.Compare(b.Req) })
+	return n.cfg.RefuseEarly(m.Mode, tickets)
 }

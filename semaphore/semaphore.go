@@ -143,3 +143,20 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	}
 	return core.Decision{Grant: true, Activate: true}
 }
+
+// RefuseEarly is the core.RefuseEarly of the semaphore: a READ_ONLY try
+// meets a draining name at its first replica, a round and a durable
+// ticket before Admit would say the same (every ticket the try can get is
+// after the ones the replica has): a priority or exclusive writer's
+// ticket, or a soft writer marked active, answers `draining`.
+func RefuseEarly(mode wire.Mode, tickets []wire.Entry) wire.Code {
+	if mode != ReadOnly {
+		return wire.CodeNone
+	}
+	for _, o := range tickets {
+		if writer(o.Mode) && !soft(o.Mode) || soft(o.Mode) && o.Active {
+			return wire.CodeDraining
+		}
+	}
+	return wire.CodeNone
+}

@@ -126,3 +126,55 @@ func TestParseMode(t *testing.T) {
 		}
 	}
 }
+
+// TestRefuseEarlyOnlyWhatAdmitRefuses: every table of up to three durable
+// tickets, each of any mode, active or not: a READ_ONLY try that
+// RefuseEarly refuses is one Admit refuses as draining, whatever ticket
+// after theirs it gets, with or without a reader limit; and it refuses
+// every such try that Admit refuses as draining.
+func TestRefuseEarlyOnlyWhatAdmitRefuses(t *testing.T) {
+	modes := []wire.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.Exclusive, semaphore.ReadWrite, semaphore.ReadWriteGentle}
+	var entries []wire.Entry
+	for i, m := range modes {
+		for _, active := range []bool{false, true} {
+			entries = append(entries, wire.Entry{Req: wire.RequestID{Node: wire.NodeID(i + 1), Seq: 1}, Ticket: uint64(i + 1),
+				Mode: m, State: wire.StateTicket, Active: active})
+		}
+	}
+	var tables [][]wire.Entry
+	var grow func(from int, table []wire.Entry)
+	grow = func(from int, table []wire.Entry) {
+		tables = append(tables, slices.Clone(table))
+		if len(table) == 3 {
+			return
+		}
+		for i := from; i < len(entries); i++ {
+			if !slices.ContainsFunc(table, func(e wire.Entry) bool { return e.Req == entries[i].Req }) {
+				grow(i+1, append(table, entries[i]))
+			}
+		}
+	}
+	grow(0, nil)
+	refused := 0
+	for _, table := range tables {
+		for _, limit := range []int{0, 1, 5} {
+			me := core.Candidate{Req: wire.RequestID{Node: 9, Seq: 1}, Ticket: 100, Mode: semaphore.ReadOnly, Try: true, Limit: limit}
+			d := semaphore.Admit(me, table)
+			early := semaphore.RefuseEarly(semaphore.ReadOnly, table)
+			if (early == wire.CodeDraining) != (d.Refuse == wire.CodeDraining) || early != wire.CodeNone && early != wire.CodeDraining {
+				t.Fatalf("table %v, limit %d: RefuseEarly %v, Admit %+v", table, limit, early, d)
+			}
+			if early != wire.CodeNone {
+				refused++
+			}
+		}
+		for _, m := range modes[1:] {
+			if code := semaphore.RefuseEarly(m, table); code != wire.CodeNone {
+				t.Fatalf("a %v try refused early (%v): only readers are", m, code)
+			}
+		}
+	}
+	if refused == 0 || refused == 3*len(tables) {
+		t.Fatalf("%d of %d tries refused: the tables do not cover both answers", refused, 3*len(tables))
+	}
+}

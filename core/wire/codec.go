@@ -89,6 +89,7 @@ var fields = [...]field{
 	number("answer-size", func(m *Message) *uint64 { return &m.AnswerSize }),
 	number("handoff-epoch", func(m *Message) *uint64 { return &m.HandoffEpoch }),
 	number("base-seq", func(m *Message) *uint64 { return &m.BaseSeq }),
+	flag("try", func(m *Message) *bool { return &m.Try }),
 }
 
 // number is a field holding an unsigned integer; a value over the type's

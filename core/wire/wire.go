@@ -408,6 +408,10 @@ type Message struct {
 	// of this ReportSeq (entries gone are in StateReleased); 0: the whole
 	// table.
 	BaseSeq uint64
+	// Try: an ENTER of a request that must be answered at once (obtain
+	// timeout 0), which a replica may refuse right there (see
+	// core.Config.RefuseEarly).
+	Try bool
 	// ReadersAgo is how many ticks ago a READ_ONLY ticket of Name was last
 	// in the reporting replica's table (0 while one is).
 	ReadersAgo uint64

@@ -605,12 +605,12 @@ func (s *Sim) start(i int) {
 	for j := range s.nodes {
 		peers[j] = wire.NodeID(j + 1)
 	}
-	admit := s.o.Admit
+	admit, refuse := s.o.Admit, core.RefuseEarly(nil)
 	if admit == nil && s.o.Modes {
-		admit = semaphore.Admit
+		admit, refuse = semaphore.Admit, semaphore.RefuseEarly
 	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
-		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, CheckIncremental: true}, n.disk.durable.Clone())
+		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, CheckIncremental: true}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return

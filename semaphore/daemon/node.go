@@ -184,7 +184,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	peers := slices.DeleteFunc(slices.Clone(cfg.Peers), func(p wire.NodeID) bool { return p == cfg.Self })
 	c, err := core.New(core.Config{ID: cfg.Self, Incarnation: cfg.State.Incarnation, Peers: peers,
 		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks,
-		Admit: semaphore.Admit, SnapshotsFromStore: true, Mutant: cfg.Broken}, cfg.State.Durable)
+		Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly, SnapshotsFromStore: true, Mutant: cfg.Broken}, cfg.State.Durable)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: start the lock core: %w", err)
 	}
