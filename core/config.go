@@ -55,6 +55,16 @@ type Config struct {
 	MaxWaiters int
 	// Admit is the admission policy. Default Exclusive.
 	Admit Admit
+	// ShareLease turns read-lease aggregation on when above 0: this
+	// node's READ_ONLY requests without a reader limit are granted on one
+	// cluster-wide READ_ONLY ticket per name that the node holds for all
+	// of them (see share.go), asked for this many ticks and renewed while
+	// local readers hold it. A local reader's lease never outlives it.
+	// Zero: off, every request runs the whole bakery.
+	ShareLease int64
+	// ShareLinger is how long a shared read ticket is kept with no local
+	// reader before it is let go. Default ShareLease/8.
+	ShareLinger int64
 	// RefuseEarly, if set, lets a replica refuse a try at ENTERING (see
 	// the type). Nil: tries are decided by Admit only.
 	RefuseEarly RefuseEarly
@@ -155,6 +165,12 @@ const (
 	// entry is never asked again on reports, even when that entry changes
 	// or leaves.
 	MutantSleepBlocked
+	// MutantAdmitAfterYield: an agent keeps granting local readers on its
+	// shared read ticket after a priority writer asked it to drain.
+	MutantAdmitAfterYield
+	// MutantYieldWithHolders: an agent lets its shared read ticket go as
+	// soon as a writer asks, while local readers still hold on it.
+	MutantYieldWithHolders
 )
 
 func (c *Config) withDefaults() (Config, error) {
@@ -166,6 +182,9 @@ func (c *Config) withDefaults() (Config, error) {
 		if *v <= 0 {
 			*v = d
 		}
+	}
+	if out.ShareLease > 0 {
+		def(&out.ShareLinger, max(out.ShareLease/8, 1))
 	}
 	def(&out.RetransmitTicks, 4)
 	def(&out.RefreshTicks, 40)

@@ -34,6 +34,9 @@ import (
 //     of the name lacks what the lost report said (the simulator finds no
 //     grant this breaks: every decision rests on a whole report first,
 //     and a request missing from it is later than the waiter).
+//   - shared_reads.txt with a node that keeps granting local readers on
+//     its shared read ticket after a drain yield: the page view during
+//     the drain is granted, not refused as draining.
 //   - drain_priority.txt with blocked waiters never asked again: the
 //     writer and the readers after it wait for ever (grants missing, and
 //     the harness prints the decisions the check of skipped waiters
@@ -56,6 +59,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"force_release_waiter_stale_reports.txt", core.MutantUnconfirmedGrant, 2, ": granted "},
 		{"report_deltas.txt", core.MutantDeltaAnyBase, 1, "5->1 watch a"},
 		{"drain_priority.txt", core.MutantSleepBlocked, 5, ": granted "},
+		{"shared_reads.txt", core.MutantAdmitAfterYield, 1, "error=draining"},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

@@ -195,7 +195,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 		peers = append(peers, wire.NodeID(i+1))
 	}
 	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant,
-		CheckIncremental: true}
+		CheckIncremental: true, ShareLease: intArg(t, d, "share", 0)}
 	if strArg(d, "admit", "") == "semaphore" {
 		h.cfg.Admit, h.cfg.RefuseEarly = semaphore.Admit, semaphore.RefuseEarly
 	}
@@ -248,6 +248,9 @@ func (h *harness) ready(id int) {
 			}
 			if e.Kind == core.EventGranted || e.Kind == core.EventRenewed {
 				h.printf(" token=%d elapsed=%d ttl=%d", e.Token, e.Elapsed, e.TTL)
+			}
+			if e.Shared {
+				h.printf(" shared")
 			}
 			h.printf("\n")
 		}

@@ -18,6 +18,8 @@ const (
 	phaseWait                   // ACTIVATE: waiting on reports
 	phaseHeld                   // granted
 	phaseReleasing              // gone for the client; telling the replicas
+	phaseLocalWait              // a local reader waiting for its node's shared read ticket
+	phaseLocalHeld              // a local reader granted on the shared read ticket
 )
 
 // request is one of this node's requests, through all its phases. Its
@@ -44,6 +46,13 @@ type request struct {
 	waiting
 	holding
 	releasing
+	// share: this is the cluster request of a shared read ticket (no
+	// client of its own). local: a local reader on that share
+	// (phaseLocalWait, phaseLocalHeld), which never reaches a leader.
+	share, local *share
+	// localEnd: a local reader's lease end and the end of its grace,
+	// both within the share's lease.
+	unlockAt, endAt int64
 }
 
 // doorway is what the bakery's doorway (ENTERING to ADD_TICKET) gathers.
@@ -186,6 +195,9 @@ type masterName struct {
 	blockedOn  map[wire.RequestID]map[wire.RequestID]*request
 	changed    map[wire.RequestID]struct{}
 	changedAll bool
+	// share is this node's shared read ticket of the name, if any
+	// (Config.ShareLease).
+	share *share
 }
 
 func (mn *masterName) addWaiter(r *request) {
@@ -382,7 +394,7 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 	m := wire.Message{Name: r.a.Name, Req: r.id, Mode: r.a.Mode, Lifetime: n.lifetime(r)}
 	switch r.phase {
 	case phaseEnter:
-		m.Kind, m.Try = wire.KindEnter, r.a.Timeout == 0
+		m.Kind, m.Try, m.Shared = wire.KindEnter, r.a.Timeout == 0, r.share != nil
 	case phaseAddTicket:
 		m.Kind, m.Ticket, m.WatchSeq = wire.KindAddTicket, r.ticket, r.addSeq
 		for _, l := range sortedNodes(r.enterInc) {
@@ -423,6 +435,14 @@ func (n *Node) masterStep(m wire.Message) {
 		return
 	}
 	r := n.reqs[m.Req]
+	if r != nil && r.share != nil && m.Yield != wire.YieldNone {
+		// A writer waits: from any leader, of any view, in any answer.
+		// Yielding only ever makes the node more careful.
+		n.onYield(r, m.Yield)
+	}
+	if m.Kind == wire.KindYield {
+		return
+	}
 	if r == nil || !n.cfg.View.IsLeader(m.From) {
 		n.stats.StaleReplies++
 		return
@@ -560,6 +580,11 @@ func (n *Node) onRenewAck(r *request, m wire.Message) {
 // is always safe, and the leaders dropped it already.
 func (n *Node) revoke(r *request) {
 	switch r.phase {
+	case phaseLocalHeld:
+		n.event(r, EventUnlocked, wire.CodeLost)
+		n.dropLocal(r)
+	case phaseLocalWait:
+		n.refuseLocal(r, wire.CodeLost)
 	case phaseReleasing:
 	case phaseHeld:
 		n.event(r, EventUnlocked, wire.CodeLost)
@@ -597,7 +622,10 @@ func (n *Node) checkTicketQuorum(r *request) {
 // request id, for the same client handle and deadline.
 func (n *Node) restartDoorway(r *request) {
 	n.stats.DoorwayRestarts++
-	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead}
+	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead, share: r.share}
+	if fresh.share != nil {
+		fresh.share.req, r.share = fresh, nil
+	}
 	r.handle = wire.RequestID{}
 	n.startRelease(r)
 	n.reqs[fresh.id] = fresh
@@ -654,7 +682,11 @@ func (n *Node) onReport(m wire.Message) {
 		entries = applyDelta(old.entries, entries)
 	}
 	switch old := mn.reports[m.From]; {
-	case old == nil || old.inc != m.Incarnation:
+	case old == nil || old.inc != m.Incarnation || m.WatchSeq < old.echo:
+		// Not comparable: a replica's first report, a new life's, or one
+		// answering an older watch than the last (a watch dropped and
+		// made again by a late message), which may no longer count for
+		// a waiter the last one counted for.
 		mn.changedAll = true
 	case m.BaseSeq != 0:
 		for _, e := range m.Entries {
@@ -848,7 +880,8 @@ func (n *Node) judge(r *request, dry bool) bool {
 	// Asleep until the blocker or our entry changes: only on every leader's
 	// fresh report, so no report yet to come may join the view with an
 	// older copy of the blocker; not while a mark is out, whose
-	// acknowledgement decides again.
+	// acknowledgement decides again. A new watch of its own (rewatchFor)
+	// wakes it: the reports it slept on may stop counting for it.
 	if sleeps && d.BlockedBy != (wire.RequestID{}) && fresh == len(n.cfg.View.Leaders) &&
 		r.phase == phaseWait && !r.activated && !r.activating && mn.waiters[r.id] == r {
 		mn.block(r, d.BlockedBy)
@@ -926,8 +959,16 @@ func (n *Node) sendMark(r *request, active bool, skip func(wire.NodeID) bool) {
 // after it: watch under a new sequence.
 func (n *Node) onActivated(r *request) {
 	r.activating, r.activated = false, true
+	n.rewatchFor(r)
+}
+
+// rewatchFor watches r's name under a new sequence, so that r decides
+// only on reports made from now on. r wakes: a report it slept on may no
+// longer count for it, and without it the rest may decide otherwise.
+func (n *Node) rewatchFor(r *request) {
 	n.watchCounter++
 	r.watchSeq, r.sentAt = n.watchCounter, n.now
+	n.mnames[r.a.Name].wake(r)
 	n.sendPhase(r, nil)
 }
 
@@ -973,6 +1014,10 @@ func (n *Node) event(r *request, k EventKind, c wire.Code) {
 }
 
 func (n *Node) emit(r *request, e Event) {
+	if r.share != nil {
+		n.onShareEvent(r, e)
+		return
+	}
 	if r.handle == (wire.RequestID{}) {
 		return
 	}
@@ -1049,6 +1094,11 @@ func (n *Node) masterTick() {
 			n.tickWaiting(r)
 		case phaseHeld:
 			n.tickHeld(r)
+			if r.phase == phaseHeld && r.share != nil {
+				n.tickShare(r)
+			}
+		case phaseLocalWait, phaseLocalHeld:
+			n.tickLocal(r)
 		case phaseReleasing:
 			if n.now > r.releaseUntil {
 				// The replicas forgot the request by themselves; a force
@@ -1087,10 +1137,8 @@ func (n *Node) tickWaiting(r *request) {
 		}
 		if r.retryAt > 0 && n.now >= r.retryAt {
 			// The wait the policy timed may be over: fresh reports.
-			r.retryAt, r.sentAt = 0, n.now
-			n.watchCounter++
-			r.watchSeq = n.watchCounter
-			n.sendPhase(r, nil)
+			r.retryAt = 0
+			n.rewatchFor(r)
 			return
 		}
 	}

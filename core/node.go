@@ -66,6 +66,9 @@ type Event struct {
 	Held bool
 	// Forced: the EventReleased answers a ForceRelease, not a Release.
 	Forced bool
+	// Shared (EventGranted): granted on this node's shared read ticket of
+	// the name (Config.ShareLease), whose number Token is.
+	Shared bool
 }
 
 // ExpiryFrom is the one definition of a lease's end (DESIGN.md §4), for
@@ -275,9 +278,12 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	n.reqs[r.id] = r
 	n.handles[r.handle] = r
 	mn.count++
-	if len(n.cfg.View.Leaders) > 0 {
+	switch {
+	case n.sharing(a):
+		n.acquireLocal(mn, r)
+	case len(n.cfg.View.Leaders) > 0:
 		n.startEnter(r)
-	} else {
+	default:
 		n.setPhase(r, phaseQueued)
 	}
 	n.arm(r)
@@ -299,6 +305,10 @@ func (n *Node) Release(id wire.RequestID) error {
 	if r == nil || r.phase == phaseReleasing {
 		return fmt.Errorf("%w: %s", codes.ErrUnknownLease, id)
 	}
+	if r.local != nil {
+		n.releaseLocal(r, id)
+		return nil
+	}
 	delete(n.handles, id)
 	n.phases = append(n.phases, PhaseChange{Handle: id}) // gone for its client
 	r.handle, r.releaseOf = wire.RequestID{}, id
@@ -314,6 +324,13 @@ func (n *Node) Abandon(id wire.RequestID) error { return n.Release(id) }
 // lease is extended only when EventRenewed arrives.
 func (n *Node) Renew(id wire.RequestID) error {
 	r := n.handles[id]
+	if r != nil && r.phase == phaseLocalHeld {
+		if sh := r.local.req; sh == nil || sh.phase != phaseHeld {
+			return fmt.Errorf("%w: %s: its node's shared read ticket is gone", codes.ErrLost, id)
+		}
+		n.renewLocal(r)
+		return nil
+	}
 	if r == nil || r.phase != phaseHeld {
 		return fmt.Errorf("%w: %s is not held", codes.ErrLost, id)
 	}
@@ -382,7 +399,7 @@ func (n *Node) Step(m wire.Message) error {
 	case wire.KindSnapshot, wire.KindSnapshotTomb, wire.KindSnapshotDone:
 		n.onSnapshot(m)
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
-		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked, wire.KindConfirmAck:
+		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked, wire.KindConfirmAck, wire.KindYield:
 		n.masterStep(m)
 	default:
 		n.replicaStep(m)
@@ -408,6 +425,11 @@ func (n *Node) check(m wire.Message) error {
 			return bad("incarnation 0")
 		}
 		return nil // about lives, not views: valid in any epoch
+	case wire.KindYield:
+		if m.Name == "" || len(m.Name) > n.cfg.MaxNameLen || m.Yield > wire.YieldDrain {
+			return bad("yield %d of a name of %d bytes", m.Yield, len(m.Name))
+		}
+		return nil // a writer waits, whatever the view: always worth heeding
 	case wire.KindFormer:
 		if m.Name == "" || len(m.Name) > n.cfg.MaxNameLen || m.Lifetime > maxSpan*4 {
 			return bad("former ticket with a name of %d bytes, lifetime %d", len(m.Name), m.Lifetime)
@@ -433,6 +455,9 @@ func (n *Node) check(m wire.Message) error {
 		}
 	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck, wire.KindReleaseAck,
 		wire.KindRenewAck, wire.KindReport, wire.KindActivateAck, wire.KindRevoked, wire.KindConfirmAck:
+		if m.Yield > wire.YieldDrain {
+			return bad("yield %d", m.Yield)
+		}
 	default:
 		return bad("kind %s is not for the lock core", m.Kind)
 	}
@@ -532,7 +557,7 @@ type RequestStatus struct {
 	Since int64
 }
 
-var phaseNames = [...]string{"queued", "entering", "add-ticket", "waiting", "held", "releasing"}
+var phaseNames = [...]string{"queued", "entering", "add-ticket", "waiting", "held", "releasing", "waiting-shared", "held-shared"}
 
 // Requests lists this node's own requests that a client still holds or
 // waits for, in handle order.

@@ -235,8 +235,12 @@ func (n *Node) onEnter(m wire.Message) {
 			return
 		}
 		t.putRec(m.Req, &record{
-			since:    n.now,
-			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing},
+			since: n.now,
+			// A READ_ONLY entry is Active when it is a node's shared read
+			// ticket (its ENTER says so): writers ask it to yield
+			// (KindYield), and a writer's try waits for that instead of
+			// failing at once (semaphore.Admit). Stored with the ticket.
+			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing, Active: m.Shared && m.Mode == wire.ModeReadOnly},
 			deadline: n.now + n.keep(m.Lifetime),
 		})
 		n.schedule(t, t.recs[m.Req].deadline)
@@ -283,6 +287,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 		}
 		n.watchFromTicket(t, m)
+		n.askYields(t, r.entry)
 	}
 	n.send(reply)
 }
@@ -374,9 +379,13 @@ func (n *Node) onActivate(m wire.Message) {
 
 func (n *Node) onRenew(m wire.Message) {
 	reply := n.replyTo(m, wire.KindRenewAck)
-	if _, r, ticketed := n.ticketOf(m); !ticketed {
+	if t, r, ticketed := n.ticketOf(m); !ticketed {
 		reply.Reject = true
 	} else {
+		if r.entry.Mode == wire.ModeReadOnly {
+			// Again, should a KindYield be lost.
+			reply.Yield, reply.Ticket = t.writerYield(), r.entry.Ticket
+		}
 		r.held = true
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 		n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
@@ -714,4 +723,45 @@ func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
 	}
 	slices.SortFunc(tickets, func(a, b wire.Entry) int { return a.Req.Compare(b.Req) })
 	return n.cfg.RefuseEarly(m.Mode, tickets)
+}
+
+// askYields tells the masters of the name's shared read tickets that a
+// writer waits, when e, a ticket just taken, is a writer's; or e's own
+// master, when e is a reader's and a writer waits already. A master that
+// holds the ticket for its local readers (a share) lets it go; others
+// ignore it (a ticket taken over in a handoff may be either: snapshots do
+// not carry the mark).
+func (n *Node) askYields(t *replicaName, e wire.Entry) {
+	if e.Mode == wire.ModeReadOnly {
+		if y := t.writerYield(); y != wire.YieldNone && e.Active {
+			n.send(wire.Message{Kind: wire.KindYield, To: e.Req.Node, Name: t.name, Req: e.Req, Ticket: e.Ticket, Yield: y})
+		}
+		return
+	}
+	y := writerYield(e.Mode)
+	for _, req := range sortedReqs(t.recs) {
+		if r := t.recs[req]; r.entry.Mode == wire.ModeReadOnly && r.entry.Ticket != 0 && (r.entry.Active || r.restored) {
+			n.send(wire.Message{Kind: wire.KindYield, To: req.Node, Name: t.name, Req: req, Ticket: r.entry.Ticket, Yield: y})
+		}
+	}
+}
+
+// writerYield is the strongest yield the writers with a ticket in t ask.
+func (t *replicaName) writerYield() wire.Yield {
+	y := wire.YieldNone
+	for _, r := range t.recs {
+		if r.entry.Mode != wire.ModeReadOnly && r.entry.Ticket != 0 {
+			y = max(y, writerYield(r.entry.Mode))
+		}
+	}
+	return y
+}
+
+// writerYield is the yield a writer of mode m asks of shared read tickets:
+// one that lets later readers pass only needs them gone when idle.
+func writerYield(m wire.Mode) wire.Yield {
+	if mayBeActive(m) {
+		return wire.YieldIdle
+	}
+	return wire.YieldDrain
 }

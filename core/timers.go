@@ -103,7 +103,17 @@ func (n *Node) nextTimer(r *request) int64 {
 		if r.renew != nil {
 			at = min(at, r.renew.sentAt+resend)
 		}
+		if r.share != nil {
+			at = min(at, n.shareTimer(r))
+		}
 		return at
+	case phaseLocalWait:
+		return r.dead + 1
+	case phaseLocalHeld:
+		if r.unlocking {
+			return r.endAt
+		}
+		return min(r.unlockAt, r.endAt)
 	default: // phaseReleasing
 		return min(r.releaseUntil+1, r.sentAt+resend)
 	}

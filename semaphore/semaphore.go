@@ -92,6 +92,33 @@ func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
 //     reports decided on, no reader ticket was in the table for its quiet
 //     period (me.Quiet ticks; the runtime fills in DefaultQuiet).
 func Admit(me core.Candidate, others []wire.Entry) core.Decision {
+	d := admit(me, others)
+	if d.Refuse == wire.CodeNone || !me.Try || !writer(me.Mode) {
+		return d
+	}
+	// A writer's try that only nodes' shared read tickets keep out (READ_ONLY
+	// entries marked Active) waits for them to yield instead of failing at
+	// once: their nodes are asked as its ticket is taken, an idle one goes
+	// within a round trip, and the core still ends the try at its bound.
+	shared := wire.RequestID{} // one that keeps it out
+	rest := make([]wire.Entry, 0, len(others))
+	for _, o := range others {
+		if o.Mode != ReadOnly || !o.Active || o.Req == me.Req {
+			rest = append(rest, o)
+		} else if shared == (wire.RequestID{}) && (soft(me.Mode) || core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req)) {
+			shared = o.Req
+		}
+	}
+	if shared != (wire.RequestID{}) && admit(me, rest).Grant {
+		// Not blocked by that one alone (BlockedBy): any other ticket
+		// that comes makes it a refusal again.
+		return core.Decision{}
+	}
+	return d
+}
+
+// admit is Admit without the wait for shared read tickets to yield.
+func admit(me core.Candidate, others []wire.Entry) core.Decision {
 	wait := core.Decision{}
 	if me.Try {
 		wait.Refuse = wire.CodeTimedOut
@@ -128,6 +155,7 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 			return wait
 		}
 	}
+
 	if me.Mode == ReadOnly && me.Limit > 0 && readersAhead >= me.Limit {
 		if me.Try {
 			return core.Decision{Refuse: wire.CodeTimedOut} // full, not draining

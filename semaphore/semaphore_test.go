@@ -63,6 +63,11 @@ func TestAdmitAgainstReference(t *testing.T) {
 						SinceReaders: since, Limit: variant.limit}
 					d := semaphore.Admit(me, others)
 					grant, activate := reference(me, others)
+					// A writer's try that only shared read tickets (active
+					// readers) keep out waits for them to yield.
+					unshared := slices.DeleteFunc(slices.Clone(others), func(e wire.Entry) bool { return e.Mode == semaphore.ReadOnly && e.Active })
+					grantUnshared, _ := reference(me, unshared)
+					yields := !grant && try && mm != semaphore.ReadOnly && grantUnshared
 					checked++
 					// The core hands every waiter one list, itself in it:
 					// its own entry, active or not, changes nothing.
@@ -77,7 +82,9 @@ func TestAdmitAgainstReference(t *testing.T) {
 						t.Fatalf("%+v among %+v: reference grant=%v, Admit %+v", me, others, grant, d)
 					case grant && activate != d.Activate:
 						t.Fatalf("%+v among %+v: activation must be %v", me, others, activate)
-					case !grant && try && d.Refuse == wire.CodeNone:
+					case yields && d != (core.Decision{}):
+						t.Fatalf("%+v among %+v: a writer's try kept out by shared read tickets only must wait, got %+v", me, others, d)
+					case !grant && try && !yields && d.Refuse == wire.CodeNone:
 						t.Fatalf("%+v among %+v: a try must be answered at once", me, others)
 					case !grant && !try && d.Refuse != wire.CodeNone:
 						t.Fatalf("%+v among %+v: a waiter was refused", me, others)

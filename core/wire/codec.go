@@ -90,6 +90,8 @@ var fields = [...]field{
 	number("handoff-epoch", func(m *Message) *uint64 { return &m.HandoffEpoch }),
 	number("base-seq", func(m *Message) *uint64 { return &m.BaseSeq }),
 	flag("try", func(m *Message) *bool { return &m.Try }),
+	number("yield", func(m *Message) *Yield { return &m.Yield }),
+	flag("shared", func(m *Message) *bool { return &m.Shared }),
 }
 
 // number is a field holding an unsigned integer; a value over the type's

@@ -21,7 +21,7 @@ func sample() Message {
 		ElectionID: "1|2|addr|4|n3", PrepareEpoch: 20, Promised: 12, Cluster: 0xfeedface, ClusterSize: 5, Nonce: 77, StoreAge: 13,
 		Lives: []Life{{Incarnation: 4, Nonce: 1 << 63}, {Incarnation: 5, Nonce: 3}}, Unconfirmed: true,
 		KnownIncarnation: 1<<32 - 1, KnownStoreAge: 14,
-		SnapshotID: 15, SnapshotSince: 16, Answer: 17, AnswerSize: 18, HandoffEpoch: 19, BaseSeq: 20, Try: true,
+		SnapshotID: 15, SnapshotSince: 16, Answer: 17, AnswerSize: 18, HandoffEpoch: 19, BaseSeq: 20, Try: true, Yield: YieldDrain, Shared: true,
 	}
 }
 
@@ -85,7 +85,7 @@ func TestDecodeRejects(t *testing.T) {
 		"version":           {append([]byte{9}, good[1:]...), ErrVersion},
 		"unknown kind":      {append([]byte{Version, 200}, good[2:]...), ErrKind},
 		"zero kind":         {append([]byte{Version, 0}, good[2:]...), ErrKind},
-		"truncated":         {good[:len(good)-2], ErrMalformed}, // the last field, a flag, is its tag alone: cut into the one before
+		"truncated":         {good[:len(good)-2], ErrMalformed}, // the last field (a flag: a tag alone) and the value of the one before
 		"trailing":          {append(bytes.Clone(good), 0), ErrMalformed},
 		"oversized":         {make([]byte, MaxFrameSize+1), ErrTooLarge},
 		"long name":         {with([]byte{tagOf("name")}, appendUvarint(nil, MaxNameLen+1)), ErrTooLarge},

@@ -80,7 +80,9 @@ type Entry struct {
 	Mode   Mode
 	State  EntryState
 	// Active: the request announced that it is going in (a writer of a mode
-	// that lets later readers pass must say so before it is granted).
+	// that lets later readers pass must say so before it is granted). For
+	// a READ_ONLY entry: it is a node's shared read ticket, which yields
+	// to a waiting writer when asked.
 	Active bool
 }
 
@@ -240,7 +242,29 @@ const (
 	// KindConfirmAck: the ticket is marked held; Reject when the replica
 	// does not have it (released, force-unlocked or expired there).
 	KindConfirmAck
+	// KindYield (replica → master; package core): a writer waits on Name
+	// while Req, a READ_ONLY ticket of To numbered Ticket, is in the
+	// replica's table. A
+	// master that holds Req for local readers (an agent's shared read
+	// ticket) lets it go as Yield says; any other master ignores it.
+	KindYield
 	kindEnd
+)
+
+// Yield is how a shared read ticket must let a waiting writer in.
+type Yield uint32
+
+const (
+	// YieldNone: no writer waits.
+	YieldNone Yield = iota
+	// YieldIdle: a writer that lets readers pass (READ_WRITE,
+	// READ_WRITE_GENTLE) waits: let the ticket go as soon as no local
+	// reader holds it, without lingering.
+	YieldIdle
+	// YieldDrain: a writer that blocks later readers (READ_WRITE_PRIORITY,
+	// exclusive) waits: refuse new local readers (draining), and let the
+	// ticket go once the local holders are done.
+	YieldDrain
 )
 
 // MaxLeaders caps the leader lists of a view on the wire.
@@ -302,7 +326,7 @@ var kindNames = [...]string{"", "enter", "enter-ack", "get-max", "get-max-ack",
 	"hello", "prepare", "promise", "accept", "accepted", "commit",
 	"snapshot-request", "snapshot", "snapshot-done", "activate", "activate-ack",
 	"check-in", "check-in-ack", "revoked", "former", "holds", "holds-ack",
-	"snapshot-tomb", "confirm", "confirm-ack"}
+	"snapshot-tomb", "confirm", "confirm-ack", "yield"}
 
 func (k Kind) String() string { return NameOf(kindNames[:], k, "kind") }
 
@@ -408,6 +432,12 @@ type Message struct {
 	// of this ReportSeq (entries gone are in StateReleased); 0: the whole
 	// table.
 	BaseSeq uint64
+	// Yield (KindYield, KindRenewAck of a READ_ONLY ticket): how a
+	// shared read ticket must let a waiting writer in.
+	Yield Yield
+	// Shared: an ENTER of a node's shared read ticket (core's share.go);
+	// the replica keeps its entry Active (see Entry.Active).
+	Shared bool
 	// Try: an ENTER of a request that must be answered at once (obtain
 	// timeout 0), which a replica may refuse right there (see
 	// core.Config.RefuseEarly).

@@ -169,6 +169,8 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil},
+		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil},
+		{"lets a shared read ticket go with holders", core.MutantYieldWithHolders, true, Options{Modes: true, ReadHeavy: true}, nil},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

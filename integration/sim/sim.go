@@ -56,6 +56,14 @@ type Options struct {
 	Modes bool
 	// Admit replaces the admission policy (mutation tests).
 	Admit core.Admit
+	// ReadHeavy (with Modes) is a web site's load: four in five requests
+	// are readers, without reader limits, so nodes keep shared read
+	// tickets and drains must make them yield.
+	ReadHeavy bool
+	// NoShare turns read-lease aggregation off (core.Config.ShareLease):
+	// every reader then runs the whole bakery. On by default, as in the
+	// agent.
+	NoShare bool
 	// Operators (with Elect) models machines and their operators: a
 	// crashed node may restart with its disk wiped or rolled back to an
 	// older copy, or never come back (a dead machine); a node whose
@@ -127,6 +135,9 @@ type Result struct {
 	LeaderPairCrashes, HandoffCrashes int
 	// SharedGrants: reader grants made while another reader held the name.
 	SharedGrants int
+	// LocalGrants: readers granted on their node's shared read ticket;
+	// Drains: drain yields delivered to a node for its shared ticket.
+	LocalGrants, Drains int
 	// With Operators: disks Wiped and rolled back (Rollbacks; SameLife of
 	// them to a copy made in the life that crashed, which no check-in can
 	// tell from a plain restart); Stale nodes stopped for good; DeadMachines
@@ -166,6 +177,8 @@ func (r *Result) add(o Result) {
 	r.LeaderPairCrashes += o.LeaderPairCrashes
 	r.HandoffCrashes += o.HandoffCrashes
 	r.SharedGrants += o.SharedGrants
+	r.LocalGrants += o.LocalGrants
+	r.Drains += o.Drains
 	r.Wipes += o.Wipes
 	r.Rollbacks += o.Rollbacks
 	r.SameLife += o.SameLife
@@ -200,6 +213,11 @@ func (f *Failure) Error() string {
 }
 
 const tryTicks = 30
+
+// shareTicks is the shared read tickets' lease: about the clients' own
+// lease lengths, so local leases are often cut to the share's end, and
+// renewals and lapses are frequent.
+const shareTicks = 60
 
 type disk struct {
 	incarnation uint32
@@ -369,8 +387,12 @@ type Sim struct {
 
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
-	lastReaderEvent map[string]int64 // tick a reader was last granted or stopped holding
-	readerLimit     map[string]int   // per name, with Modes (0: none)
+	// drained: the shared read tickets (node, name, ticket) a drain yield
+	// reached; the node must admit no local reader on them.
+	drained         map[drainKey]bool
+	drainNext       map[int][]drainKey // per node, yields taken since its last Ready
+	lastReaderEvent map[string]int64   // tick a reader was last granted or stopped holding
+	readerLimit     map[string]int     // per name, with Modes (0: none)
 	idleWait        map[string]int64
 	views           map[uint64]string        // epoch -> the view adopted for it, as seen anywhere
 	members         map[uint64][]wire.NodeID // epoch -> members of its view, as adopted
@@ -435,7 +457,7 @@ func newSim(o Options) *Sim {
 	if o.ClientsPerNode <= 0 {
 		o.ClientsPerNode = 1 + rng.IntN(4)
 	}
-	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
+	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, drained: map[drainKey]bool{}, drainNext: map[int][]drainKey{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
 		idleWait: map[string]int64{}, views: map[uint64]string{}, members: map[uint64][]wire.NodeID{}, trace: make([]string, o.TraceLines),
 		forces: map[wire.RequestID]*force{}}
 	leaders := []wire.NodeID{}
@@ -464,7 +486,7 @@ func newSim(o Options) *Sim {
 	}
 	for i := range o.Names {
 		s.names = append(s.names, fmt.Sprintf("https://site%d.example/", i))
-		if o.Modes {
+		if o.Modes && !o.ReadHeavy {
 			s.readerLimit[s.names[i]] = rng.IntN(3)
 		}
 	}
@@ -609,8 +631,13 @@ func (s *Sim) start(i int) {
 	if admit == nil && s.o.Modes {
 		admit, refuse = semaphore.Admit, semaphore.RefuseEarly
 	}
+	share := int64(shareTicks)
+	if s.o.NoShare {
+		share = 0
+	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
-		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, CheckIncremental: true}, n.disk.durable.Clone())
+		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, ShareLease: share,
+		CheckIncremental: true}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return
@@ -725,6 +752,12 @@ func (s *Sim) handle(i int) {
 		s.res.Batched++
 	}
 	s.nodes[i].stepped = 0
+	defer func() {
+		for _, k := range s.drainNext[i] {
+			s.drained[k] = true
+		}
+		delete(s.drainNext, i)
+	}()
 	for n := s.nodes[i]; n.core != nil && n.core.HasReady(); {
 		rd := n.core.Ready()
 		if missed := n.core.Stats().MissedDecisions; missed > 0 {
@@ -892,6 +925,10 @@ func (s *Sim) timeFaults() bool {
 // force is one operator's force-unlock, from its call to its answer.
 type force struct {
 	by int // the node it was called on
+	// name and ticket of the request forced: a node's shared read
+	// ticket is found by them, for the local readers granted on it.
+	name   string
+	ticket uint64
 	// answered: EventReleased came; waiting: it said that no leader of
 	// its quorum held the request (confirmed, renewed, or restored), or
 	// that none had it: such a request is never granted, before or after.
@@ -925,7 +962,7 @@ func (s *Sim) forceUnlock() {
 		return
 	}
 	if s.forces[e.Req] == nil {
-		s.forces[e.Req] = &force{by: byIdx}
+		s.forces[e.Req] = &force{by: byIdx, name: name, ticket: e.Ticket}
 	}
 	s.res.Forced++
 	s.endForcedHold(name, e)
@@ -1092,9 +1129,17 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 	if el := s.nodes[to].elect; el != nil && !el.CheckedIn() && m.Kind == wire.KindSnapshotRequest {
 		return true // the runtime hands no table over until the node checked in
 	}
-	if err := s.nodes[to].core.Step(m); errors.Is(err, core.ErrBadMessage) {
+	err = s.nodes[to].core.Step(m)
+	if errors.Is(err, core.ErrBadMessage) {
 		s.failf("node %d rejected a valid message %v: %v", to+1, m, err)
 		return false
+	}
+	if err == nil && m.Yield == wire.YieldDrain {
+		// Taken (not from another epoch): the node admits no local reader
+		// on that share from its next Ready on (a batch of messages may
+		// have granted one before this one, in the same Ready).
+		s.drainNext[to] = append(s.drainNext[to], drainKey{to, m.Name, m.Ticket})
+		s.res.Drains++
 	}
 	s.nodes[to].stepped++
 	if !s.o.Batch || s.chance(0.5) {
@@ -1215,7 +1260,11 @@ func (s *Sim) release(c *client, n *core.Node) {
 func (s *Sim) acquire(c *client, name string, probe bool) {
 	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
 	if s.o.Modes && !probe {
-		switch r := s.rng.IntN(20); {
+		r := s.rng.IntN(20)
+		if s.o.ReadHeavy {
+			r = max(0, r-5) // readers from 11 in 20 to 16 in 20
+		}
+		switch {
 		case r < 11:
 			a.Mode, a.Limit = semaphore.ReadOnly, s.readerLimit[name]
 		case r < 14:
@@ -1320,6 +1369,14 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 		s.release(c, s.nodes[node].core)
 		return
 	}
+	if e.Shared && s.drained[drainKey{node, e.Name, e.Token}] {
+		s.failf("node %d admitted client %d on its shared read ticket %d of %s after a drain yield for it reached the node",
+			node+1, c.id, e.Token, e.Name)
+		return
+	}
+	if e.Shared {
+		s.res.LocalGrants++
+	}
 	if !s.grantRacedForce(node, c, e) || !s.checkGrantToken(c, e) {
 		return
 	}
@@ -1342,6 +1399,15 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 // request waiting, which is then never granted.
 func (s *Sim) grantRacedForce(node int, c *client, e core.Event) bool {
 	f := s.forces[s.wireID(node, e.Req)]
+	if e.Shared {
+		// Granted on its node's shared read ticket: an unlock of that
+		// ticket is one of its lease.
+		for id, g := range s.forces {
+			if int(id.Node) == node+1 && g.name == e.Name && g.ticket == e.Token {
+				f = g
+			}
+		}
+	}
 	if f == nil {
 		return true
 	}
@@ -1905,4 +1971,11 @@ func codecRoundTrip(m wire.Message) (wire.Message, error) {
 		return wire.Message{}, err
 	}
 	return wire.Decode(b)
+}
+
+// drainKey is a node's shared read ticket of a name.
+type drainKey struct {
+	node   int
+	name   string
+	ticket uint64
 }

@@ -85,6 +85,9 @@ type AgentConfig struct {
 	APIToken string
 	// Tick is the core's tick (default DefaultTick).
 	Tick time.Duration
+	// ShareLease and ShareLinger: see NodeConfig (read-lease aggregation;
+	// a negative ShareLease turns it off).
+	ShareLease, ShareLinger time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Broken: see NodeConfig.Broken. Never set it outside tests.
@@ -292,7 +295,8 @@ func (a *Agent) startNode(cfg AgentConfig, state store.State, boot, peers []wire
 	tick := cmp.Or(cfg.Tick, DefaultTick)
 	node, err := NewNode(NodeConfig{Self: a.host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
 		ElectionTicks: int64(cfg.ElectionTimeout / tick),
-		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, Logger: cfg.Logger, Broken: cfg.Broken})
+		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, ShareLease: cfg.ShareLease, ShareLinger: cfg.ShareLinger,
+		Logger: cfg.Logger, Broken: cfg.Broken})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,17 +73,21 @@ const staleHelp = "this node must not vote or serve again under its identity; fo
 // Loopback and LAN round trips are far below a tick; these leave room for
 // a loaded machine and for GC pauses.
 const (
-	DefaultTick      = 10 * time.Millisecond
-	retransmitTicks  = 20  // a lost phase message is sent again after 200 ms
-	refreshTicks     = 100 // waiting masters renew their watches every second
-	tryTicks         = 100 // a try's round trips must finish within a second
-	helloTicks       = 20  // hellos every 200 ms
-	deadTicks        = 150 // a node silent for 1.5 s counts as down
-	electionRetry    = 100 // a stuck election round is retried after a second
-	watcherQueue     = 64
-	maxTicksPerWake  = 10000 // catching up after a long stop is bounded per wake-up
-	opQueue          = 256
-	inboxBatchPerRun = 256
+	DefaultTick = 10 * time.Millisecond
+	// DefaultShareLease is NodeConfig.ShareLease's default: a node that
+	// cannot be reached holds a drain up to this long (and the leaders'
+	// drift margin), and renews a busy share every half of it.
+	DefaultShareLease = 10 * time.Second
+	retransmitTicks   = 20  // a lost phase message is sent again after 200 ms
+	refreshTicks      = 100 // waiting masters renew their watches every second
+	tryTicks          = 100 // a try's round trips must finish within a second
+	helloTicks        = 20  // hellos every 200 ms
+	deadTicks         = 150 // a node silent for 1.5 s counts as down
+	electionRetry     = 100 // a stuck election round is retried after a second
+	watcherQueue      = 64
+	maxTicksPerWake   = 10000 // catching up after a long stop is bounded per wake-up
+	opQueue           = 256
+	inboxBatchPerRun  = 256
 )
 
 // NodeConfig configures a Node. Zero values mean the documented defaults.
@@ -110,6 +115,14 @@ type NodeConfig struct {
 	Store     Store
 	// Tick is the length of a core tick. Default DefaultTick.
 	Tick time.Duration
+	// ShareLease turns read-lease aggregation on (core.Config.ShareLease):
+	// the node holds one cluster-wide READ_ONLY ticket per name for its
+	// local readers, asked for this long. Zero: DefaultShareLease;
+	// negative: off (every reader runs the whole bakery).
+	ShareLease time.Duration
+	// ShareLinger is how long a shared read ticket is kept with no local
+	// reader. Zero: ShareLease/8.
+	ShareLinger time.Duration
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Broken deliberately breaks the lock core (see core.Mutant). Only the
@@ -182,8 +195,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	peers := slices.DeleteFunc(slices.Clone(cfg.Peers), func(p wire.NodeID) bool { return p == cfg.Self })
+	share := cmp.Or(cfg.ShareLease, DefaultShareLease)
+	tick := cmp.Or(cfg.Tick, DefaultTick)
 	c, err := core.New(core.Config{ID: cfg.Self, Incarnation: cfg.State.Incarnation, Peers: peers,
 		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks,
+		ShareLease: max(int64(share/tick), 0), ShareLinger: max(int64(cfg.ShareLinger/tick), 0),
 		Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly, SnapshotsFromStore: true, Mutant: cfg.Broken}, cfg.State.Durable)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: start the lock core: %w", err)

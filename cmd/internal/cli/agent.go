@@ -67,7 +67,7 @@ type agentFlags struct {
 	listen, peers, allow, initial                                                    []string
 	size                                                                             int
 	inMemory, join                                                                   bool
-	electionTimeout                                                                  time.Duration
+	electionTimeout, shareLease, shareLinger                                         time.Duration
 	// cpuProfile is the hidden --cpu-profile: the benchmark harness
 	// (integration/bench) profiles the agents of a run with it. A heap
 	// profile goes beside it (PATH.heap) when the agent is told to stop,
@@ -125,6 +125,8 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.join, "join", false, "join the running cluster of --peers as a non-member (then: sluice members add ID)")
 	fl.IntVar(&f.size, "cluster-size", 0, "number of initial members, as a check of --initial-members (optional)")
 	fl.DurationVar(&f.electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
+	fl.DurationVar(&f.shareLease, "share-lease", daemon.DefaultShareLease, "read-lease aggregation: this agent holds one cluster-wide READ_ONLY ticket per name for its local readers, for this long, renewed while they hold it; a node that cannot be reached holds a drain up to this long (0: off, every reader runs the whole bakery)")
+	fl.DurationVar(&f.shareLinger, "share-linger", 0, "how long a shared read ticket is kept with no local reader (default: a eighth of --share-lease)")
 	fl.StringVar(&f.priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
 	fl.StringVar(&f.pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
 	fl.StringSliceVar(&f.allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
@@ -153,6 +155,16 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	if f.electionTimeout < 0 {
 		return none, usageErrorf("agent: --election-timeout must not be negative, got %s", f.electionTimeout)
 	}
+	switch {
+	case f.shareLease < 0 || f.shareLease > 0 && f.shareLease < 100*time.Millisecond || f.shareLease > time.Hour:
+		return none, usageErrorf("agent: --share-lease must be 0 (off) or between 100ms and 1h, got %s", f.shareLease)
+	case f.shareLinger < 0 || f.shareLease > 0 && f.shareLinger >= f.shareLease:
+		return none, usageErrorf("agent: --share-linger must be at least 0 and below --share-lease, got %s", f.shareLinger)
+	}
+	shareLease := f.shareLease
+	if shareLease == 0 {
+		shareLease = -1 // off
+	}
 	prio, err := election.ParsePriority(f.priority)
 	if err != nil {
 		return none, usageErrorf("agent: --priority: %v", err)
@@ -169,7 +181,7 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	}
 	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
-		Priority: prio, AllowList: f.allow, API: f.api, Logger: log, Broken: mutant}
+		Priority: prio, AllowList: f.allow, API: f.api, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant}
 	if f.pskFile != "" {
 		if cfg.PSK, err = p2p.ReadPSK(f.pskFile); err != nil {
 			return none, usageErrorf("agent: --psk-file: %v", err)

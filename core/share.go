@@ -1,0 +1,303 @@
+package core
+
+import (
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// Read-lease aggregation (Config.ShareLease). A web frontend takes a
+// READ_ONLY try for every page view, on one name per site; running the
+// whole bakery for each would put a quorum and an fsync on every page.
+// Instead a node holds one cluster-wide READ_ONLY ticket per name, its
+// share, on behalf of all its local readers, and grants and releases
+// their leases itself while the share is held.
+//
+// Safety rests on one rule: a local reader holds only within the share's
+// lease. Its lease ends no later than the share's (the master's own end,
+// which the replicas outlive by their drift margin), and the share is let
+// go only when no local reader holds on it. So every local reader's
+// interval lies within a READ_ONLY ticket's, and the bakery keeps writers
+// out of those as it does for any reader.
+//
+// Drains stay exact through yields: a leader that takes a writer's ticket
+// tells the master of every READ_ONLY ticket of the name (KindYield; and
+// again in every renewal's ack). For a priority or exclusive writer
+// (YieldDrain) the master refuses new local readers at once (tries with
+// `draining`; the others take the whole bakery, behind the writer) and
+// lets the share go when its holders are done; for a soft writer
+// (YieldIdle) it lets the share go as soon as no local reader holds it,
+// without lingering. A node that cannot be reached holds a writer only
+// until its share expires. A reader limit is exact only in the table, so
+// limited readers bypass the share.
+//
+// The share's cluster request is always a try: it is granted or refused
+// at once, and a local reader that may wait and found no share takes the
+// whole bakery by itself.
+
+// share is one name's shared read ticket at this node.
+type share struct {
+	// req is the cluster request: in its doorway or held; nil when the
+	// node has no share of the name (one being let go is no longer here).
+	req *request
+	// holders are the local readers granted on req; waiting, those that
+	// arrived while req was in its doorway, in arrival order.
+	holders map[wire.RequestID]*request
+	waiting []*request
+	// idleAt is when the last holder left (the linger runs from there).
+	idleAt int64
+	// yield is the strongest yield asked of req.
+	yield wire.Yield
+}
+
+// sharing reports whether a goes through the node's share of its name.
+func (n *Node) sharing(a Acquire) bool {
+	return n.cfg.ShareLease > 0 && a.Mode == wire.ModeReadOnly && a.Limit == 0 && len(n.cfg.View.Leaders) > 0
+}
+
+// held reports whether sh can grant local readers now.
+func (sh *share) held() bool {
+	return sh.req != nil && sh.req.phase == phaseHeld && !sh.req.unlocking
+}
+
+// acquireLocal starts r, a READ_ONLY request of a local client, on its
+// name's share.
+func (n *Node) acquireLocal(mn *masterName, r *request) {
+	if mn.share == nil {
+		mn.share = &share{holders: map[wire.RequestID]*request{}}
+	}
+	sh := mn.share
+	r.local = sh
+	n.setPhase(r, phaseLocalWait)
+	switch {
+	case sh.yield == wire.YieldDrain && n.cfg.Mutant&MutantAdmitAfterYield == 0:
+		n.endWaitingLocal(r, wire.CodeDraining)
+	case sh.held():
+		n.grantLocal(sh, r)
+	default:
+		sh.waiting = append(sh.waiting, r)
+		n.arm(r)
+		if sh.req == nil {
+			n.startShare(sh, r.a.Name)
+		}
+	}
+}
+
+// startShare asks the leaders for a share of name: a try, for as long as
+// ShareLease.
+func (n *Node) startShare(sh *share, name string) {
+	r := &request{id: n.nextID(), a: Acquire{Name: name, Mode: wire.ModeReadOnly, Duration: n.cfg.ShareLease},
+		start: n.now, dead: n.now + n.cfg.TryTicks, share: sh}
+	sh.req, sh.yield = r, wire.YieldNone
+	n.reqs[r.id] = r
+	n.masterName(name).count++
+	n.startEnter(r)
+	n.arm(r)
+}
+
+// grantLocal grants w on the held share sh: its lease ends within the
+// share's.
+func (n *Node) grantLocal(sh *share, w *request) {
+	end := sh.req.leaseStart + sh.req.a.Duration
+	w.unlockAt = min(n.now+w.a.Duration, end)
+	w.endAt = min(w.unlockAt+w.a.Grace, end)
+	w.leaseStart, w.ticket, w.unlocking = n.now, sh.req.ticket, false
+	n.setPhase(w, phaseLocalHeld)
+	sh.holders[w.id] = w
+	n.arm(w)
+	n.stats.Granted++
+	n.emit(w, Event{Kind: EventGranted, Elapsed: n.now - w.start, Duration: w.a.Duration, TTL: w.unlockAt - w.start, Shared: true})
+	n.keepShare(sh)
+}
+
+// refuseLocal ends w, a local reader not granted, with code c.
+func (n *Node) refuseLocal(w *request, c wire.Code) {
+	n.stats.Failed++
+	n.event(w, EventFailed, c)
+	n.dropLocal(w)
+}
+
+// dropLocal forgets w, a local reader, and lets its share go when that
+// was the last thing keeping it.
+func (n *Node) dropLocal(w *request) {
+	sh := w.local
+	if w.phase == phaseLocalHeld {
+		delete(sh.holders, w.id)
+		if len(sh.holders) == 0 {
+			sh.idleAt = n.now
+		}
+	} else {
+		for i, o := range sh.waiting {
+			if o == w {
+				sh.waiting = append(sh.waiting[:i], sh.waiting[i+1:]...)
+				break
+			}
+		}
+	}
+	n.forget(w)
+	n.keepShare(sh)
+}
+
+// bypass sends w, a local reader that may wait, through the whole bakery
+// by itself: no share could be had at once.
+func (n *Node) bypass(w *request) {
+	w.local = nil
+	n.startEnter(w)
+	n.arm(w)
+}
+
+// keepShare lets sh's cluster ticket go when nothing keeps it: no holder
+// and a yield asked for, and arms its timers (linger, renewal) otherwise.
+func (n *Node) keepShare(sh *share) {
+	r := sh.req
+	if r == nil || r.phase != phaseHeld {
+		return
+	}
+	if sh.yield != wire.YieldNone && (len(sh.holders) == 0 || n.cfg.Mutant&MutantYieldWithHolders != 0) {
+		n.releaseShare(sh)
+		return
+	}
+	n.arm(r)
+}
+
+// releaseShare lets sh's cluster ticket go; the next local reader asks
+// for a new one.
+func (n *Node) releaseShare(sh *share) {
+	r := sh.req
+	sh.req, sh.yield = nil, wire.YieldNone
+	r.share = nil
+	n.startRelease(r)
+}
+
+// onShareEvent is what happens to the cluster request r of a share,
+// instead of an event to a client.
+func (n *Node) onShareEvent(r *request, e Event) {
+	sh := r.share
+	switch e.Kind {
+	case EventGranted:
+		waiting := sh.waiting
+		sh.waiting = nil
+		sh.idleAt = n.now
+		// A drain asked for while in the doorway: the readers waiting on
+		// it arrived before it, but are not granted on a share that must
+		// go (the first refusal lets it go: no holder).
+		drain := sh.yield == wire.YieldDrain && n.cfg.Mutant&MutantAdmitAfterYield == 0
+		for _, w := range waiting {
+			if drain {
+				n.endWaitingLocal(w, wire.CodeDraining)
+			} else {
+				n.grantLocal(sh, w)
+			}
+		}
+		n.keepShare(sh)
+	case EventFailed:
+		sh.req, r.share = nil, nil
+		waiting := sh.waiting
+		sh.waiting = nil
+		for _, w := range waiting {
+			n.endWaitingLocal(w, e.Code)
+		}
+	case EventRenewFailed:
+		// A quorum of leaders no longer has the ticket (an operator, an
+		// expiry while unreachable): its local readers lost it too.
+		n.revoke(r)
+	case EventUnlocked:
+		// Force-unlocked, or its lease ran out unrenewed: every holder's
+		// lease ended by then (they end within it) or ends now.
+		sh.req, sh.yield, r.share = nil, wire.YieldNone, nil
+		for _, id := range sortedReqs(sh.holders) {
+			w := sh.holders[id]
+			n.event(w, EventUnlocked, e.Code)
+			n.dropLocal(w)
+		}
+		if len(sh.waiting) > 0 {
+			n.startShare(sh, r.a.Name)
+		}
+	}
+}
+
+// endWaitingLocal ends w, a local reader whose share could not be had: a
+// try is refused with c; one that may wait goes through the bakery by
+// itself.
+func (n *Node) endWaitingLocal(w *request, c wire.Code) {
+	if w.a.Timeout == 0 || n.now > w.dead {
+		n.refuseLocal(w, c)
+		return
+	}
+	n.bypass(w)
+}
+
+// releaseLocal is Release of a local reader: nothing to tell the leaders.
+func (n *Node) releaseLocal(w *request, id wire.RequestID) {
+	n.events = append(n.events, Event{Kind: EventReleased, Req: id, Name: w.a.Name, Token: w.ticket,
+		Held: w.phase == phaseLocalHeld})
+	n.dropLocal(w)
+}
+
+// renewLocal is Renew of a local reader: its lease runs its duration more,
+// within the share's.
+func (n *Node) renewLocal(w *request) {
+	sh := w.local
+	end := sh.req.leaseStart + sh.req.a.Duration
+	w.unlockAt = min(n.now+w.a.Duration, end)
+	w.endAt = min(w.unlockAt+w.a.Grace, end)
+	w.leaseStart, w.unlocking = n.now, false
+	n.arm(w)
+	n.emit(w, Event{Kind: EventRenewed, Duration: w.a.Duration, TTL: w.unlockAt - n.now, Shared: true})
+	n.keepShare(sh)
+}
+
+// tickLocal times a local reader: its obtain deadline while waiting, its
+// lease's end and grace while held.
+func (n *Node) tickLocal(w *request) {
+	switch {
+	case w.phase == phaseLocalWait && n.now > w.dead:
+		n.refuseLocal(w, wire.CodeTimedOut)
+	case w.phase == phaseLocalHeld && n.now >= w.endAt:
+		n.event(w, EventUnlocked, wire.CodeTimedOut)
+		n.dropLocal(w)
+	case w.phase == phaseLocalHeld && !w.unlocking && n.now >= w.unlockAt:
+		w.unlocking = true
+		n.event(w, EventUnlocking, wire.CodeNone)
+	}
+}
+
+// tickShare runs a held share's own timers: it is let go after lingering
+// idle, and renewed while local readers hold it and less than half its
+// lease is left.
+func (n *Node) tickShare(r *request) {
+	sh := r.share
+	switch {
+	case len(sh.holders) == 0 && n.now >= sh.idleAt+n.cfg.ShareLinger:
+		n.releaseShare(sh)
+	case len(sh.holders) > 0 && r.renew == nil && n.now >= n.shareRenewAt(r):
+		r.renew = &renewal{start: n.now, acks: map[wire.NodeID]bool{}, rejects: map[wire.NodeID]bool{}}
+		n.sendRenew(r, nil)
+	}
+}
+
+// shareRenewAt is when a held share with holders is renewed: half its
+// lease before its end.
+func (n *Node) shareRenewAt(r *request) int64 {
+	return r.leaseStart + r.a.Duration - r.a.Duration/2
+}
+
+// shareTimer is the first tick tickShare may act on r, a held share.
+func (n *Node) shareTimer(r *request) int64 {
+	sh := r.share
+	switch {
+	case len(sh.holders) == 0:
+		return sh.idleAt + n.cfg.ShareLinger
+	case r.renew == nil:
+		return n.shareRenewAt(r)
+	}
+	return maxSpan
+}
+
+// onYield: a leader asks the share r to let a waiting writer in.
+func (n *Node) onYield(r *request, y wire.Yield) {
+	sh := r.share
+	if sh == nil || y <= sh.yield {
+		return // a plain reader's lease, or asked already
+	}
+	sh.yield = y
+	n.keepShare(sh)
+}
