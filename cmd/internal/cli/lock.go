@@ -314,8 +314,17 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 					continue
 				}
 				for _, e := range l.Entries {
-					if e.Mode == semaphore.ReadOnly.String() && e.Ticket > 0 {
-						readers++
+					switch {
+					case e.Mode != semaphore.ReadOnly.String() || e.Ticket == 0:
+					case e.Active && e.Node == tab.Node:
+						// This agent's shared read ticket: its readers.
+						for _, r := range tab.Requests {
+							if r.Name == name && r.Phase == "held-shared" {
+								readers++
+							}
+						}
+					default:
+						readers++ // a reader, or another agent's shared ticket
 					}
 				}
 			}
