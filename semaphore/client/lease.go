@@ -51,17 +51,26 @@ func span(d time.Duration) string {
 // Acquire asks the agent for name in mode and waits until it is granted,
 // refused, timed out, or ctx ends (which abandons the request).
 func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, o Options) (*Lease, error) {
-	body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
-		Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try}
-	var lj api.LeaseJSON
 	sent := time.Now()
-	if err := c.call(ctx, "acquire "+name, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
+	op := "acquire " + name
+	reply, ok, err := c.compact(ctx, op, &api.CompactRequest{Op: api.OpAcquire, Name: name, Mode: mode.String(), Try: o.Try,
+		Timeout: o.Timeout, Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
+	lj, expires := reply.LeaseJSON, sent.Add(reply.TTLNanos)
+	switch {
+	case ok && err != nil:
 		return nil, err
+	case !ok:
+		body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
+			Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try}
+		if err := c.call(ctx, op, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
+			return nil, err
+		}
+		expires = expiresOf(lj, sent)
 	}
 	if m, err := semaphore.ParseMode(lj.Mode); err == nil {
 		mode = m
 	}
-	return c.newLease(lj, expiresOf(lj, sent), mode, o.AutoRenew), nil
+	return c.newLease(lj, expires, mode, o.AutoRenew), nil
 }
 
 // expiresOf is when a lease answered by lj ends, for a call sent at sent:
@@ -237,7 +246,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	if released {
 		return nil
 	}
-	err := l.c.call(ctx, "release "+l.id, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
+	op := "release " + l.id
+	_, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRelease, Lease: l.id})
+	if !ok {
+		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
+	}
 	if err != nil && !errors.Is(err, ErrUnknownLease) {
 		return err
 	}
@@ -262,12 +275,18 @@ func (l *Lease) Renew(ctx context.Context) error {
 		}
 		return fmt.Errorf("client: renew %s: released: %w", l.id, ErrUnknownLease)
 	}
-	var lj api.LeaseJSON
 	sent := time.Now()
-	err := l.c.call(ctx, "renew "+l.id, http.MethodPost, "/v1/renew", api.LeaseBody{Lease: l.id}, &lj)
+	op := "renew " + l.id
+	reply, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRenew, Lease: l.id})
+	expires := sent.Add(reply.TTLNanos)
+	if !ok {
+		var lj api.LeaseJSON
+		err = l.c.call(ctx, op, http.MethodPost, "/v1/renew", api.LeaseBody{Lease: l.id}, &lj)
+		expires = expiresOf(lj, sent)
+	}
 	switch {
 	case err == nil:
-		l.extend(expiresOf(lj, sent))
+		l.extend(expires)
 		return nil
 	case errors.Is(err, semaphore.ErrLost):
 		l.end(err)

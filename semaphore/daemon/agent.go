@@ -421,8 +421,19 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
 		Peers: a.peers, Mesh: a.meshPeers, PeerNode: peerNode})
 	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	serve := lis
+	if !api.IsTCPAddr(url) {
+		// The socket also speaks the compact protocol (file permissions
+		// guard it, as they guard HTTP there; TCP needs the token).
+		mux := newAPIMux(lis, a.node, cfg.Logger)
+		serve = mux.HTTP()
+		a.wg.Go(func() {
+			mux.run()
+			mux.wait()
+		})
+	}
 	a.wg.Go(func() {
-		if err := a.server.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.server.Serve(serve); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("API server", "err", err)
 		}
 	})

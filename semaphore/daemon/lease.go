@@ -119,11 +119,14 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		return Lease{}, err
 	}
 	out, err := n.answered(ctx, l, l.acquired)
-	if err != nil && ctx.Err() != nil {
-		// Give up; a fresh context, because the caller's is over.
+	if ctx.Err() != nil {
+		// Give up, even on a grant that came as the caller went away
+		// (both were ready): nobody would hold it until it expired. A
+		// fresh context, because the caller's is over.
 		abandon, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = n.do(abandon, func() { n.drop(l, true) })
+		return Lease{}, ctx.Err()
 	}
 	return out, err
 }

@@ -1,0 +1,220 @@
+package api
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// The compact protocol carries the per-request calls (acquire, release,
+// renew) on the API's Unix socket without HTTP and JSON, which cost more
+// than a lock granted on the agent's shared read ticket. A connection
+// opens with CompactPreface (no HTTP request starts with a zero byte),
+// then carries one request and its answer at a time, each a frame: a
+// uvarint length, then the body. Numbers are uvarints, durations varints
+// of nanoseconds, strings a uvarint length and the bytes. Everything else,
+// and every client that is not Go, uses HTTP/JSON.
+
+// CompactPreface opens a connection of the compact protocol. It ends a
+// request head, as HTTP would, so that an agent from before the compact
+// protocol answers it at once with an HTTP error (the client then uses
+// HTTP) instead of waiting for more.
+var CompactPreface = []byte("\x00SLC1\r\n\r\n")
+
+// MaxCompactFrame caps a frame's body, as maxBody caps an HTTP body.
+const MaxCompactFrame = 64 << 10
+
+// Compact operations.
+const (
+	OpAcquire byte = iota + 1
+	OpRelease
+	OpRenew
+)
+
+// ErrCompact: a compact frame is malformed or too large.
+var ErrCompact = errors.New("api: malformed compact frame")
+
+// CompactRequest is one call. Acquire uses the lock's fields, release and
+// renew Lease only.
+type CompactRequest struct {
+	Op                              byte
+	Name                            string
+	Mode                            string
+	Try                             bool
+	Timeout, Duration, Grace, Quiet time.Duration
+	Limit                           int
+	Lease                           string
+}
+
+// CompactReply answers a call: Error (an API error code) and Message, or
+// the lease (acquire and renew; release has none).
+type CompactReply struct {
+	Error, Message string
+	LeaseJSON
+	TTLNanos time.Duration
+}
+
+// AppendRequest appends r's frame to dst.
+func AppendRequest(dst []byte, r *CompactRequest) []byte {
+	var b []byte
+	b = append(b, r.Op)
+	b = appendString(b, r.Name)
+	b = appendString(b, r.Mode)
+	try := byte(0)
+	if r.Try {
+		try = 1
+	}
+	b = append(b, try)
+	for _, d := range []time.Duration{r.Timeout, r.Duration, r.Grace, r.Quiet} {
+		b = binary.AppendVarint(b, int64(d)) // a negative one is the agent's to refuse
+	}
+	b = binary.AppendUvarint(b, uint64(max(r.Limit, 0)))
+	b = appendString(b, r.Lease)
+	return appendFrame(dst, b)
+}
+
+// ReadRequest reads one request frame.
+func ReadRequest(br *bufio.Reader) (CompactRequest, error) {
+	var r CompactRequest
+	d, err := readFrame(br)
+	if err != nil {
+		return r, err
+	}
+	r.Op = d.byte()
+	r.Name, r.Mode = d.string(), d.string()
+	r.Try = d.byte() == 1
+	for _, to := range []*time.Duration{&r.Timeout, &r.Duration, &r.Grace, &r.Quiet} {
+		*to = d.duration()
+	}
+	r.Limit = int(min(d.uvarint(), 1<<31))
+	r.Lease = d.string()
+	if err := d.end(); err != nil {
+		return CompactRequest{}, err
+	}
+	if r.Op < OpAcquire || r.Op > OpRenew {
+		return CompactRequest{}, fmt.Errorf("%w: operation %d", ErrCompact, r.Op)
+	}
+	return r, nil
+}
+
+// AppendReply appends r's frame to dst.
+func AppendReply(dst []byte, r *CompactReply) []byte {
+	var b []byte
+	for _, s := range []string{r.Error, r.Message, r.Lease, r.Name, r.Mode} {
+		b = appendString(b, s)
+	}
+	b = binary.AppendUvarint(b, r.Token)
+	b = binary.AppendVarint(b, int64(r.TTLNanos))
+	return appendFrame(dst, b)
+}
+
+// ReadReply reads one reply frame.
+func ReadReply(br *bufio.Reader) (CompactReply, error) {
+	var r CompactReply
+	d, err := readFrame(br)
+	if err != nil {
+		return r, err
+	}
+	for _, to := range []*string{&r.Error, &r.Message, &r.Lease, &r.Name, &r.Mode} {
+		*to = d.string()
+	}
+	r.Token = d.uvarint()
+	r.TTLNanos = d.duration()
+	if err := d.end(); err != nil {
+		return CompactReply{}, err
+	}
+	return r, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func appendFrame(dst, body []byte) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(body))), body...)
+}
+
+// readFrame reads a frame's body; io.EOF before its first byte is a
+// connection closed between calls.
+func readFrame(br *bufio.Reader) (*compactDecoder, error) {
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: length: %w", ErrCompact, err)
+	}
+	if n > MaxCompactFrame {
+		return nil, fmt.Errorf("%w: %d bytes, the most is %d", ErrCompact, n, MaxCompactFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(br, b); err != nil {
+		return nil, fmt.Errorf("%w: body: %w", ErrCompact, err)
+	}
+	return &compactDecoder{b: b}, nil
+}
+
+// compactDecoder reads a body's fields; the first failure sticks.
+type compactDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *compactDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCompact, what)
+	}
+	d.b = nil
+}
+
+func (d *compactDecoder) byte() byte {
+	if len(d.b) == 0 {
+		d.fail("short")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *compactDecoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad number")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *compactDecoder) duration() time.Duration {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad duration")
+		return 0
+	}
+	d.b = d.b[n:]
+	return time.Duration(v)
+}
+
+func (d *compactDecoder) string() string {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("string past the end")
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// end checks that the body was read whole and well.
+func (d *compactDecoder) end() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("trailing bytes")
+	}
+	return d.err
+}

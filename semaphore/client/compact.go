@@ -1,0 +1,141 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/semaphore/api"
+)
+
+// compactPool keeps idle connections of the compact protocol to the
+// agent's Unix socket (see semaphore/api's compact.go): acquire, release
+// and renew go over them; everything else over HTTP.
+type compactPool struct {
+	addr string
+	idle chan *compactConn
+	// http: the agent does not speak the compact protocol (an older
+	// one answered HTTP): every call goes over HTTP from then on.
+	http atomic.Bool
+}
+
+// maxIdleCompact matches the HTTP transport's idle connections per host.
+const maxIdleCompact = 64
+
+type compactConn struct {
+	c     net.Conn
+	br    *bufio.Reader
+	buf   []byte
+	fresh bool // no call answered on it yet
+}
+
+func newCompactPool(addr string) *compactPool {
+	return &compactPool{addr: addr, idle: make(chan *compactConn, maxIdleCompact)}
+}
+
+// errSpeaksHTTP: the agent answered the preface as HTTP.
+var errSpeaksHTTP = errors.New("client: the agent speaks HTTP only")
+
+// get is an idle connection, or a new one.
+func (p *compactPool) get(ctx context.Context) (*compactConn, error) {
+	select {
+	case cc := <-p.idle:
+		return cc, nil
+	default:
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &compactConn{c: c, br: bufio.NewReaderSize(c, 4096), buf: append([]byte(nil), api.CompactPreface...), fresh: true}, nil
+}
+
+// put keeps cc for the next call, or closes it when enough are idle.
+func (p *compactPool) put(cc *compactConn) {
+	cc.fresh = false
+	select {
+	case p.idle <- cc:
+	default:
+		_ = cc.c.Close()
+	}
+}
+
+// close closes the idle connections.
+func (p *compactPool) close() {
+	for {
+		select {
+		case cc := <-p.idle:
+			_ = cc.c.Close()
+		default:
+			return
+		}
+	}
+}
+
+// compact runs req over the compact protocol. ok is false when the call
+// must go over HTTP instead (no compact pool, or an agent that speaks
+// HTTP only); nothing was done then.
+func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest) (reply api.CompactReply, ok bool, err error) {
+	p := c.compactPool
+	if p == nil || p.http.Load() {
+		return reply, false, nil
+	}
+	cc, err := p.get(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return reply, true, fmt.Errorf("client: %s: %w", op, ctx.Err())
+		}
+		return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+	}
+	reply, err = cc.call(ctx, req)
+	switch {
+	case errors.Is(err, errSpeaksHTTP):
+		_ = cc.c.Close()
+		p.http.Store(true)
+		return reply, false, nil
+	case err != nil:
+		// The call's fate is unknown, or it was abandoned: the closed
+		// connection tells the agent to give it up.
+		_ = cc.c.Close()
+		if ctx.Err() != nil {
+			return reply, true, fmt.Errorf("client: %s: %w", op, ctx.Err())
+		}
+		return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+	}
+	p.put(cc)
+	if reply.Error != "" {
+		status := 0
+		if r, ok := codes.ByCode(reply.Error); ok {
+			status = r.Status
+		}
+		return reply, true, &APIError{Op: op, Status: status, Code: reply.Error, Message: reply.Message}
+	}
+	return reply, true, nil
+}
+
+// call writes req and reads its answer; ctx ending closes the wait.
+func (cc *compactConn) call(ctx context.Context, req *api.CompactRequest) (api.CompactReply, error) {
+	stop := context.AfterFunc(ctx, func() { _ = cc.c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	cc.buf = api.AppendRequest(cc.buf, req)
+	_, err := cc.c.Write(cc.buf)
+	cc.buf = cc.buf[:0]
+	if err != nil {
+		return api.CompactReply{}, err
+	}
+	if cc.fresh {
+		// An agent from before the compact protocol answers the preface
+		// as a malformed HTTP request.
+		if head, err := cc.br.Peek(5); err == nil && bytes.Equal(head, []byte("HTTP/")) {
+			return api.CompactReply{}, errSpeaksHTTP
+		}
+	}
+	return api.ReadReply(cc.br)
+}

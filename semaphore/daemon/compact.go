@@ -1,0 +1,242 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
+)
+
+// apiMux serves the API's Unix socket: a connection that opens with
+// api.CompactPreface speaks the compact protocol (see semaphore/api's
+// compact.go), any other goes to the HTTP server through HTTP(). With a
+// lock granted on the agent's shared read ticket, HTTP and JSON are most
+// of a page view's cost; the Go client and the middleware use the compact
+// calls, everything else HTTP.
+type apiMux struct {
+	lis  net.Listener
+	node *Node
+	log  *slog.Logger
+	http *handoffListener
+
+	mu     sync.Mutex
+	conns  map[net.Conn]bool // compact connections being served
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// prefaceWait bounds how long a new connection may take to say which
+// protocol it speaks (the HTTP server's header timeout is as long).
+const prefaceWait = 10 * time.Second
+
+func newAPIMux(lis net.Listener, node *Node, log *slog.Logger) *apiMux {
+	m := &apiMux{lis: lis, node: node, log: log, conns: map[net.Conn]bool{},
+		http: &handoffListener{addr: lis.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}}
+	m.http.mux = m
+	return m
+}
+
+// HTTP is the listener the HTTP server serves: the connections that are
+// not compact. Closing it closes the mux.
+func (m *apiMux) HTTP() net.Listener { return m.http }
+
+// run accepts connections until the socket closes.
+func (m *apiMux) run() {
+	defer m.close()
+	for {
+		c, err := m.lis.Accept()
+		if err != nil {
+			return
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.route(c)
+		}()
+	}
+}
+
+// route reads the first bytes of c to pick its protocol.
+func (m *apiMux) route(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(prefaceWait))
+	br := bufio.NewReaderSize(c, 4096)
+	head, err := br.Peek(len(api.CompactPreface))
+	if err == nil && bytes.Equal(head, api.CompactPreface) {
+		_, _ = br.Discard(len(head))
+		_ = c.SetReadDeadline(time.Time{})
+		m.serveCompact(c, br)
+		return
+	}
+	// HTTP (or garbage, which HTTP refuses): what was read goes with it.
+	if !m.http.deliver(&peekedConn{Conn: c, r: br}) {
+		_ = c.Close()
+	}
+}
+
+// serveCompact answers c's calls, one at a time, until it closes.
+func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader) {
+	if !m.track(c, true) {
+		_ = c.Close()
+		return
+	}
+	defer func() {
+		m.track(c, false)
+		_ = c.Close()
+	}()
+	var out []byte
+	for {
+		req, err := api.ReadRequest(br)
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			out = api.AppendReply(out[:0], &api.CompactReply{Error: "bad_request", Message: err.Error()})
+			_, _ = c.Write(out)
+			return
+		}
+		// The client going away abandons the call, as HTTP's does: the
+		// next bytes are the next call's, or the end of the connection.
+		ctx, cancel := context.WithCancel(context.Background())
+		next := make(chan error, 1)
+		go func() {
+			_, err := br.Peek(1)
+			if err != nil {
+				cancel()
+			}
+			next <- err
+		}()
+		reply := m.call(ctx, req)
+		out = api.AppendReply(out[:0], &reply)
+		_, werr := c.Write(out)
+		err = <-next
+		cancel()
+		if werr != nil || err != nil {
+			return
+		}
+	}
+}
+
+// call runs one compact call on the node.
+func (m *apiMux) call(ctx context.Context, req api.CompactRequest) api.CompactReply {
+	var (
+		l   Lease
+		err error
+	)
+	switch req.Op {
+	case api.OpAcquire:
+		r := Request{Name: req.Name, Try: req.Try, Limit: req.Limit, Mode: semaphore.Exclusive,
+			Timeout: cmp.Or(req.Timeout, defaultTimeout), Duration: cmp.Or(req.Duration, defaultDuration),
+			Grace: req.Grace, Quiet: req.Quiet}
+		if req.Mode != "" {
+			r.Mode, err = semaphore.ParseMode(req.Mode)
+		}
+		if err == nil {
+			l, err = m.node.Acquire(ctx, r)
+		}
+	case api.OpRelease:
+		err = m.node.Release(ctx, req.Lease)
+		l.ID = req.Lease
+	case api.OpRenew:
+		l, err = m.node.Renew(ctx, req.Lease)
+	}
+	if err != nil {
+		return api.CompactReply{Error: codes.Of(err).Code, Message: err.Error()}
+	}
+	return api.CompactReply{LeaseJSON: api.LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token},
+		TTLNanos: l.TTL}
+}
+
+// track adds c to the connections close ends (false once closed), or
+// removes it.
+func (m *apiMux) track(c net.Conn, add bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !add {
+		delete(m.conns, c)
+		return true
+	}
+	if m.closed {
+		return false
+	}
+	m.conns[c] = true
+	return true
+}
+
+// close stops accepting, ends the compact connections and the HTTP
+// listener, and waits for the connections' goroutines.
+func (m *apiMux) close() {
+	m.mu.Lock()
+	already := m.closed
+	m.closed = true
+	for c := range m.conns {
+		_ = c.Close()
+	}
+	m.mu.Unlock()
+	if already {
+		return
+	}
+	_ = m.lis.Close()
+	m.http.shut()
+}
+
+// wait waits for every connection's goroutine to end (after close).
+func (m *apiMux) wait() { m.wg.Wait() }
+
+// handoffListener is a net.Listener whose connections the mux hands over.
+type handoffListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+	mux   *apiMux
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close is the HTTP server's: it closes the whole socket.
+func (l *handoffListener) Close() error {
+	l.shut()
+	if l.mux != nil {
+		l.mux.close()
+	}
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+func (l *handoffListener) shut() { l.once.Do(func() { close(l.done) }) }
+
+// deliver hands c to the HTTP server; false once it is closed.
+func (l *handoffListener) deliver(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// peekedConn is a connection whose first bytes were read into r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
