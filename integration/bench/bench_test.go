@@ -8,7 +8,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +19,16 @@ import (
 )
 
 // TestQuick runs the harness in its quick mode, sluice alone and in
-// memory, W1 and the churn, and checks what it writes: the table's rows,
-// the raw numbers, a chart that is valid SVG. Every agent is stopped and
-// no goroutine is left.
+// memory, W1, the revocation, the middleware and the churn, and checks
+// what it writes: the table's rows, the raw numbers, a chart that is
+// valid SVG. Every agent is stopped and no goroutine is left.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-agent cluster; not with -short")
 	}
 	defer goleak.VerifyNone(t)
 	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-quick", "-systems", "sluice", "-storage", "memory", "-only", "W1,churn", "-out", out}, io.Discard)
+	cfg, err := parseFlags([]string{"-quick", "-systems", "sluice", "-storage", "memory", "-only", "W1,revoke,middleware,churn", "-out", out}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +49,11 @@ func TestQuick(t *testing.T) {
 		"| Workload | Storage | Metric | sluice | etcd | sluice/etcd | Target | Result |",
 		"| W1 | memory | cycles/s | ",
 		"| W1 | memory | acquire p99 | ",
+		"| revoke | memory | revocation latency (writer's ask → first draining refusal, latest agent), p99 | ",
+		"| revoke | memory | writer grant − last reader release, p99 | ",
+		"| middleware | memory | request latency p50, plain handler | ",
+		"| middleware | memory | request latency p99, behind client.Middleware | ",
+		"| middleware | memory | middleware added latency p50 | ",
 		"| churn | memory | names/s overall | ",
 		"| churn | memory | names done | 2,000 of 2,000 ",
 		"| churn | memory | max server RSS after | ",
@@ -72,8 +79,18 @@ func TestQuick(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	if len(raw.Runs) != 2 || raw.Runs[0].Workload != "W1" || raw.Runs[0].Cycles == 0 || raw.Runs[1].Churn == nil {
+	if len(raw.Runs) != 4 || raw.Runs[0].Workload != "W1" || raw.Runs[0].Cycles == 0 ||
+		len(raw.Runs[1].Revocations) != cfg.drains || raw.Runs[2].Middleware == nil || raw.Runs[3].Churn == nil {
 		t.Errorf("results.json runs: %+v", raw.Runs)
+	} else {
+		for _, s := range raw.Runs[1].Revocations {
+			if len(s.AgentMS) != 3 {
+				t.Errorf("revocation without a figure per agent: %+v", s)
+			}
+		}
+		if m := raw.Runs[2].Middleware; m.Plain == nil || m.Wrapped == nil || m.Plain.N == 0 || m.Wrapped.N == 0 {
+			t.Errorf("middleware: %+v", m)
+		}
 	}
 	for _, r := range raw.Runs {
 		if r.ErrorRate > 0 {
@@ -84,6 +101,147 @@ func TestQuick(t *testing.T) {
 	for _, log := range []string{"sluice-memory-n1.log", "sluice-memory-n2.log", "sluice-memory-n3.log"} {
 		if _, err := os.Stat(filepath.Join(out, "logs", log)); err != nil {
 			t.Errorf("agent log: %v", err)
+		}
+	}
+}
+
+// TestQuickRedis runs W4 in the quick mode on sluice and redis in
+// memory: redis's columns, its target row, its log, and its process
+// stopped with no goroutine left. It needs redis-server installed: the
+// harness installs it when missing, the test does not.
+func TestQuickRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-agent cluster and redis-server; not with -short")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if _, err := os.Stat("/usr/bin/redis-server"); err != nil {
+			t.Skip("redis-server is not installed (apt-get install -y redis-server, or a run of the harness, installs it)")
+		}
+	}
+	defer goleak.VerifyNone(t)
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-quick", "-systems", "sluice,redis", "-storage", "memory", "-only", "W4", "-out", out}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout bytes.Buffer
+	if err := run(ctx, cfg, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	md := stdout.String()
+	for _, want := range []string{
+		"| Workload | Storage | Metric | sluice | etcd | sluice/etcd | redis+redsync | sluice/redis | Target | Result |",
+		"| W4 | memory | grants/s | ",
+		"| ≥1× Redis+redsync (stretch 2×) | ",
+		"| W4 | memory | acquire p99 | ",
+		"| ≤2 ms | ",
+		"redis-server ",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	var raw struct {
+		Runs []runResult `json:"runs"`
+		Rows []row       `json:"rows"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if len(raw.Runs) != 2 || raw.Runs[1].System != "redis" || raw.Runs[1].Cycles == 0 || raw.Runs[1].ErrorRate > 0 {
+		t.Errorf("results.json runs: %+v", raw.Runs)
+	}
+	if len(raw.Rows) == 0 || raw.Rows[0].Redis == nil || raw.Rows[0].RedisRatio == nil {
+		t.Errorf("results.json: W4's first row has no redis figures: %+v", raw.Rows)
+	}
+	if _, err := os.Stat(filepath.Join(out, "logs", "redis-memory.log")); err != nil {
+		t.Errorf("redis log: %v", err)
+	}
+	checkSVG(t, filepath.Join(out, "results.svg"))
+}
+
+// TestReport checks the table, the JSON rows and the chart of made-up
+// runs of W4 (with redis), the revocation and the middleware: the
+// targets' verdicts, the redis columns and the ratios.
+func TestReport(t *testing.T) {
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-only", "W4,revoke,middleware", "-storage", "memory", "-out", out}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(v float64) *float64 { return &v }
+	b := &bench{cfg: cfg, runs: []*runResult{
+		{System: "sluice", Storage: "memory", Workload: "W4", Rep: 1, Rate: 50_000, Attempts: 1000, Acquire: &latency{P50: 0.4, P99: 1.5}},
+		{System: "etcd", Storage: "memory", Workload: "W4", Rep: 1, Rate: 5_000, Attempts: 1000, Acquire: &latency{P50: 4, P99: 20}},
+		{System: "redis", Storage: "memory", Workload: "W4", Rep: 1, Rate: 20_000, Attempts: 1000, Acquire: &latency{P50: 1, P99: 4}},
+		{System: "sluice", Storage: "memory", Workload: "revoke", Rep: 1, Attempts: 1000, Revocations: []revokeSample{
+			{AgentMS: []*float64{f(1), f(3), f(2)}, RevocationMS: f(3), Drain: &drainSample{AfterLastReleaseMS: 0.5}},
+			{AgentMS: []*float64{f(4), f(12), f(2)}, RevocationMS: f(12), Drain: &drainSample{AfterLastReleaseMS: 1}},
+			{AgentMS: []*float64{f(1), nil, f(2)}},
+		}},
+		{System: "sluice", Storage: "memory", Workload: "middleware", Rep: 1, Attempts: 1000, Middleware: &middlewareResult{
+			Plain: &latency{P50: 0.02, P99: 0.1}, Wrapped: &latency{P50: 0.1, P99: 0.5}, PlainRate: 40_000, WrappedRate: 8_000}},
+	}}
+	var md bytes.Buffer
+	if err := b.report(&md, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Workload | Storage | Metric | sluice | etcd | sluice/etcd | redis+redsync | sluice/redis | Target | Result |",
+		"| W4 | memory | grants/s | 50,000/s | 5,000/s | 10.00× | 20,000/s | 2.50× | ≥1× Redis+redsync (stretch 2×) | met, stretch met |",
+		"| W4 | memory | acquire p99 | 1.50 ms | 20.00 ms | 0.07× | 4.00 ms | 0.38× | ≤2 ms | met |",
+		"| W4 | memory | tries refused (timedout / draining) | 0 / 0 | 0 / 0 | — | — | — | — | — |",
+		"| revoke | memory | revocation latency (writer's ask → first draining refusal, latest agent), p50 | 3.00 ms | — | — | — | — | — | — |",
+		"| revoke | memory | revocation latency (writer's ask → first draining refusal, latest agent), p99 | 12.00 ms | — | — | — | — | ≤10 ms | missed |",
+		"| revoke | memory | writer grant − last reader release, p99 | 1.00 ms | ",
+		"| revoke | memory | drains with a draining refusal at every agent | 2 of 3 | ",
+		"| middleware | memory | request latency p50, plain handler | 20 µs | ",
+		"| middleware | memory | middleware added latency p50 | 80 µs | — | — | — | — | ≤100 µs | met |",
+		"| middleware | memory | requests/s, plain / behind the middleware | 40,000/s / 8,000/s | ",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md.String())
+		}
+	}
+	var raw struct {
+		Rows []row `json:"rows"`
+	}
+	j, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(j, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if r := raw.Rows[0]; r.Redis == nil || *r.Redis != 20_000 || r.RedisRatio == nil || *r.RedisRatio != 2.5 {
+		t.Errorf("results.json W4 row: %+v", r)
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "results.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(svg), "W4 memory redis: 20,000/s") {
+		t.Errorf("results.svg has no redis bar for W4")
+	}
+
+	// Without redis's runs, the table keeps its columns.
+	b.runs = slices.DeleteFunc(b.runs, func(r *runResult) bool { return r.System == "redis" })
+	md.Reset()
+	if err := b.report(&md, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Workload | Storage | Metric | sluice | etcd | sluice/etcd | Target | Result |",
+		"| W4 | memory | grants/s | 50,000/s | 5,000/s | 10.00× | ≥1× Redis+redsync (stretch 2×) | n/a |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("results.md without redis lacks %q:\n%s", want, md.String())
 		}
 	}
 }
@@ -128,6 +286,7 @@ func TestFlags(t *testing.T) {
 		{"-only", "W1,W9"},
 		{"-storage", "ssd"},
 		{"-systems", "zookeeper"},
+		{"-only", "W4,revocation"},
 		{"-bogus"},
 		{"extra"},
 	} {
@@ -142,5 +301,40 @@ func TestFlags(t *testing.T) {
 	}
 	if cfg.reps != 2 || cfg.window != time.Second || cfg.names != 2000 || strings.Join(cfg.only, ",") != "W1,churn" {
 		t.Errorf("-quick with -reps 2: %+v", cfg)
+	}
+	cfg, err = parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.systems, ","); got != "sluice,etcd,redis" {
+		t.Errorf("default -systems: %s", got)
+	}
+	if got := strings.Join(cfg.only, ","); got != "W1,W2,W3,W4,W5,revoke,middleware,churn" {
+		t.Errorf("default -only: %s", got)
+	}
+}
+
+// Each system starts only where a selected workload runs on it: redis
+// for W4 in memory, etcd not for sluice's own workloads.
+func TestNeeds(t *testing.T) {
+	for _, c := range []struct {
+		only, sys string
+		st        storage
+		want      bool
+	}{
+		{"W4", "redis", memory, true},
+		{"W4", "redis", durable, false},
+		{"W1,churn", "redis", memory, false},
+		{"revoke,middleware", "etcd", memory, false},
+		{"revoke,middleware", "sluice", durable, true},
+		{"W5", "etcd", durable, true},
+	} {
+		cfg, err := parseFlags([]string{"-only", c.only}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (&bench{cfg: cfg}).needs(c.sys, c.st); got != c.want {
+			t.Errorf("-only %s: needs(%s, %s) = %v, want %v", c.only, c.sys, c.st, got, c.want)
+		}
 	}
 }

@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// The chart: grouped bars of both systems' throughput per workload and
-// storage (log scale: the workloads' rates span decades), and below them
-// the churn's rate over time. Hand-written SVG: no plotting dependency.
+// The chart: grouped bars of the systems' throughput per workload and
+// storage (log scale: the workloads' rates span decades; redis+redsync's
+// bar beside W4's in memory), and below them the churn's rate over time. Hand-written SVG: no plotting dependency.
 const (
 	chartWidth  = 960
 	barsTop     = 50
@@ -21,7 +21,18 @@ const (
 	plotRight   = chartWidth - 30
 )
 
-var systemColor = map[string]string{"sluice": "#1f77b4", "etcd": "#ff7f0e"}
+var systemColor = map[string]string{"sluice": "#1f77b4", "etcd": "#ff7f0e", "redis": "#2ca02c"}
+
+// barsOf are the systems with a bar in r's group and their values:
+// sluice and etcd always (a missing one shows as a dash), redis where it
+// was measured.
+func barsOf(r row) (systems []string, vals []*float64) {
+	systems, vals = []string{"sluice", "etcd"}, []*float64{r.Sluice, r.Etcd}
+	if r.Redis != nil {
+		systems, vals = append(systems, "redis"), append(vals, r.Redis)
+	}
+	return systems, vals
+}
 
 // throughputMetrics are the rows the bars show, one per workload.
 var throughputMetrics = map[string]bool{"cycles/s": true, "handoffs/s": true, "grants/s": true, "names/s overall": true}
@@ -57,16 +68,23 @@ func legend(sb *strings.Builder, x, y float64, entries [][2]string) {
 
 // barChart draws the throughput bars on a log scale.
 func barChart(sb *strings.Builder, rows []row) {
-	text(sb, chartWidth/2, 24, "middle", `font-size="16" font-weight="bold"`, "Throughput, sluice vs etcd (per second, log scale)")
-	legend(sb, plotLeft, 44, [][2]string{{"sluice", systemColor["sluice"]}, {"etcd", systemColor["etcd"]}})
+	title := "Throughput, sluice vs etcd (per second, log scale)"
+	entries := [][2]string{{"sluice", systemColor["sluice"]}, {"etcd", systemColor["etcd"]}}
 	lo, hi := math.Inf(1), 0.0
 	for _, r := range rows {
-		for _, v := range []*float64{r.Sluice, r.Etcd} {
+		_, vals := barsOf(r)
+		for _, v := range vals {
 			if v != nil && *v > 0 {
 				lo, hi = min(lo, *v), max(hi, *v)
 			}
 		}
+		if r.Redis != nil && len(entries) == 2 {
+			title = "Throughput, sluice vs etcd and redis+redsync (per second, log scale)"
+			entries = append(entries, [2]string{"redis+redsync (W4: 64 keys)", systemColor["redis"]})
+		}
 	}
+	text(sb, chartWidth/2, 24, "middle", `font-size="16" font-weight="bold"`, title)
+	legend(sb, plotLeft, 44, entries)
 	bottom := float64(barsTop + barsHeight)
 	if hi == 0 {
 		text(sb, chartWidth/2, barsTop+barsHeight/2, "middle", "", "no throughput measured")
@@ -86,15 +104,13 @@ func barChart(sb *strings.Builder, rows []row) {
 	}
 	fmt.Fprintf(sb, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#333"/>`+"\n", plotLeft, bottom, plotRight, bottom)
 	group := float64(plotRight-plotLeft) / float64(len(rows))
-	barW := min(40, group*0.35)
+	barW := min(40, group*0.28)
 	for i, r := range rows {
 		gx := plotLeft + group*float64(i) + group/2
-		for j, sys := range []string{"sluice", "etcd"} {
-			v := r.Sluice
-			if sys == "etcd" {
-				v = r.Etcd
-			}
-			x := gx - barW + float64(j)*barW
+		systems, vals := barsOf(r)
+		for j, sys := range systems {
+			v := vals[j]
+			x := gx - barW*float64(len(systems))/2 + float64(j)*barW
 			if v == nil || *v <= 0 {
 				text(sb, x+barW/2, bottom-4, "middle", `font-size="10" fill="#888"`, "—")
 				continue

@@ -18,56 +18,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// errNoEtcd: no etcd binary, and installing one did not work.
-var errNoEtcd = errors.New("no etcd server")
-
 // findEtcd is the etcd server binary: /usr/bin/etcd, else etcd on PATH,
 // else what `apt-get install -y etcd-server` installs (as root).
 func findEtcd(ctx context.Context) (string, error) {
-	look := func() (string, bool) {
-		if _, err := os.Stat("/usr/bin/etcd"); err == nil {
-			return "/usr/bin/etcd", true
-		}
-		p, err := exec.LookPath("etcd")
-		return p, err == nil
-	}
-	if p, ok := look(); ok {
-		return p, nil
-	}
-	if os.Geteuid() != 0 {
-		return "", fmt.Errorf("%w: etcd is not installed and installing it needs root (apt-get install etcd-server)", errNoEtcd)
-	}
-	logf("etcd not found: apt-get install -y etcd-server")
-	install := func() error {
-		cmd := exec.CommandContext(ctx, "apt-get", "install", "-y", "etcd-server")
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("apt-get install -y etcd-server: %w: %s", err, lastLine(out))
-		}
-		return nil
-	}
-	err := install()
-	if err != nil {
-		// A machine that never fetched the package lists knows no etcd-server.
-		logf("%v; apt-get update and once more", err)
-		if out, uerr := exec.CommandContext(ctx, "apt-get", "update").CombinedOutput(); uerr != nil {
-			return "", fmt.Errorf("%w: apt-get update: %v: %s", errNoEtcd, uerr, lastLine(out))
-		}
-		err = install()
-	}
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", errNoEtcd, err)
-	}
-	if p, ok := look(); ok {
-		return p, nil
-	}
-	return "", fmt.Errorf("%w: etcd-server installed, but no etcd binary found", errNoEtcd)
-}
-
-func lastLine(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return lines[len(lines)-1]
+	return findServer(ctx, "etcd", "etcd-server")
 }
 
 // etcdVersion is what `etcd --version` says of itself ("3.4.23").

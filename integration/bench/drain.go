@@ -68,10 +68,28 @@ func runDrain(ctx context.Context, b *bench, sys system, prefix string) (*runRes
 	tallies := make([]tally, drainReaders+1)
 	var wg sync.WaitGroup
 	for i, l := range readers {
-		wg.Go(func() { readLoop(soft, hard, l, name, &tallies[i], &trace) })
+		wg.Go(func() { readLoop(soft, hard, l, name, readerHold, &tallies[i], &trace, nil) })
 	}
 
-	wt := &tallies[drainReaders]
+	drains := writeDrains(ctx, hard, b, writer, name, &tallies[drainReaders])
+	stopReaders()
+	stopHard := time.AfterFunc(stopGrace, cancelHard)
+	defer stopHard.Stop()
+	waitOrAbort(hard, &wg, ls)
+
+	r := &runResult{}
+	for i := range tallies {
+		r.addTally(&tallies[i])
+	}
+	r.finishErrors()
+	r.Drains = drainSamples(drains, &trace)
+	return r, nil
+}
+
+// writeDrains has writer drain name b.cfg.drains times after the
+// warm-up: ask, hold writerHold, release, wait drainGap. A failed ask is
+// counted in wt and gives no drain.
+func writeDrains(ctx, hard context.Context, b *bench, writer locker, name string, wt *tally) []writerDrain {
 	var drains []writerDrain
 	pause(ctx, b.cfg.warmup)
 	for range b.cfg.drains {
@@ -99,29 +117,22 @@ func runDrain(ctx context.Context, b *bench, sys system, prefix string) (*runRes
 		drains = append(drains, writerDrain{ask: ask, grant: grant, release: released})
 		pause(ctx, drainGap)
 	}
-	stopReaders()
-	stopHard := time.AfterFunc(stopGrace, cancelHard)
-	defer stopHard.Stop()
-	waitOrAbort(hard, &wg, ls)
-
-	r := &runResult{}
-	for i := range tallies {
-		r.addTally(&tallies[i])
-	}
-	r.finishErrors()
-	r.Drains = drainSamples(drains, &trace)
-	return r, nil
+	return drains
 }
 
-// readLoop is one reader: take the name, hold it a moment, give it back;
-// a refused try asks again after retryPause. It stops taking when soft
-// ends; hard bounds the calls.
-func readLoop(soft, hard context.Context, l locker, name string, t *tally, trace *drainTrace) {
+// readLoop is one reader: take the name, hold it for hold, give it
+// back; a refused try asks again after retryPause. Each cycle goes into
+// trace, and each draining refusal into refusals when it is not nil. It
+// stops taking when soft ends; hard bounds the calls.
+func readLoop(soft, hard context.Context, l locker, name string, hold time.Duration, t *tally, trace *drainTrace, refusals *instants) {
 	for soft.Err() == nil {
 		t.attempts++
 		rel, err := l.read(hard, name)
 		if err != nil {
 			if r := refusal(err); r != "" {
+				if r == "draining" && refusals != nil {
+					refusals.add(time.Now())
+				}
 				t.refuse(r)
 				pause(soft, retryPause)
 				continue
@@ -131,7 +142,9 @@ func readLoop(soft, hard context.Context, l locker, name string, t *tally, trace
 			continue
 		}
 		granted := time.Now()
-		pause(hard, readerHold)
+		if hold > 0 {
+			pause(hard, hold)
+		}
 		if err := rel(hard); err != nil {
 			t.fail(fmt.Errorf("release: %w", err))
 			continue
@@ -146,22 +159,38 @@ func readLoop(soft, hard context.Context, l locker, name string, t *tally, trace
 // after its release, gives no sample (it had no reader to wait for or
 // to let back in).
 func drainSamples(drains []writerDrain, trace *drainTrace) []drainSample {
-	trace.mu.Lock()
-	grants, releases := slices.Clone(trace.grants), slices.Clone(trace.releases)
-	trace.mu.Unlock()
-	slices.SortFunc(grants, time.Time.Compare)
-	slices.SortFunc(releases, time.Time.Compare)
+	grants, releases := trace.sorted()
 	var out []drainSample
 	for _, d := range drains {
-		// releases[i-1] is the last release before the grant.
-		i, _ := slices.BinarySearchFunc(releases, d.grant, time.Time.Compare)
-		// grants[j] is the first grant at or after the release began.
-		j, _ := slices.BinarySearchFunc(grants, d.release, time.Time.Compare)
-		if i == 0 || j == len(grants) {
-			continue
+		if s, ok := measureDrain(d, grants, releases); ok {
+			out = append(out, s)
 		}
-		out = append(out, drainSample{WriterWaitMS: ms(d.grant.Sub(d.ask)),
-			AfterLastReleaseMS: ms(d.grant.Sub(releases[i-1])), ReadmitMS: ms(grants[j].Sub(d.release))})
 	}
 	return out
+}
+
+// sorted are copies of the trace's grants and releases, each in time
+// order.
+func (t *drainTrace) sorted() (grants, releases []time.Time) {
+	t.mu.Lock()
+	grants, releases = slices.Clone(t.grants), slices.Clone(t.releases)
+	t.mu.Unlock()
+	slices.SortFunc(grants, time.Time.Compare)
+	slices.SortFunc(releases, time.Time.Compare)
+	return grants, releases
+}
+
+// measureDrain measures drain d against the readers' sorted grants and
+// releases; ok is false when no reader released before its grant or
+// none was granted after its release.
+func measureDrain(d writerDrain, grants, releases []time.Time) (_ drainSample, ok bool) {
+	// releases[i-1] is the last release before the grant.
+	i, _ := slices.BinarySearchFunc(releases, d.grant, time.Time.Compare)
+	// grants[j] is the first grant at or after the release began.
+	j, _ := slices.BinarySearchFunc(grants, d.release, time.Time.Compare)
+	if i == 0 || j == len(grants) {
+		return drainSample{}, false
+	}
+	return drainSample{WriterWaitMS: ms(d.grant.Sub(d.ask)),
+		AfterLastReleaseMS: ms(d.grant.Sub(releases[i-1])), ReadmitMS: ms(grants[j].Sub(d.release))}, true
 }

@@ -1,8 +1,10 @@
 // Command bench measures sluice against etcd on this machine: it builds
 // the checkout's sluice, starts 3 sluice agents and a 3-member etcd
 // cluster as processes on loopback, durable and in memory, runs the
-// workloads of issue 14 on both, and writes a Markdown table, the raw
-// numbers (JSON) and a chart (SVG) to the out directory.
+// workloads of issue 14 on both, W4 also on a redis-server with
+// go-redsync (issue 15's reference), and sluice's revocation latency and
+// HTTP middleware's cost (issue 15), and writes a Markdown table, the
+// raw numbers (JSON) and a chart (SVG) to the out directory.
 //
 //	cd integration/bench && go run . -out results
 package main
@@ -84,10 +86,10 @@ func parseFlags(args []string, help io.Writer) (config, error) {
 	fs.DurationVar(&cfg.window, "window", 5*time.Second, "measured window of each workload run")
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each window")
 	fs.IntVar(&cfg.names, "names", 100_000, "distinct names of the churn")
-	fs.IntVar(&cfg.drains, "drains", 20, "drains per W5 run")
-	fs.StringVar(&only, "only", "", "comma list of workloads to run: W1,W2,W3,W4,W5,churn (default all)")
+	fs.IntVar(&cfg.drains, "drains", 20, "drains per W5 and revoke run")
+	fs.StringVar(&only, "only", "", "comma list of workloads to run: W1,W2,W3,W4,W5,revoke,middleware,churn (default all)")
 	fs.StringVar(&storages, "storage", "durable,memory", "comma list of storage modes: durable, memory")
-	fs.StringVar(&systems, "systems", "sluice,etcd", "comma list of systems: sluice, etcd")
+	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma list of systems: sluice, etcd, redis (redis runs W4 only, in memory)")
 	fs.BoolVar(&cfg.profile, "profile", false, "each sluice agent writes a CPU profile into the out directory")
 	fs.BoolVar(&quick, "quick", false, "a short run: -reps 1 -window 1s -names 2000 -drains 5 (flags given win)")
 	fs.DurationVar(&cfg.churnCap, "churn-cap", 90*time.Second, "time cap of a churn (the default keeps a whole run within 15 minutes on 2 cores)")
@@ -137,7 +139,7 @@ func parseFlags(args []string, help io.Writer) (config, error) {
 	if cfg.only, err = pickList("-only", only, ids); err != nil {
 		return cfg, err
 	}
-	if cfg.systems, err = pickList("-systems", systems, []string{"sluice", "etcd"}); err != nil {
+	if cfg.systems, err = pickList("-systems", systems, allSystems); err != nil {
 		return cfg, err
 	}
 	st, err := pickList("-storage", storages, []string{"durable", "memory"})

@@ -17,8 +17,9 @@ import (
 const maxErrorRate = 0.01
 
 // row is one line of the table: one metric of a workload in one storage
-// mode. Sluice and Etcd are nil when not measured; text cells (SluiceText,
-// EtcdText) say what numbers cannot.
+// mode. Sluice, Etcd and Redis are nil when not measured (Redis is
+// measured for W4 in memory only: issue 15's reference); text cells
+// (SluiceText, EtcdText, RedisText) say what numbers cannot.
 type row struct {
 	Workload   string   `json:"workload"`
 	Storage    string   `json:"storage"`
@@ -26,38 +27,60 @@ type row struct {
 	Sluice     *float64 `json:"sluice,omitempty"`
 	Etcd       *float64 `json:"etcd,omitempty"`
 	Ratio      *float64 `json:"ratio,omitempty"`
+	Redis      *float64 `json:"redis,omitempty"`
+	RedisRatio *float64 `json:"ratio_redis,omitempty"`
 	SluiceText string   `json:"sluice_text"`
 	EtcdText   string   `json:"etcd_text"`
+	RedisText  string   `json:"redis_text"`
 	Target     string   `json:"target,omitempty"`
 	Result     string   `json:"result,omitempty"`
 }
 
-// target is an issue-14 target for a row.
+// values are a row's numbers, nil where not measured.
+type values struct{ sluice, etcd, redis *float64 }
+
+// target is an issue-14 or issue-15 target for a row.
 type target struct {
 	text string
-	// check is nil when the numbers to decide are missing; s and e are
-	// the row's values, sluiceRuns the runs behind sluice's.
-	check func(s, e *float64, sluiceRuns []*runResult) *bool
+	// check is nil when the numbers to decide are missing; v are the
+	// row's values, sluiceRuns the runs behind sluice's.
+	check func(v values, sluiceRuns []*runResult) *bool
+	// stretch, when set, is a further goal, told in the result of a
+	// met target.
+	stretch func(v values) *bool
+}
+
+// ratioOf is a/b, nil when either is missing or b is 0.
+func ratioOf(a, b *float64) *float64 {
+	if a == nil || b == nil || *b == 0 {
+		return nil
+	}
+	x := *a / *b
+	return &x
+}
+
+// judge applies ok to x, nil when x is.
+func judge(x *float64, ok func(float64) bool) *bool {
+	if x == nil {
+		return nil
+	}
+	v := ok(*x)
+	return &v
 }
 
 func ratioTarget(text string, ok func(ratio float64) bool) *target {
-	return &target{text: text, check: func(s, e *float64, _ []*runResult) *bool {
-		if s == nil || e == nil || *e == 0 {
-			return nil
-		}
-		v := ok(*s / *e)
-		return &v
-	}}
+	return &target{text: text, check: func(v values, _ []*runResult) *bool { return judge(ratioOf(v.sluice, v.etcd), ok) }}
+}
+
+// redisTarget compares sluice to redis+redsync: ok, and stretch beyond it.
+func redisTarget(text string, ok, stretch func(ratio float64) bool) *target {
+	return &target{text: text,
+		check:   func(v values, _ []*runResult) *bool { return judge(ratioOf(v.sluice, v.redis), ok) },
+		stretch: func(v values) *bool { return judge(ratioOf(v.sluice, v.redis), stretch) }}
 }
 
 func sluiceTarget(text string, ok func(v float64) bool) *target {
-	return &target{text: text, check: func(s, _ *float64, _ []*runResult) *bool {
-		if s == nil {
-			return nil
-		}
-		v := ok(*s)
-		return &v
-	}}
+	return &target{text: text, check: func(v values, _ []*runResult) *bool { return judge(v.sluice, ok) }}
 }
 
 // runsOf are the runs of one workload, storage and system.
@@ -109,6 +132,8 @@ type metric struct {
 	target *target
 	// noRatio: a ratio of the two says nothing (fairness is a ratio).
 	noRatio bool
+	// redis: the row has redis's figure too (W4's rate and latency).
+	redis bool
 }
 
 func rateMetric(name string) metric {
@@ -192,7 +217,15 @@ func metrics(w string, st storage) []metric {
 			}
 			return fmt.Sprintf("%d / %d", t, d)
 		}}
-		return []metric{rateMetric("grants/s"), acquireMetric("acquire p50", p50), acquireMetric("acquire p99", p99), refused}
+		// Redis's figures are its lock+unlock cycles of 64 keys: the
+		// reference issue 15 sets for sluice's readers of one name.
+		rate, lat50, lat99 := rateMetric("grants/s"), acquireMetric("acquire p50", p50), acquireMetric("acquire p99", p99)
+		rate.redis, lat50.redis, lat99.redis = true, true, true
+		if st == memory {
+			rate.target = redisTarget("≥1× Redis+redsync (stretch 2×)", func(x float64) bool { return x >= 1 }, func(x float64) bool { return x >= 2 })
+		}
+		lat99.target = sluiceTarget("≤2 ms", func(v float64) bool { return v <= 2 })
+		return []metric{rate, lat50, lat99, refused}
 	case "W5":
 		gap99 := drainMetric("writer grant − last reader release, p99", 0.99, func(d drainSample) float64 { return d.AfterLastReleaseMS })
 		gap99.target = sluiceTarget("≤5 ms", func(v float64) bool { return v <= 5 })
@@ -203,11 +236,83 @@ func metrics(w string, st storage) []metric {
 			drainMetric("readmission after the writer's release, p99", 0.99, func(d drainSample) float64 { return d.ReadmitMS }),
 			drainMetric("writer wait (ask to grant), p50", 0.5, func(d drainSample) float64 { return d.WriterWaitMS }),
 		}
+	case "revoke":
+		rev := func(q float64) metric {
+			return revokeMetric(fmt.Sprintf("revocation latency (writer's ask → first draining refusal, latest agent), p%.0f", 100*q), q,
+				func(s revokeSample) *float64 { return s.RevocationMS })
+		}
+		gap := func(q float64) metric {
+			return revokeMetric(fmt.Sprintf("writer grant − last reader release, p%.0f", 100*q), q, func(s revokeSample) *float64 {
+				if s.Drain == nil {
+					return nil
+				}
+				return &s.Drain.AfterLastReleaseMS
+			})
+		}
+		rev99 := rev(0.99)
+		rev99.target = sluiceTarget("≤10 ms", func(v float64) bool { return v <= 10 })
+		seen := metric{name: "drains with a draining refusal at every agent", text: func(runs []*runResult) string {
+			n, all := 0, 0
+			for _, r := range runs {
+				for _, s := range r.Revocations {
+					all++
+					if s.RevocationMS != nil {
+						n++
+					}
+				}
+			}
+			return fmt.Sprintf("%d of %d", n, all)
+		}}
+		return []metric{rev(0.5), rev99, gap(0.5), gap(0.99), seen}
+	case "middleware":
+		lat := func(name string, f func(*middlewareResult) *latency, p func(*latency) float64) metric {
+			return metric{name: name, format: fmtUS, value: func(runs []*runResult) *float64 {
+				return medianOf(runs, func(r *runResult) (float64, bool) {
+					if r.Middleware == nil || f(r.Middleware) == nil {
+						return 0, false
+					}
+					return p(f(r.Middleware)), true
+				})
+			}}
+		}
+		plain := func(m *middlewareResult) *latency { return m.Plain }
+		wrapped := func(m *middlewareResult) *latency { return m.Wrapped }
+		added := metric{name: "middleware added latency p50", format: fmtUS, value: func(runs []*runResult) *float64 {
+			return medianOf(runs, func(r *runResult) (float64, bool) {
+				if m := r.Middleware; m != nil && m.Plain != nil && m.Wrapped != nil {
+					return m.Wrapped.P50 - m.Plain.P50, true
+				}
+				return 0, false
+			})
+		}, target: sluiceTarget("≤100 µs", func(v float64) bool { return v <= 0.1 })}
+		rates := metric{name: "requests/s, plain / behind the middleware", text: func(runs []*runResult) string {
+			rate := func(f func(*middlewareResult) float64) *float64 {
+				return medianOf(runs, func(r *runResult) (float64, bool) {
+					if r.Middleware == nil {
+						return 0, false
+					}
+					return f(r.Middleware), true
+				})
+			}
+			pl := rate(func(m *middlewareResult) float64 { return m.PlainRate })
+			wr := rate(func(m *middlewareResult) float64 { return m.WrappedRate })
+			if pl == nil || wr == nil {
+				return "—"
+			}
+			return fmtRate(*pl) + " / " + fmtRate(*wr)
+		}}
+		return []metric{
+			lat("request latency p50, plain handler", plain, p50),
+			lat("request latency p99, plain handler", plain, p99),
+			lat("request latency p50, behind client.Middleware", wrapped, p50),
+			lat("request latency p99, behind client.Middleware", wrapped, p99),
+			added, rates,
+		}
 	case "churn":
 		rate := metric{name: "names/s overall", format: fmtRate, value: func(runs []*runResult) *float64 {
 			return medianOf(runs, func(r *runResult) (float64, bool) { return r.Rate, r.Churn != nil })
 		}}
-		rate.target = &target{text: "≥2,000/s, flat, all done", check: func(_, _ *float64, sl []*runResult) *bool { return churnMet(sl) }}
+		rate.target = &target{text: "≥2,000/s, flat, all done", check: func(_ values, sl []*runResult) *bool { return churnMet(sl) }}
 		return []metric{rate,
 			{name: "rate per 5 s", text: churnRange},
 			{name: "names done", text: churnDone},
@@ -216,6 +321,27 @@ func metrics(w string, st storage) []metric {
 		}
 	}
 	return nil
+}
+
+// revokeMetric is a percentile over every drain of every repetition of
+// the revocation workload that has a value f.
+func revokeMetric(name string, q float64, f func(revokeSample) *float64) metric {
+	return metric{name: name, format: fmtMS, value: func(runs []*runResult) *float64 {
+		var ds []time.Duration
+		for _, r := range runs {
+			for _, s := range r.Revocations {
+				if v := f(s); v != nil {
+					ds = append(ds, time.Duration(*v*float64(time.Millisecond)))
+				}
+			}
+		}
+		if len(ds) == 0 {
+			return nil
+		}
+		slices.Sort(ds)
+		v := ms(percentile(ds, q))
+		return &v
+	}}
 }
 
 // churnRange shows whether the churn's rate held: its first and last
@@ -288,19 +414,23 @@ func (b *bench) rows() []row {
 	var out []row
 	for _, w := range b.cfg.only {
 		for _, st := range b.cfg.storages {
-			sl, et := b.runsOf(w, st.String(), "sluice"), b.runsOf(w, st.String(), "etcd")
-			if len(sl) == 0 && len(et) == 0 {
+			sl, et, rd := b.runsOf(w, st.String(), "sluice"), b.runsOf(w, st.String(), "etcd"), b.runsOf(w, st.String(), "redis")
+			if len(sl) == 0 && len(et) == 0 && len(rd) == 0 {
 				continue
 			}
-			slFlag, etFlag := errorFlag(sl), errorFlag(et)
+			slFlag, etFlag, rdFlag := errorFlag(sl), errorFlag(et), errorFlag(rd)
 			for i, m := range metrics(w, st) {
-				r := row{Workload: w, Storage: st.String(), Metric: m.name}
+				r := row{Workload: w, Storage: st.String(), Metric: m.name, RedisText: "—"}
 				if m.value != nil {
 					r.Sluice, r.Etcd = valueOf(m, sl), valueOf(m, et)
 					r.SluiceText, r.EtcdText = cell(m, r.Sluice), cell(m, r.Etcd)
-					if r.Sluice != nil && r.Etcd != nil && *r.Etcd != 0 && !m.noRatio {
-						x := *r.Sluice / *r.Etcd
-						r.Ratio = &x
+					if !m.noRatio {
+						r.Ratio = ratioOf(r.Sluice, r.Etcd)
+					}
+					if m.redis {
+						r.Redis = valueOf(m, rd)
+						r.RedisText = cell(m, r.Redis)
+						r.RedisRatio = ratioOf(r.Sluice, r.Redis)
 					}
 				} else {
 					r.SluiceText, r.EtcdText = textOf(m, sl), textOf(m, et)
@@ -308,10 +438,21 @@ func (b *bench) rows() []row {
 				if i == 0 {
 					r.SluiceText += slFlag
 					r.EtcdText += etFlag
+					if len(rd) > 0 {
+						r.RedisText += rdFlag
+					}
 				}
 				if m.target != nil {
+					v := values{r.Sluice, r.Etcd, r.Redis}
 					r.Target = m.target.text
-					r.Result = verdict(m.target.check(r.Sluice, r.Etcd, sl), slFlag != "")
+					r.Result = verdict(m.target.check(v, sl), slFlag != "")
+					if m.target.stretch != nil && r.Result == "met" {
+						if ok := m.target.stretch(v); ok != nil && *ok {
+							r.Result = "met, stretch met"
+						} else {
+							r.Result = "met, stretch missed"
+						}
+					}
 				}
 				out = append(out, r)
 			}
@@ -375,6 +516,9 @@ func fmtMS(v float64) string {
 	return fmt.Sprintf("%.2f ms", v)
 }
 
+// fmtUS prints v, in ms, in microseconds: the middleware's scale.
+func fmtUS(v float64) string { return fmt.Sprintf("%.0f µs", 1000*v) }
+
 func fmtMiB(v float64) string { return fmt.Sprintf("%.0f MiB", v) }
 
 // fmtCount prints n with thousands separators.
@@ -395,18 +539,24 @@ func (b *bench) markdown(rows []row, elapsed time.Duration) string {
 	c := b.cfg
 	fmt.Fprintf(&sb, "%s\n\n", b.machine.line())
 	fmt.Fprintf(&sb, "Settings: %d repetition(s) of each workload, %s measured after %s of warm-up, medians of the repetitions; "+
-		"W5: %d drains per repetition, percentiles over all of them; churn: %s names by %d clients, once per system and storage, "+
+		"W5 and revoke: %d drains per repetition, percentiles over all of them; churn: %s names by %d clients, once per system and storage, "+
 		"capped at %s, stopped as stalled after %s without progress; clients round-robin over the 3 members.\n\n",
 		c.reps, c.window, c.warmup, c.drains, fmtCount(c.names), churnClients, c.churnCap, c.churnStall)
-	sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | Target | Result |\n")
-	sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	// Redis's columns only when it ran: it has figures in W4's rows alone.
+	withRedis := slices.ContainsFunc(b.runs, func(r *runResult) bool { return r.System == "redis" })
+	if withRedis {
+		sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | redis+redsync | sluice/redis | Target | Result |\n")
+		sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	} else {
+		sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | Target | Result |\n")
+		sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	}
 	for _, r := range rows {
-		ratio := "—"
-		if r.Ratio != nil {
-			ratio = fmt.Sprintf("%.2f×", *r.Ratio)
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |", r.Workload, r.Storage, r.Metric, r.SluiceText, r.EtcdText, fmtRatio(r.Ratio))
+		if withRedis {
+			fmt.Fprintf(&sb, " %s | %s |", r.RedisText, fmtRatio(r.RedisRatio))
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Workload, r.Storage, r.Metric,
-			r.SluiceText, r.EtcdText, ratio, dash(r.Target), dash(r.Result))
+		fmt.Fprintf(&sb, " %s | %s |\n", dash(r.Target), dash(r.Result))
 	}
 	sb.WriteString("\n")
 	for _, w := range workloads() {
@@ -433,6 +583,13 @@ func (b *bench) markdown(rows []row, elapsed time.Duration) string {
 	}
 	fmt.Fprintf(&sb, "\nElapsed: %s; load average at the end %s.\n", elapsed.Round(time.Second), loadAvg())
 	return sb.String()
+}
+
+func fmtRatio(x *float64) string {
+	if x == nil {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", *x)
 }
 
 func dash(s string) string {

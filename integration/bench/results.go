@@ -15,7 +15,8 @@ type runResult struct {
 	Rep      int    `json:"rep"`
 
 	WindowSeconds float64 `json:"window_s,omitempty"`
-	// Cycles are the lock+release cycles (W4: grants) in the window.
+	// Cycles are the lock+release cycles (W4: grants; redis's W4: its
+	// lock+unlock cycles) in the window.
 	Cycles int `json:"cycles"`
 	// Rate is Cycles per second (churn: names per second overall).
 	Rate float64 `json:"rate"`
@@ -31,8 +32,10 @@ type runResult struct {
 	// Refused are the tries answered with a refusal, by reason.
 	Refused map[string]int `json:"refused,omitempty"`
 
-	Drains []drainSample `json:"drains,omitempty"`
-	Churn  *churnResult  `json:"churn,omitempty"`
+	Drains      []drainSample     `json:"drains,omitempty"`
+	Revocations []revokeSample    `json:"revocations,omitempty"`
+	Middleware  *middlewareResult `json:"middleware,omitempty"`
+	Churn       *churnResult      `json:"churn,omitempty"`
 }
 
 // latency summarizes durations, in milliseconds.

@@ -28,11 +28,15 @@ type bench struct {
 
 // machine describes where the numbers come from.
 type machine struct {
-	NProc       int    `json:"nproc"`
-	CPU         string `json:"cpu"`
-	Go          string `json:"go"`
-	Etcd        string `json:"etcd,omitempty"`
-	EtcdClient  string `json:"etcd_client"`
+	NProc      int    `json:"nproc"`
+	CPU        string `json:"cpu"`
+	Go         string `json:"go"`
+	Etcd       string `json:"etcd,omitempty"`
+	EtcdClient string `json:"etcd_client"`
+	// Redis is redis-server's version when it ran; RedisClient are
+	// go-redsync's and go-redis's versions.
+	Redis       string `json:"redis,omitempty"`
+	RedisClient string `json:"redis_client"`
 	SluiceBuild string `json:"sluice"`
 	// LoadAvg is /proc/loadavg at the start: other work on the machine
 	// shows in the numbers.
@@ -70,21 +74,31 @@ func run(ctx context.Context, cfg config, stdout io.Writer) error {
 	}
 	b.machine = describeMachine(ctx, root)
 
-	etcdBin := ""
-	if slices.Contains(cfg.systems, "etcd") {
+	etcdBin, redisBin := "", ""
+	if b.needs("etcd", durable) || b.needs("etcd", memory) {
 		if etcdBin, err = findEtcd(ctx); err != nil {
-			b.note("etcd is not run: %v; sluice runs alone", err)
+			b.note("etcd is not run: %v; sluice runs without it", err)
 		} else {
 			b.machine.Etcd = etcdVersion(ctx, etcdBin)
 		}
 	}
+	if b.needs("redis", memory) {
+		if !slices.Contains(cfg.storages, memory) {
+			b.note("redis is not run: it runs in the memory storage mode only (no persistence), and -storage has no memory")
+		} else if redisBin, err = findRedis(ctx); err != nil {
+			b.note("redis is not run: %v; W4 runs without it", err)
+		} else {
+			b.machine.Redis = redisVersion(ctx, redisBin)
+		}
+	}
 	logf("%s", b.machine.line())
 
+	bins := map[string]string{"sluice": bin, "etcd": etcdBin, "redis": redisBin}
 	for _, st := range cfg.storages {
 		if ctx.Err() != nil {
 			break
 		}
-		if err := b.runStorage(ctx, st, bin, etcdBin, logDir, profileDir); err != nil {
+		if err := b.runStorage(ctx, st, bins, logDir, profileDir); err != nil {
 			return err
 		}
 	}
@@ -98,9 +112,24 @@ func run(ctx context.Context, cfg config, stdout io.Writer) error {
 	return nil
 }
 
-// runStorage starts the systems' clusters in one storage mode, runs the
-// workloads on them and stops them (also when ctx ends).
-func (b *bench) runStorage(ctx context.Context, st storage, sluiceBin, etcdBin, logDir, profileDir string) error {
+// needs reports whether a selected workload runs on the system sys (one
+// of -systems) in storage st: redis runs in memory only.
+func (b *bench) needs(sys string, st storage) bool {
+	if !slices.Contains(b.cfg.systems, sys) || (sys == "redis" && st != memory) {
+		return false
+	}
+	for _, id := range b.cfg.only {
+		if workloadByID(id).runsOn(sys) {
+			return true
+		}
+	}
+	return false
+}
+
+// runStorage starts the systems' clusters in one storage mode (those a
+// selected workload runs on, whose binary bins has), runs the workloads
+// on them and stops them (also when ctx ends).
+func (b *bench) runStorage(ctx context.Context, st storage, bins map[string]string, logDir, profileDir string) error {
 	var systems []system
 	defer func() {
 		for _, s := range systems {
@@ -109,16 +138,19 @@ func (b *bench) runStorage(ctx context.Context, st storage, sluiceBin, etcdBin, 
 		}
 	}()
 	for _, name := range b.cfg.systems {
+		if !b.needs(name, st) || bins[name] == "" {
+			continue
+		}
 		logf("starting %s %s", name, st)
 		var s system
 		var err error
-		switch {
-		case name == "sluice":
-			s, err = startSluice(ctx, sluiceBin, st, logDir, profileDir)
-		case etcdBin != "":
-			s, err = startEtcd(ctx, etcdBin, st, logDir)
-		default:
-			continue
+		switch name {
+		case "sluice":
+			s, err = startSluice(ctx, bins[name], st, logDir, profileDir)
+		case "etcd":
+			s, err = startEtcd(ctx, bins[name], st, logDir)
+		case "redis":
+			s, err = startRedis(ctx, bins[name], logDir)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -141,6 +173,9 @@ func (b *bench) runStorage(ctx context.Context, st storage, sluiceBin, etcdBin, 
 				continue
 			}
 			for _, s := range order {
+				if !w.runsOn(s.name()) {
+					continue
+				}
 				b.measure(ctx, w, s, st, rep)
 				if ctx.Err() != nil {
 					return nil
@@ -155,8 +190,12 @@ func (b *bench) runStorage(ctx context.Context, st storage, sluiceBin, etcdBin, 
 		if st == memory {
 			slices.Reverse(order)
 		}
+		churn := workloadByID("churn")
 		for _, s := range order {
-			b.measure(ctx, workloads()[len(workloads())-1], s, st, 0)
+			if !churn.runsOn(s.name()) {
+				continue
+			}
+			b.measure(ctx, churn, s, st, 0)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -185,7 +224,7 @@ func (b *bench) measure(ctx context.Context, w workload, s system, st storage, r
 func (r *runResult) line() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%s %s rep %d %s:", r.Storage, r.Workload, r.Rep, r.System)
-	if len(r.Drains) == 0 {
+	if len(r.Drains) == 0 && len(r.Revocations) == 0 && r.Middleware == nil {
 		fmt.Fprintf(&sb, " %.0f/s", r.Rate)
 	}
 	if r.Acquire != nil {
@@ -200,6 +239,28 @@ func (r *runResult) line() string {
 			worst = max(worst, d.AfterLastReleaseMS)
 		}
 		fmt.Fprintf(&sb, " %d drains, writer grant at most %.2f ms after the last reader release", len(r.Drains), worst)
+	}
+	if len(r.Revocations) > 0 {
+		var revs []time.Duration
+		unseen := 0
+		for _, s := range r.Revocations {
+			if s.RevocationMS == nil {
+				unseen++
+				continue
+			}
+			revs = append(revs, time.Duration(*s.RevocationMS*float64(time.Millisecond)))
+		}
+		fmt.Fprintf(&sb, " %d drains", len(r.Revocations))
+		if l := summarizeLatency(revs); l != nil {
+			fmt.Fprintf(&sb, ", revocation p50 %.2f ms max %.2f ms", l.P50, l.Max)
+		}
+		if unseen > 0 {
+			fmt.Fprintf(&sb, ", %d without a draining refusal at every agent", unseen)
+		}
+	}
+	if m := r.Middleware; m != nil && m.Plain != nil && m.Wrapped != nil {
+		fmt.Fprintf(&sb, " plain %.0f/s p50 %.0f µs p99 %.0f µs; middleware %.0f/s p50 %.0f µs p99 %.0f µs",
+			m.PlainRate, 1000*m.Plain.P50, 1000*m.Plain.P99, m.WrappedRate, 1000*m.Wrapped.P50, 1000*m.Wrapped.P99)
 	}
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(&sb, ", %d of %d names in %.1f s (stalled %v, capped %v)", c.Done, c.Names, c.Seconds, c.Stalled, c.Capped)
@@ -217,17 +278,24 @@ func (r *runResult) line() string {
 // checkout.
 func describeMachine(ctx context.Context, root string) machine {
 	m := machine{NProc: runtime.NumCPU(), Go: runtime.Version(), CPU: cpuModel(), EtcdClient: "unknown", SluiceBuild: "unknown"}
+	redsyncV, goredisV := "unknown", "unknown"
 	m.LoadAvg = loadAvg()
 	if out, err := exec.CommandContext(ctx, "git", "-C", root, "describe", "--always", "--dirty", "--tags").Output(); err == nil {
 		m.SluiceBuild = strings.TrimSpace(string(out))
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
-			if d.Path == "go.etcd.io/etcd/client/v3" {
+			switch d.Path {
+			case "go.etcd.io/etcd/client/v3":
 				m.EtcdClient = d.Version
+			case "github.com/go-redsync/redsync/v4":
+				redsyncV = d.Version
+			case "github.com/redis/go-redis/v9":
+				goredisV = d.Version
 			}
 		}
 	}
+	m.RedisClient = fmt.Sprintf("go-redsync %s on go-redis %s", redsyncV, goredisV)
 	return m
 }
 
@@ -263,6 +331,10 @@ func (m machine) line() string {
 	if etcd == "" {
 		etcd = "not run"
 	}
-	return fmt.Sprintf("Machine: %d CPUs (%s), load average %s at the start, %s, etcd server %s (client go.etcd.io/etcd/client/v3 %s), sluice %s",
-		m.NProc, m.CPU, m.LoadAvg, m.Go, etcd, m.EtcdClient, m.SluiceBuild)
+	redis := ""
+	if m.Redis != "" {
+		redis = fmt.Sprintf(", redis-server %s (client %s)", m.Redis, m.RedisClient)
+	}
+	return fmt.Sprintf("Machine: %d CPUs (%s), load average %s at the start, %s, etcd server %s (client go.etcd.io/etcd/client/v3 %s)%s, sluice %s",
+		m.NProc, m.CPU, m.LoadAvg, m.Go, etcd, m.EtcdClient, redis, m.SluiceBuild)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -214,17 +215,32 @@ func pause(ctx context.Context, d time.Duration) {
 
 // workload is one of the measured workloads.
 type workload struct {
-	id    string // W1 ... W5, churn
+	id    string // W1 ... W5, revoke, middleware, churn
 	title string // for the table's legend
+	// systems are the systems it runs on: sluice and etcd for the
+	// comparisons, redis too for W4 (issue 15's reference), sluice alone
+	// for what only sluice has (revocation, the HTTP middleware).
+	systems []string
 	// run measures on sys; prefix keeps its names apart from every
 	// other run's.
 	run func(ctx context.Context, b *bench, sys system, prefix string) (*runResult, error)
 }
 
+// runsOn reports whether w runs on the system called sys.
+func (w workload) runsOn(sys string) bool { return slices.Contains(w.systems, sys) }
+
+// The systems' names, and the sets of them workloads run on.
+var (
+	allSystems = []string{"sluice", "etcd", "redis"}
+	compared   = []string{"sluice", "etcd"}
+	sluiceOnly = []string{"sluice"}
+)
+
 // loopWorkload is a workload of acquire/release loops with clients
-// clients; op gives client i's acquire, a try when tries.
-func loopWorkload(id, title string, clients int, tries bool, op func(prefix string) cycleOp) workload {
-	return workload{id: id, title: title,
+// clients; op gives client i's acquire on the system called sys, a try
+// when tries.
+func loopWorkload(id, title string, clients int, tries bool, op func(sys, prefix string) cycleOp) workload {
+	return workload{id: id, title: title, systems: compared,
 		run: func(ctx context.Context, b *bench, sys system, prefix string) (*runResult, error) {
 			lctx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -232,7 +248,7 @@ func loopWorkload(id, title string, clients int, tries bool, op func(prefix stri
 			if err != nil {
 				return nil, fmt.Errorf("%s clients: %w", sys.name(), err)
 			}
-			win, tallies := runCycles(ctx, ls, b.cfg.warmup, b.cfg.window, op(prefix), tries)
+			win, tallies := runCycles(ctx, ls, b.cfg.warmup, b.cfg.window, op(sys.name(), prefix), tries)
 			closeAll(ls)
 			return summarize(win, tallies), nil
 		}}
@@ -248,25 +264,52 @@ func closeAll(ls []locker) {
 	}
 }
 
-// workloads are the measured workloads, in the order they run.
-func workloads() []workload {
-	return []workload{
-		loopWorkload("W1", "1 client, exclusive lock+unlock of one name", 1, false, func(p string) cycleOp {
-			return func(ctx context.Context, l locker, _ int) (release, error) { return l.lock(ctx, p+"/one") }
-		}),
-		loopWorkload("W2", "16 clients, exclusive lock+unlock of one name", 16, false, func(p string) cycleOp {
-			return func(ctx context.Context, l locker, _ int) (release, error) { return l.lock(ctx, p+"/one") }
-		}),
-		loopWorkload("W3", "64 clients, exclusive lock+unlock, a name each", 64, false, func(p string) cycleOp {
-			return func(ctx context.Context, l locker, i int) (release, error) {
-				return l.lock(ctx, fmt.Sprintf("%s/%02d", p, i))
-			}
-		}),
-		loopWorkload("W4", "64 clients, READ_ONLY try+release of one name (etcd: RWMutex RLock, which waits)", 64, true, func(p string) cycleOp {
-			return func(ctx context.Context, l locker, _ int) (release, error) { return l.read(ctx, p+"/one") }
-		}),
-		{id: "W5", title: fmt.Sprintf("drain: %d readers cycling (%s holds), a READ_WRITE_PRIORITY writer holding %s",
-			drainReaders, readerHold, writerHold), run: runDrain},
-		{id: "churn", title: fmt.Sprintf("%d clients, exclusive lock+release of distinct names", churnClients), run: runChurn},
+// lockOwn is client i's exclusive lock of a name of its own.
+func lockOwn(p string) cycleOp {
+	return func(ctx context.Context, l locker, i int) (release, error) {
+		return l.lock(ctx, fmt.Sprintf("%s/%02d", p, i))
 	}
+}
+
+// workloads are the measured workloads, in the order they run (the
+// churn last: see runStorage).
+func workloads() []workload {
+	w4 := loopWorkload("W4", "64 clients, READ_ONLY try+release of one name (etcd: RWMutex RLock, which waits; "+
+		"redis: go-redsync Mutex lock+unlock, a key per client, 64 keys, in the memory mode only: "+
+		"issue 15's reference \"Redis with go-redsync, 64 clients on 64 keys\")", 64, true, func(sys, p string) cycleOp {
+		if sys == "redis" {
+			return lockOwn(p)
+		}
+		return func(ctx context.Context, l locker, _ int) (release, error) { return l.read(ctx, p+"/one") }
+	})
+	w4.systems = allSystems
+	return []workload{
+		loopWorkload("W1", "1 client, exclusive lock+unlock of one name", 1, false, func(_, p string) cycleOp {
+			return func(ctx context.Context, l locker, _ int) (release, error) { return l.lock(ctx, p+"/one") }
+		}),
+		loopWorkload("W2", "16 clients, exclusive lock+unlock of one name", 16, false, func(_, p string) cycleOp {
+			return func(ctx context.Context, l locker, _ int) (release, error) { return l.lock(ctx, p+"/one") }
+		}),
+		loopWorkload("W3", "64 clients, exclusive lock+unlock, a name each", 64, false, func(_, p string) cycleOp { return lockOwn(p) }),
+		w4,
+		{id: "W5", title: fmt.Sprintf("drain: %d readers cycling (%s holds), a READ_WRITE_PRIORITY writer holding %s",
+			drainReaders, readerHold, writerHold), systems: compared, run: runDrain},
+		{id: "revoke", title: fmt.Sprintf("revocation: %d readers per agent doing READ_ONLY try+release of one name through "+
+			"their agent; a READ_WRITE_PRIORITY writer through n1 holding %s; from the writer's ask to the first draining "+
+			"refusal at each agent, the latest of the agents", revokeReadersPerAgent, writerHold), systems: sluiceOnly, run: runRevoke},
+		{id: "middleware", title: fmt.Sprintf("%d HTTP clients on an in-process loopback server with a trivial handler, "+
+			"plain and behind client.Middleware (a READ_ONLY try per request through n1), one window each", middlewareClients),
+			systems: sluiceOnly, run: runMiddleware},
+		{id: "churn", title: fmt.Sprintf("%d clients, exclusive lock+release of distinct names", churnClients), systems: compared, run: runChurn},
+	}
+}
+
+// workloadByID is the workload called id; it must be one.
+func workloadByID(id string) workload {
+	for _, w := range workloads() {
+		if w.id == id {
+			return w
+		}
+	}
+	panic("bench: no workload " + id)
 }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore/client"
+)
+
+// The middleware workload (sluice only): what client.Middleware adds to
+// a request. A few HTTP clients keep an in-process loopback server busy,
+// first with a trivial handler as it is, then with the same handler
+// behind the middleware (a READ_ONLY try per request through n1, which
+// grants it on its shared read ticket, and a release after it). Two
+// clients: their requests overlap on the agent as on a busy frontend,
+// and on the 2 cores the default run is sized for, more would make the
+// latency a queue for the cores rather than the middleware's cost.
+const middlewareClients = 2
+
+// middlewareResult is the request latency (ms) and rate, plain and
+// behind the middleware.
+type middlewareResult struct {
+	Plain       *latency `json:"plain_ms"`
+	Wrapped     *latency `json:"middleware_ms"`
+	PlainRate   float64  `json:"plain_rate"`
+	WrappedRate float64  `json:"middleware_rate"`
+}
+
+// okBody is the trivial handler's answer.
+var okBody = []byte("ok\n")
+
+func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*runResult, error) {
+	c, ok := sys.(*sluiceCluster)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", errSluiceOnly, sys.name())
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write(okBody)
+	})
+	r := &runResult{Middleware: &middlewareResult{}}
+	for _, wrapped := range []bool{false, true} {
+		h := http.Handler(handler)
+		if wrapped {
+			h = c.clients[0].Middleware(prefix+"/site", client.MiddlewareOptions{})(handler)
+		}
+		// httptest.NewServer listens on 127.0.0.1, a port of its own.
+		srv := httptest.NewServer(h)
+		win, tallies := runRequests(ctx, srv.URL, b.cfg.warmup, b.cfg.window)
+		srv.Close()
+		var lat []time.Duration
+		cycles := 0
+		for i := range tallies {
+			r.addTally(&tallies[i])
+			lat = append(lat, tallies[i].acquire...)
+			cycles += tallies[i].cycles
+		}
+		rate := float64(cycles) / win.end.Sub(win.start).Seconds()
+		if wrapped {
+			r.Middleware.Wrapped, r.Middleware.WrappedRate = summarizeLatency(lat), rate
+		} else {
+			r.Middleware.Plain, r.Middleware.PlainRate = summarizeLatency(lat), rate
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	r.finishErrors()
+	return r, nil
+}
+
+// runRequests has middlewareClients clients GET url back to back for
+// warmup then length; a request counts (its latency in tally.acquire, a
+// cycle) when it ends in the window. Anything but a 200 with the whole
+// body is an error.
+func runRequests(ctx context.Context, url string, warmup, length time.Duration) (window, []tally) {
+	now := time.Now()
+	win := window{start: now.Add(warmup), end: now.Add(warmup + length)}
+	soft, cancelSoft := context.WithDeadline(ctx, win.end)
+	defer cancelSoft()
+	hard, cancelHard := context.WithDeadline(ctx, win.end.Add(stopGrace))
+	defer cancelHard()
+	tr := &http.Transport{MaxIdleConnsPerHost: middlewareClients}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	tallies := make([]tally, middlewareClients)
+	var wg sync.WaitGroup
+	for i := range tallies {
+		wg.Go(func() {
+			t := &tallies[i]
+			for soft.Err() == nil {
+				t.attempts++
+				start := time.Now()
+				err := get(hard, hc, url)
+				end := time.Now()
+				if err != nil {
+					t.fail(err)
+					pause(soft, errorPause)
+					continue
+				}
+				if win.has(end) {
+					t.acquire = append(t.acquire, end.Sub(start))
+					t.cycles++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return win, tallies
+}
+
+// get is one request: its status must be 200 and its body okBody.
+func get(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading the body: %w", err)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("HTTP %s", resp.Status)
+	case string(body) != string(okBody):
+		return fmt.Errorf("body %q, want %q", body, okBody)
+	}
+	return nil
+}
