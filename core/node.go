@@ -66,9 +66,11 @@ type Event struct {
 	Held bool
 	// Forced: the EventReleased answers a ForceRelease, not a Release.
 	Forced bool
-	// Shared (EventGranted): granted on this node's shared read ticket of
-	// the name (Config.ShareLease), whose number Token is.
+	// Shared (EventGranted, EventRenewed): granted on this node's shared
+	// read ticket of the name (Config.ShareLease), whose number Token is
+	// and whose request on the wire (what the leaders list) Share is.
 	Shared bool
+	Share  wire.RequestID
 }
 
 // ExpiryFrom is the one definition of a lease's end (DESIGN.md §4), for

@@ -104,7 +104,8 @@ func (n *Node) grantLocal(sh *share, w *request) {
 	sh.holders[w.id] = w
 	n.arm(w)
 	n.stats.Granted++
-	n.emit(w, Event{Kind: EventGranted, Elapsed: n.now - w.start, Duration: w.a.Duration, TTL: w.unlockAt - w.start, Shared: true})
+	n.emit(w, Event{Kind: EventGranted, Elapsed: n.now - w.start, Duration: w.a.Duration, TTL: w.unlockAt - w.start,
+		Shared: true, Share: sh.req.id})
 	n.keepShare(sh)
 }
 
@@ -241,7 +242,7 @@ func (n *Node) renewLocal(w *request) {
 	w.endAt = min(w.unlockAt+w.a.Grace, end)
 	w.leaseStart, w.unlocking = n.now, false
 	n.arm(w)
-	n.emit(w, Event{Kind: EventRenewed, Duration: w.a.Duration, TTL: w.unlockAt - n.now, Shared: true})
+	n.emit(w, Event{Kind: EventRenewed, Duration: w.a.Duration, TTL: w.unlockAt - n.now, Shared: true, Share: sh.req.id})
 	n.keepShare(sh)
 }
 

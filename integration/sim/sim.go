@@ -363,8 +363,11 @@ type client struct {
 	// after the next one's, with a lower token: fencing stops its writes.
 	// Its force-unlock then answers that it took a holder (onForceAnswer).
 	forced bool
-	op     int  // index of the open history operation, -1 if none
-	probe  bool // a settle-phase probe that must be granted
+	// share: the node's shared read ticket (its request on the wire) the
+	// lease was granted on; zero for a lease of its own.
+	share wire.RequestID
+	op    int  // index of the open history operation, -1 if none
+	probe bool // a settle-phase probe that must be granted
 }
 
 // Sim is one simulated cluster.
@@ -925,10 +928,7 @@ func (s *Sim) timeFaults() bool {
 // force is one operator's force-unlock, from its call to its answer.
 type force struct {
 	by int // the node it was called on
-	// name and ticket of the request forced: a node's shared read
-	// ticket is found by them, for the local readers granted on it.
-	name   string
-	ticket uint64
+
 	// answered: EventReleased came; waiting: it said that no leader of
 	// its quorum held the request (confirmed, renewed, or restored), or
 	// that none had it: such a request is never granted, before or after.
@@ -962,7 +962,7 @@ func (s *Sim) forceUnlock() {
 		return
 	}
 	if s.forces[e.Req] == nil {
-		s.forces[e.Req] = &force{by: byIdx, name: name, ticket: e.Ticket}
+		s.forces[e.Req] = &force{by: byIdx}
 	}
 	s.res.Forced++
 	s.endForcedHold(name, e)
@@ -1008,6 +1008,13 @@ func (s *Sim) endForcedHold(name string, e wire.Entry) {
 	for _, c := range s.clients {
 		switch {
 		case c.name != name || c.state == idle:
+		case c.share != (wire.RequestID{}):
+			// Granted on its node's shared read ticket: forced with it.
+			if c.state == holding && c.share == e.Req {
+				c.forced = true
+				s.res.ForcedHolders++
+				s.closeHold(c)
+			}
 		case c.state == holding && (c.token == e.Ticket || c.node == node && c.handle == handle):
 			c.forced = true
 			if c.token != 0 {
@@ -1381,7 +1388,7 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 		return
 	}
 	s.idleWait[c.name] = 0 // a grant is progress, even one released at once
-	c.state, c.token = holding, e.Token
+	c.state, c.token, c.share = holding, e.Token, e.Share
 	c.epoch = s.nodes[node].core.View().Epoch
 	// The agent's own arithmetic, counted from the call as the agent's
 	// clock saw it, on the machine's scale (see client.sent).
@@ -1402,11 +1409,7 @@ func (s *Sim) grantRacedForce(node int, c *client, e core.Event) bool {
 	if e.Shared {
 		// Granted on its node's shared read ticket: an unlock of that
 		// ticket is one of its lease.
-		for id, g := range s.forces {
-			if int(id.Node) == node+1 && g.name == e.Name && g.ticket == e.Token {
-				f = g
-			}
-		}
+		f = s.forces[e.Share]
 	}
 	if f == nil {
 		return true
