@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/core/codes"
@@ -68,6 +69,18 @@ type Client struct {
 	// compactPool carries acquire, release and renew on a Unix socket;
 	// nil on TCP or with Config.HTTPOnly.
 	compactPool *compactPool
+	// bg counts calls made in the background (the middleware's
+	// releases); Close waits for them.
+	bg sync.WaitGroup
+}
+
+// background runs fn on a goroutine of its own that Close waits for.
+func (c *Client) background(fn func()) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		fn()
+	}()
 }
 
 // New returns a client for cfg. It does not dial.
@@ -110,9 +123,11 @@ func New(cfg Config) (*Client, error) {
 // Addr is the agent's address the client uses.
 func (c *Client) Addr() string { return c.addr }
 
-// Close closes the client's idle connections. Leases are not touched:
+// Close waits for the releases the middleware runs in the background and
+// closes the client's idle connections. Leases are not touched:
 // release them first.
 func (c *Client) Close() error {
+	c.bg.Wait()
 	c.hc.CloseIdleConnections()
 	if c.compactPool != nil {
 		c.compactPool.close()

@@ -104,13 +104,15 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 				unavailable(w, r)
 				return
 			}
-			defer func() {
+			// Released once the handler returns, off the visitor's path:
+			// the response goes out while the agent hears of it.
+			defer c.background(func() {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				defer cancel()
 				if err := l.Release(ctx); err != nil {
 					log.Warn("releasing the request's lock", "name", name, "lease", l.ID(), "err", err)
 				}
-			}()
+			})
 			next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, leaseKey{}, l)))
 		})
 	}

@@ -86,6 +86,7 @@ func TestMiddleware(t *testing.T) {
 		t.Fatalf("after the drain: %+v", got)
 	}
 	<-seen
+	c.Close() // waits for the middleware's releases, which run off the visitor's path
 	tab, err := c.Locks(ctx, "/site")
 	if err != nil || len(tab.Requests) != 0 {
 		t.Fatalf("requests left at the agent: %+v, %v", tab.Requests, err)
@@ -156,6 +157,7 @@ func TestMiddlewareReleaseError(t *testing.T) {
 		t.Fatalf("request with a failing release: %+v", got)
 	}
 	<-seen
+	c.Close() // the release runs off the visitor's path: wait for it
 	if !strings.Contains(logs.String(), "releasing the request's lock") || !strings.Contains(logs.String(), "not_ready") {
 		t.Fatalf("release error not logged: %q", logs.String())
 	}
