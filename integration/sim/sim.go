@@ -1329,7 +1329,8 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			return
 		}
 		if c.probe {
-			s.failf("settle probe of client %d on %s failed with %s after faults stopped", c.id, c.name, e.Code)
+			s.failf("settle probe of client %d on %s failed with %s after faults stopped; the leaders' tables: %s",
+				c.id, c.name, e.Code, s.tables(c.name))
 			return
 		}
 		s.res.Failures++
@@ -1988,4 +1989,19 @@ type drainKey struct {
 	node   int
 	name   string
 	ticket uint64
+}
+
+// tables describes the leaders' tables of name, for a failure's message.
+func (s *Sim) tables(name string) string {
+	var b strings.Builder
+	for _, n := range s.nodes {
+		if n.core == nil || !n.core.View().IsLeader(n.id) {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  node %d (tick %d):", n.id, n.ticks)
+		for _, d := range n.core.TableDetail(name) {
+			fmt.Fprintf(&b, " %v(since %d until %d)", d.Entry, d.Since, d.Until)
+		}
+	}
+	return b.String()
 }
