@@ -37,6 +37,17 @@
 // per watcher of a busy name, and each waiter decides once, on the newest
 // reports.
 //
+// A waiter whose last decision was a wait on one entry (Decision.BlockedBy)
+// is asked again only when a report changes that entry or its own, or it
+// watches anew; Config.CheckIncremental verifies that in tests.
+//
+// With Config.ShareLease, a node holds one cluster-wide READ_ONLY ticket
+// per name for its local readers (share.go) and grants them without a
+// message; a local lease never outlives that ticket, which is let go only
+// when no local reader holds it. Leaders that take a writer's ticket ask
+// such tickets to yield (KindYield): refuse new local readers at once
+// (priority and exclusive writers) or only let go when idle (soft ones).
+//
 // When the view changes (SetView), each leader of the new view takes the
 // lock table over from a quorum of the previous view's leaders, who fence
 // themselves first, and serves only then (handoff.go). Requests that were

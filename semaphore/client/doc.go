@@ -38,4 +38,10 @@
 //
 // The API's "expires" is the agent's wall-clock estimate, for display;
 // this package never trusts it when the agent gives a TTL.
+//
+// On a Unix socket, acquire, release and renew go over the agent's compact
+// protocol (semaphore/api), the rest over HTTP; an agent without it is
+// spoken to in HTTP only (Config.HTTPOnly asks for that). The middleware
+// releases a request's lock after its handler returned, off the visitor's
+// path; Close waits for those releases.
 package client

@@ -42,5 +42,7 @@
 //
 // The local API (NewAPI) is HTTP/JSON; Agent puts a node, its p2p.Host and
 // its store.Store together and serves the API on a Unix socket or a
-// loopback TCP address with a bearer token.
+// loopback TCP address with a bearer token. The Unix socket also speaks
+// the compact protocol of semaphore/api for acquire, release and renew
+// (compact.go): each connection is routed by its first bytes.
 package daemon
