@@ -390,8 +390,8 @@ type Sim struct {
 
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
-	// drained: the shared read tickets (node, name, ticket) a drain yield
-	// reached; the node must admit no local reader on them.
+	// drained: the shared read tickets a drain yield reached; the node
+	// must admit no local reader on them.
 	drained         map[drainKey]bool
 	drainNext       map[int][]drainKey // per node, yields taken since its last Ready
 	lastReaderEvent map[string]int64   // tick a reader was last granted or stopped holding
@@ -1145,7 +1145,7 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 		// Taken (not from another epoch): the node admits no local reader
 		// on that share from its next Ready on (a batch of messages may
 		// have granted one before this one, in the same Ready).
-		s.drainNext[to] = append(s.drainNext[to], drainKey{to, m.Name, m.Ticket})
+		s.drainNext[to] = append(s.drainNext[to], drainKey{to, m.Req})
 		s.res.Drains++
 	}
 	s.nodes[to].stepped++
@@ -1377,7 +1377,7 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 		s.release(c, s.nodes[node].core)
 		return
 	}
-	if e.Shared && s.drained[drainKey{node, e.Name, e.Token}] {
+	if e.Shared && s.drained[drainKey{node, e.Share}] {
 		s.failf("node %d admitted client %d on its shared read ticket %d of %s after a drain yield for it reached the node",
 			node+1, c.id, e.Token, e.Name)
 		return
@@ -1984,11 +1984,12 @@ func codecRoundTrip(m wire.Message) (wire.Message, error) {
 	return wire.Decode(b)
 }
 
-// drainKey is a node's shared read ticket of a name.
+// drainKey is a node's shared read ticket, by its request on the wire
+// (a number alone may repeat: a proposal that one replica took and a
+// quorum did not may be proposed again by another request).
 type drainKey struct {
-	node   int
-	name   string
-	ticket uint64
+	node int
+	req  wire.RequestID
 }
 
 // tables describes the leaders' tables of name, for a failure's message.
