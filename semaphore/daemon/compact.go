@@ -30,7 +30,7 @@ type apiMux struct {
 	http *handoffListener
 
 	mu     sync.Mutex
-	conns  map[net.Conn]bool // compact connections being served
+	conns  map[net.Conn]bool // connections being routed or served compact
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -68,6 +68,12 @@ func (m *apiMux) run() {
 
 // route reads the first bytes of c to pick its protocol.
 func (m *apiMux) route(c net.Conn) {
+	// Tracked until it is handed over, so that closing the mux does not
+	// wait for a silent connection's preface deadline.
+	if !m.track(c, true) {
+		_ = c.Close()
+		return
+	}
 	_ = c.SetReadDeadline(time.Now().Add(prefaceWait))
 	br := bufio.NewReaderSize(c, 4096)
 	head, err := br.Peek(len(api.CompactPreface))
@@ -77,7 +83,9 @@ func (m *apiMux) route(c net.Conn) {
 		m.serveCompact(c, br)
 		return
 	}
-	// HTTP (or garbage, which HTTP refuses): what was read goes with it.
+	// HTTP (or garbage, which HTTP refuses): what was read goes with it,
+	// and the HTTP server owns it from here.
+	m.track(c, false)
 	if !m.http.deliver(&peekedConn{Conn: c, r: br}) {
 		_ = c.Close()
 	}
@@ -85,10 +93,6 @@ func (m *apiMux) route(c net.Conn) {
 
 // serveCompact answers c's calls, one at a time, until it closes.
 func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader) {
-	if !m.track(c, true) {
-		_ = c.Close()
-		return
-	}
 	defer func() {
 		m.track(c, false)
 		_ = c.Close()
