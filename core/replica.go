@@ -733,12 +733,15 @@ func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
 // not carry the mark).
 func (n *Node) askYields(t *replicaName, e wire.Entry) {
 	if e.Mode == wire.ModeReadOnly {
-		if y := t.writerYield(); y != wire.YieldNone && e.Active {
+		if !e.Active {
+			return // a plain reader's: nothing to yield, no need to look
+		}
+		if y := t.writerYield(); y != wire.YieldNone {
 			n.send(wire.Message{Kind: wire.KindYield, To: e.Req.Node, Name: t.name, Req: e.Req, Ticket: e.Ticket, Yield: y})
 		}
 		return
 	}
-	y := writerYield(e.Mode)
+	y := yieldFor(e.Mode)
 	for _, req := range sortedReqs(t.recs) {
 		if r := t.recs[req]; r.entry.Mode == wire.ModeReadOnly && r.entry.Ticket != 0 && (r.entry.Active || r.restored) {
 			n.send(wire.Message{Kind: wire.KindYield, To: req.Node, Name: t.name, Req: req, Ticket: r.entry.Ticket, Yield: y})
@@ -751,15 +754,15 @@ func (t *replicaName) writerYield() wire.Yield {
 	y := wire.YieldNone
 	for _, r := range t.recs {
 		if r.entry.Mode != wire.ModeReadOnly && r.entry.Ticket != 0 {
-			y = max(y, writerYield(r.entry.Mode))
+			y = max(y, yieldFor(r.entry.Mode))
 		}
 	}
 	return y
 }
 
-// writerYield is the yield a writer of mode m asks of shared read tickets:
+// yieldFor is the yield a writer of mode m asks of shared read tickets:
 // one that lets later readers pass only needs them gone when idle.
-func writerYield(m wire.Mode) wire.Yield {
+func yieldFor(m wire.Mode) wire.Yield {
 	if mayBeActive(m) {
 		return wire.YieldIdle
 	}

@@ -150,10 +150,15 @@ var shareSeeds = flag.Int("share-seeds", 100, "how many seeds TestSimShares runs
 // ReadHeavy): mostly readers, which nodes grant on their shared read
 // tickets, and writers of every mode that drain them; faults on, every
 // other seed with elected leaders, every third with batches, every fifth
-// with the worst clocks the drift allows.
+// with the worst clocks the drift allows, every seventh with machines and
+// operators (wiped and rolled-back disks, replaced members).
 func TestSimShares(t *testing.T) {
 	total, summary := runSeeds(t, *shareSeeds, "share-seeds", func(seed int64) Options {
-		return Options{Modes: true, ReadHeavy: true, Elect: seed%2 == 0, Batch: seed%3 == 0, WorstDrift: seed%5 == 0}
+		// Every seventh: machines and operators too (disks wiped or
+		// rolled back under nodes holding shares, replaced members).
+		ops := seed%7 == 0
+		return Options{Modes: true, ReadHeavy: true, Elect: seed%2 == 0 || ops, Operators: ops, LeaderDiskFaults: ops,
+			Batch: seed%3 == 0, WorstDrift: seed%5 == 0}
 	})
 	t.Logf("%s: %d grants (%d on a node's shared read ticket), %d drain yields, %d crashes, %d operations checked",
 		summary, total.Grants, total.LocalGrants, total.Drains, total.Crashes, total.Operations)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
@@ -125,9 +124,8 @@ func TestCompactBadFrames(t *testing.T) {
 			_ = uc.CloseWrite()
 		}
 		br := bufio.NewReader(conn)
-		reply, err := api.ReadReply(br)
-		if err == nil && reply.Error != "bad_request" {
-			t.Errorf("frame %x: answer %+v, want bad_request", frame, reply)
+		if reply, err := api.ReadReply(br); err != nil || reply.Error != "bad_request" {
+			t.Errorf("frame %x: answer %+v, %v; want bad_request", frame, reply, err)
 		}
 		if _, err := br.ReadByte(); err == nil {
 			t.Errorf("frame %x: the connection goes on after a bad frame", frame)
@@ -143,5 +141,4 @@ func TestCompactBadFrames(t *testing.T) {
 		t.Fatalf("compact acquire after bad frames: %v", err)
 	}
 	_ = l.Release(ctx)
-	_ = http.StatusOK
 }

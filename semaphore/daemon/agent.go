@@ -425,7 +425,7 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 	if !api.IsTCPAddr(url) {
 		// The socket also speaks the compact protocol (file permissions
 		// guard it, as they guard HTTP there; TCP needs the token).
-		mux := newAPIMux(lis, a.node, cfg.Logger)
+		mux := newAPIMux(lis, a.node)
 		serve = mux.HTTP()
 		a.wg.Go(func() {
 			mux.run()

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -26,7 +25,6 @@ import (
 type apiMux struct {
 	lis  net.Listener
 	node *Node
-	log  *slog.Logger
 	http *handoffListener
 
 	mu     sync.Mutex
@@ -39,8 +37,8 @@ type apiMux struct {
 // protocol it speaks (the HTTP server's header timeout is as long).
 const prefaceWait = 10 * time.Second
 
-func newAPIMux(lis net.Listener, node *Node, log *slog.Logger) *apiMux {
-	m := &apiMux{lis: lis, node: node, log: log, conns: map[net.Conn]bool{},
+func newAPIMux(lis net.Listener, node *Node) *apiMux {
+	m := &apiMux{lis: lis, node: node, conns: map[net.Conn]bool{},
 		http: &handoffListener{addr: lis.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}}
 	m.http.mux = m
 	return m
