@@ -363,7 +363,7 @@ func (n *Node) finishSync(sync *syncState) {
 func (n *Node) mergeEntry(m wire.Message) {
 	t := n.replicaName(m.Name)
 	if m.Kind == wire.KindSnapshotTomb {
-		n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
+		n.dropRecord(m.Name, t, m.Req, n.now+n.keepHandedOver(m.Lifetime))
 		if tb, ok := t.tombs.get(m.Req); ok {
 			tb.held = true // an old leader's: it may have been held there
 			t.putTomb(m.Req, tb)
@@ -388,7 +388,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 		// The same ticket from another old leader: keep its longest life. A
 		// renewal reached only a quorum of the old leaders, and this answer
 		// may be the one that saw it.
-		if dl := n.now + n.keep(m.Lifetime); dl > r.deadline {
+		if dl := n.now + n.keepHandedOver(m.Lifetime); dl > r.deadline {
 			r.deadline = dl
 			n.persist(Write{Kind: WriteLifetime, Name: m.Name, Entry: r.entry, Lifetime: dl - n.now})
 		}
@@ -402,7 +402,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
 	r.entry.Active = r.entry.Active || mayBeActive(m.Mode)
-	r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
+	r.deadline = max(r.deadline, n.now+n.keepHandedOver(m.Lifetime))
 	n.schedule(t, r.deadline)
 	t.highWater, t.stored = max(t.highWater, m.Ticket), true
 	n.changedReq(t, m.Req, r.entry.Mode)

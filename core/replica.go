@@ -545,6 +545,26 @@ func (n *Node) keep(lifetime uint64) int64 {
 	return l
 }
 
+// keepHandedOver is how many ticks a replica keeps a ticket or tombstone
+// that a handoff gave it with remaining ticks left on its old leader's
+// clock. The old leader's remaining time already has the margin of keep
+// in it, so it is not applied again (each handoff would otherwise stretch
+// a lease by another eighth, and a ticket handed around stays long after
+// its holder let go): it is taken off, rounded up, and put back, which is
+// remaining or one tick more. Safe whatever the two leaders' clocks do, as
+// long as each runs at most an eighth faster than the holder's master's: the
+// old leader's faster ticks only shrink what it hands over, and with L the
+// remaining ticks without the margin, the holder's lease ends within L of
+// its master's ticks from the handoff, before the new leader's keep(L) ends
+// (DESIGN.md §4; the proof is in TestHandedOverLifetime).
+func (n *Node) keepHandedOver(remaining uint64) int64 {
+	r := min(remaining, maxSpan*5)
+	if n.cfg.Mutant&MutantNoDriftMargin != 0 {
+		return int64(r)
+	}
+	return n.keep((8*r + 8) / 9)
+}
+
 // dropRecord forgets a request (released, abandoned, expired or of a dead
 // incarnation), durably if it held a ticket. A release (tombUntil in the
 // future) leaves a durable tombstone until tombUntil, or until the record
