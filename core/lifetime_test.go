@@ -30,7 +30,7 @@ func TestHandedOverLifetime(t *testing.T) {
 	}
 	for i := range 200_000 {
 		lease := uint64(8 + rng.IntN(2000))
-		sent := rng.Float64() * 100      // the holder's lease runs from here...
+		sent := rng.Float64() * 100        // the holder's lease runs from here...
 		holderEnd := sent + float64(lease) // ...to here
 		at := sent + rng.Float64()*float64(lease)/2
 		received := at
