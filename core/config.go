@@ -171,6 +171,10 @@ const (
 	// MutantYieldWithHolders: an agent lets its shared read ticket go as
 	// soon as a writer asks, while local readers still hold on it.
 	MutantYieldWithHolders
+	// MutantShareIdleFromGrant: the release of a shared read ticket says
+	// its readers left when the ticket was granted, not when its last
+	// local reader did.
+	MutantShareIdleFromGrant
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -60,6 +60,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"report_deltas.txt", core.MutantDeltaAnyBase, 1, "5->1 watch a"},
 		{"drain_priority.txt", core.MutantSleepBlocked, 5, ": granted "},
 		{"shared_reads.txt", core.MutantAdmitAfterYield, 1, "error=draining"},
+		{"gentle_shared.txt", core.MutantShareIdleFromGrant, 2, "gentle waiting"},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

@@ -50,6 +50,10 @@ type request struct {
 	// client of its own). local: a local reader on that share
 	// (phaseLocalWait, phaseLocalHeld), which never reaches a leader.
 	share, local *share
+	// sharedRelease: the release of a share whose last local reader left
+	// at readersLeftAt (the replicas count the quiet period from there).
+	sharedRelease bool
+	readersLeftAt int64
 	// localEnd: a local reader's lease end and the end of its grace,
 	// both within the share's lease.
 	unlockAt, endAt int64
@@ -412,6 +416,9 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 		m.Kind, m.WatchSeq = wire.KindWatch, r.watchSeq
 	case phaseReleasing:
 		m.Kind = wire.KindRelease
+		if r.sharedRelease {
+			m.ReadersAgo = uint64(max(n.now-r.readersLeftAt, 0))
+		}
 	default:
 		return
 	}

@@ -348,7 +348,19 @@ func (n *Node) onRelease(m wire.Message) {
 	r, had := t.recs[m.Req]
 	tb, _ := t.tombs.get(m.Req)
 	reply.Held = had && (r.held || r.restored) || !had && tb.held
+	seen := t.readerSeen
 	n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
+	if had && shared(r.entry) {
+		// A share's readers left ReadersAgo ticks before, on its master's
+		// clock: a quiet period counts from there, less the margin for a
+		// clock faster than ours, as a plain reader's counts from its
+		// release (flushReports does not count a share as a reader).
+		ago := int64(min(m.ReadersAgo, maxSpan*4))
+		if n.cfg.Mutant&MutantNoDriftMargin == 0 {
+			ago = ago * 8 / 9
+		}
+		t.readerSeen = max(seen, n.now-ago)
+	}
 	reply.Reject = !had
 	n.send(reply)
 	// Released by an operator on another node: tell the request's
@@ -545,6 +557,14 @@ func (n *Node) keep(lifetime uint64) int64 {
 	return l
 }
 
+// shared reports whether e is a node's shared read ticket (Message.Shared),
+// which stands for local readers that came and went while it was held. It
+// keeps soft writers out while it is in the table, so a quiet period counts
+// from when its readers left, which its release tells (Message.ReadersAgo).
+func shared(e wire.Entry) bool {
+	return e.Mode == wire.ModeReadOnly && e.Active
+}
+
 // keepHandedOver is how many ticks a replica keeps a ticket or tombstone
 // that a handoff gave it with remaining ticks left on its old leader's
 // clock. The old leader's remaining time already has the margin of keep
@@ -680,7 +700,7 @@ func (n *Node) flushReports() {
 		t.dirty = false
 		if len(t.watchers) > 0 {
 			for _, r := range t.recs {
-				if r.entry.Mode == wire.ModeReadOnly {
+				if r.entry.Mode == wire.ModeReadOnly && !shared(r.entry) {
 					t.readerSeen = n.now
 					break
 				}

@@ -165,6 +165,13 @@ func (n *Node) releaseShare(sh *share) {
 	r := sh.req
 	sh.req, sh.yield = nil, wire.YieldNone
 	r.share = nil
+	r.sharedRelease, r.readersLeftAt = true, sh.idleAt
+	if len(sh.holders) > 0 {
+		r.readersLeftAt = n.now // MutantYieldWithHolders
+	}
+	if n.cfg.Mutant&MutantShareIdleFromGrant != 0 {
+		r.readersLeftAt = r.leaseStart
+	}
 	n.startRelease(r)
 }
 

@@ -443,7 +443,9 @@ type Message struct {
 	// core.Config.RefuseEarly).
 	Try bool
 	// ReadersAgo is how many ticks ago a READ_ONLY ticket of Name was last
-	// in the reporting replica's table (0 while one is).
+	// in the reporting replica's table (0 while one is). On the RELEASE of
+	// a shared read ticket: how many ticks ago, on its master's clock, its
+	// last local reader let go.
 	ReadersAgo uint64
 	// Round numbers a master's activation marks of Req.
 	Round uint64

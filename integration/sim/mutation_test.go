@@ -171,6 +171,8 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil},
 		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil},
 		{"lets a shared read ticket go with holders", core.MutantYieldWithHolders, true, Options{Modes: true, ReadHeavy: true}, nil},
+		{"says a share's readers left at its grant", core.MutantShareIdleFromGrant, true, Options{Modes: true, ReadHeavy: true, NoFaults: true},
+			[]Options{{Modes: true, ReadHeavy: true}}},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

@@ -1207,7 +1207,7 @@ func (s *Sim) clientAct(c *client, settling bool) {
 	}
 	switch c.state {
 	case idle:
-		if settling || !s.chance(0.08) {
+		if settling || !s.chance(0.08) || s.lull() {
 			return
 		}
 		s.acquire(c, s.names[s.rng.IntN(len(s.names))], false)
@@ -1264,12 +1264,30 @@ func (s *Sim) release(c *client, n *core.Node) {
 	c.orphan = false
 }
 
+// lull: a read-heavy site goes quiet half of the time (no new request
+// for 150 ticks), so gentle drains find their quiet periods, and shares
+// linger idle and go.
+func (s *Sim) lull() bool {
+	return s.o.ReadHeavy && s.tick/150%2 == 1
+}
+
 func (s *Sim) acquire(c *client, name string, probe bool) {
 	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
 	if s.o.Modes && !probe {
 		r := s.rng.IntN(20)
 		if s.o.ReadHeavy {
-			r = max(0, r-5) // readers from 11 in 20 to 16 in 20
+			// Readers 16 in 20 (not 11), priority writers 2, each soft
+			// writer 1.
+			switch {
+			case r < 16:
+				r = 0
+			case r < 18:
+				r = 11
+			case r == 18:
+				r = 14
+			default:
+				r = 16
+			}
 		}
 		switch {
 		case r < 11:
@@ -1286,6 +1304,11 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 		a.Timeout = s.o.SettleTicks / 2
 	} else if s.o.Patient {
 		a.Timeout = 300 + s.rng.Int64N(200)
+	} else if s.o.ReadHeavy && a.Mode == semaphore.ReadWriteGentle {
+		// A gentle drain of a busy site waits for the lull; within the
+		// settle probe's bound (a restart counts a waiter's persisted
+		// lifetime from there).
+		a.Timeout = 100 + s.rng.Int64N(150)
 	} else if !s.chance(0.2) {
 		a.Timeout = 5 + s.rng.Int64N(120)
 	}
