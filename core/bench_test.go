@@ -158,7 +158,7 @@ func (c *benchCluster) acquire(b testing.TB, node int, a core.Acquire) wire.Requ
 
 func (c *benchCluster) release(b testing.TB, node int, id wire.RequestID) {
 	b.Helper()
-	if err := c.nodes[node-1].Release(id); err != nil {
+	if err := c.nodes[node-1].Release(id, ""); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -76,7 +76,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		id := reqArg(t, d)
 		var err error
 		if d.Cmd == "release" {
-			err = h.nodes[n-1].core.Release(id)
+			err = h.nodes[n-1].core.Release(id, strArg(d, "name", ""))
 		} else {
 			err = h.nodes[n-1].core.Renew(id)
 		}

@@ -298,13 +298,18 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 // hold): the client can give it back after the restart. EventReleased
 // with id follows once a quorum of the leaders dropped the request: from
 // then on no restart or handoff brings it back.
-func (n *Node) Release(id wire.RequestID) error {
-	if f, ok := n.former[id]; ok && n.handles[id] == nil {
+//
+// name, when not empty, is the lease's name as its client knows it: a
+// request of that id on another name is not the client's. Ids repeat
+// across the lives of a node whose disk was lost (its incarnations start
+// over), and a client of an earlier life gives its lease back by id.
+func (n *Node) Release(id wire.RequestID, name string) error {
+	if f, ok := n.former[id]; ok && n.handles[id] == nil && (name == "" || name == f.name) {
 		n.releaseFormer(id, f)
 		return nil
 	}
 	r := n.handles[id]
-	if r == nil || r.phase == phaseReleasing {
+	if r == nil || r.phase == phaseReleasing || name != "" && name != r.a.Name {
 		return fmt.Errorf("%w: %s", codes.ErrUnknownLease, id)
 	}
 	if r.local != nil {
@@ -320,7 +325,7 @@ func (n *Node) Release(id wire.RequestID) error {
 
 // Abandon gives up a request whose client went away; a granted lease is
 // released. It is Release by another name, kept for the API's sake.
-func (n *Node) Abandon(id wire.RequestID) error { return n.Release(id) }
+func (n *Node) Abandon(id wire.RequestID) error { return n.Release(id, "") }
 
 // Renew asks to extend a held lease by its duration, counted from now. The
 // lease is extended only when EventRenewed arrives.

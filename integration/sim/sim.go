@@ -1256,7 +1256,7 @@ func renewChance(nearEnd bool) float64 {
 // agent's new life, which knows it only once a replica told it. The
 // caller handles the node's Ready (onEvent runs inside handle).
 func (s *Sim) release(c *client, n *core.Node) {
-	err := n.Release(c.handle)
+	err := n.Release(c.handle, c.name)
 	if err != nil && !errors.Is(err, codes.ErrUnknownLease) {
 		s.failf("release of client %d's lease %s: %v", c.id, c.handle, err)
 		return

@@ -153,6 +153,10 @@ type AcquireBody struct {
 // LeaseBody names a lease (release, renew).
 type LeaseBody struct {
 	Lease string `json:"lease"`
+	// Name, optional on a release, is the lease's name: a lease of that
+	// id on another name is not the caller's (ids repeat after a node's
+	// disk was lost), and the answer is unknown_lease.
+	Name string `json:"name,omitempty"`
 }
 
 // ForceBody is the body of POST /v1/force-unlock.

@@ -247,9 +247,9 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	op := "release " + l.id
-	_, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRelease, Lease: l.id})
+	_, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRelease, Lease: l.id, Name: l.name})
 	if !ok {
-		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
+		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id, Name: l.name}, nil)
 	}
 	if err != nil && !errors.Is(err, ErrUnknownLease) {
 		return err

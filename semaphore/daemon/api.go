@@ -185,7 +185,7 @@ func (a *apiServer) release(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &b) {
 		return
 	}
-	if err := a.cfg.Node.Release(r.Context(), b.Lease); err != nil {
+	if err := a.cfg.Node.Release(r.Context(), b.Lease, b.Name); err != nil {
 		fail(w, err)
 		return
 	}

@@ -320,7 +320,7 @@ func TestLocksAcrossNodes(t *testing.T) {
 			c.dump("/site")
 			t.Fatal("no leader's table shows the holder and the waiter")
 		}
-		if err := c.node(0).Release(context.Background(), held.ID); err != nil {
+		if err := c.node(0).Release(context.Background(), held.ID, ""); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -383,7 +383,7 @@ func TestLeaderLossKeepsLocks(t *testing.T) {
 		if _, err := c.node(1).Renew(context.Background(), held.ID); err != nil {
 			t.Fatalf("renew after the handoff: %v", err)
 		}
-		if err := c.node(1).Release(context.Background(), held.ID); err != nil {
+		if err := c.node(1).Release(context.Background(), held.ID, ""); err != nil {
 			t.Fatal(err)
 		}
 		l := mustAcquire(t, c.node(2), "/db", "exclusive", time.Minute)
@@ -402,7 +402,7 @@ func TestRestartFromDisk(t *testing.T) {
 	c.waitReady()
 	held := mustAcquire(t, c.node(3), "/cart", "exclusive", 10*time.Minute)
 	other := mustAcquire(t, c.node(0), "/other", "exclusive", time.Minute)
-	if err := c.node(0).Release(context.Background(), other.ID); err != nil {
+	if err := c.node(0).Release(context.Background(), other.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	// The leaders stop right after the release: one of them may not have
@@ -458,7 +458,7 @@ func TestRestartFromDisk(t *testing.T) {
 		c.dump("/cart")
 		t.Fatalf("after %v: node 4 never heard of its former lease", settle)
 	}
-	if err := c.node(3).Release(context.Background(), held.ID); err != nil {
+	if err := c.node(3).Release(context.Background(), held.ID, ""); err != nil {
 		c.dump("/cart")
 		t.Fatalf("release of the former lease through the restarted node 4: %v", err)
 	}
@@ -678,7 +678,7 @@ func (c *cluster) waitReady() api.Status {
 func TestLocksAcrossAgents(t *testing.T) {
 	c := startCluster(t, clusterOpts{size: 3})
 	held := holdOnFirst(t, c)
-	if err := c.node(0).Release(context.Background(), held.ID); err != nil {
+	if err := c.node(0).Release(context.Background(), held.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	l := mustAcquire(t, c.node(2), "/site", "exclusive", time.Minute)

@@ -106,8 +106,22 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader) {
 			_, _ = c.Write(out)
 			return
 		}
-		// The client going away abandons the call, as HTTP's does: the
-		// next bytes are the next call's, or the end of the connection.
+		if req.Op != api.OpAcquire || req.Try {
+			// A call that does not wait (a try, a release, a renewal) is
+			// answered as it comes: a try's grant whose answer cannot be
+			// written is given back, as a call abandoned after the grant.
+			reply := m.call(context.Background(), req)
+			out = api.AppendReply(out[:0], &reply)
+			if _, err := c.Write(out); err != nil {
+				if req.Op == api.OpAcquire && reply.Lease != "" {
+					m.giveBack(reply.Lease)
+				}
+				return
+			}
+			continue
+		}
+		// The client going away abandons a waiting call, as HTTP's does:
+		// the next bytes are the next call's, or the end of the connection.
 		ctx, cancel := context.WithCancel(context.Background())
 		next := make(chan error, 1)
 		go func() {
@@ -146,7 +160,7 @@ func (m *apiMux) call(ctx context.Context, req api.CompactRequest) api.CompactRe
 			l, err = m.node.Acquire(ctx, r)
 		}
 	case api.OpRelease:
-		err = m.node.Release(ctx, req.Lease)
+		err = m.node.Release(ctx, req.Lease, req.Name)
 		l.ID = req.Lease
 	case api.OpRenew:
 		l, err = m.node.Renew(ctx, req.Lease)
@@ -157,6 +171,18 @@ func (m *apiMux) call(ctx context.Context, req api.CompactRequest) api.CompactRe
 	return api.CompactReply{LeaseJSON: api.LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token},
 		TTLNanos: l.TTL}
 }
+
+// giveBack releases a lease whose grant could not be told to its client.
+func (m *apiMux) giveBack(lease string) {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackWait)
+	defer cancel()
+	if err := m.node.Release(ctx, lease, ""); err != nil {
+		m.node.log.Debug("a lease whose grant was not delivered is released at its expiry", "lease", lease, "err", err)
+	}
+}
+
+// giveBackWait bounds the release of a grant nobody heard of.
+const giveBackWait = 5 * time.Second
 
 // track adds c to the connections close ends (false once closed), or
 // removes it.

@@ -45,6 +45,10 @@ type lease struct {
 	// pending renewal. Both have room for one: the loop never blocks.
 	acquired chan error
 	renewed  chan error
+	// grant is the lease as granted, set by the loop once, before the
+	// nil on acquired: the Acquire call reads it without another turn
+	// of the loop.
+	grant    Lease
 	watchers []chan api.Event
 	// asked is when the loop took the acquire call; granted when it was
 	// granted (monotonic times, for TTLs and the wait and hold metrics).
@@ -94,38 +98,58 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		return Lease{}, err
 	}
 	a := n.coreAcquire(r)
-	var l *lease
-	if err := n.run(ctx, func() error {
+	// One turn of the loop: the call waits for the answer alone, which a
+	// refusal, or a grant on the agent's shared read ticket, gives in the
+	// same turn.
+	var l *lease // the loop's: read only there, or after an answer
+	acquired := make(chan error, 1)
+	if err := n.send(ctx, func() {
 		if n.failed != nil {
-			return n.failed
+			acquired <- n.failed
+			return
 		}
 		// A try cannot be decided without a quorum: say so at once, not
 		// "held by others" after the try's wait.
 		if a.Timeout == 0 {
 			if ready, why := n.readiness(); !ready {
-				return fmt.Errorf("%w: %s", codes.ErrNotReady, why)
+				acquired <- fmt.Errorf("%w: %s", codes.ErrNotReady, why)
+				return
 			}
 		}
 		h, err := n.core.Acquire(a)
 		if err != nil {
-			return err
+			acquired <- err
+			return
 		}
-		l = &lease{handle: h, req: r, sent: n.ticks, acquired: make(chan error, 1), renewed: make(chan error, 1),
+		l = &lease{handle: h, req: r, sent: n.ticks, acquired: acquired, renewed: make(chan error, 1),
 			asked: time.Now()}
 		n.leases[h] = l
 		n.metrics.waiters.Inc()
-		return nil
 	}); err != nil {
 		return Lease{}, err
 	}
-	out, err := n.answered(ctx, l, l.acquired)
+	var out Lease
+	var err error
+	select {
+	case err = <-acquired:
+		if err == nil {
+			out = l.grant
+		}
+	case <-ctx.Done():
+	case <-n.done:
+		err = ErrStopped
+	}
 	if ctx.Err() != nil {
 		// Give up, even on a grant that came as the caller went away
 		// (both were ready): nobody would hold it until it expired. A
 		// fresh context, because the caller's is over.
 		abandon, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = n.do(abandon, func() { n.drop(l, true) })
+		_ = n.do(abandon, func() {
+			if l != nil {
+				n.drop(l, true)
+			}
+		})
 		return Lease{}, ctx.Err()
 	}
 	return out, err
@@ -200,35 +224,45 @@ func (n *Node) drop(l *lease, release bool) error {
 // restart brings it back. The lease is over for the client at once; if the
 // agent is not ready, or ctx ends first, the release goes on and the
 // error says it was not confirmed (the leaders drop the lease at its
-// expiry at the latest).
-func (n *Node) Release(ctx context.Context, id string) error {
+// expiry at the latest). name, when not empty, is the lease's name as the
+// client knows it: a lease of that id on another name is not the client's
+// (core.Node.Release).
+func (n *Node) Release(ctx context.Context, id, name string) error {
 	h, err := ParseLeaseID(id)
 	if err != nil {
 		return err
 	}
-	var done chan error
-	if err := n.run(ctx, func() error {
+	// One turn of the loop, as Acquire: a release of a lease held on the
+	// agent's shared read ticket is through in the same turn.
+	done := make(chan error, 1)
+	if err := n.send(ctx, func() {
 		l := n.leases[h]
+		if l != nil && name != "" && l.req.Name != name {
+			done <- fmt.Errorf("%w: %s on %q", ErrUnknownLease, id, name)
+			return
+		}
 		if l == nil {
 			// A lease granted before this agent restarted: the leaders keep
 			// it for its client, and told this life so; give it back.
-			if h.Node != n.cfg.Self || n.core.Release(h) != nil {
-				return fmt.Errorf("%w: %s", ErrUnknownLease, id)
+			if h.Node != n.cfg.Self || n.core.Release(h, name) != nil {
+				done <- fmt.Errorf("%w: %s", ErrUnknownLease, id)
+				return
 			}
 		} else {
 			n.emitTo(l, api.Event{Kind: core.EventUnlocked.String()})
 			if n.drop(l, true) != nil {
 				// Ended or revoked already (the loop has not heard yet):
 				// the core releases it on its own; nothing to wait for.
-				return nil
+				done <- nil
+				return
 			}
 		}
 		if ready, why := n.readiness(); !ready {
-			return fmt.Errorf("%w: release of %s not confirmed: %s", codes.ErrNotReady, id, why)
+			done <- fmt.Errorf("%w: release of %s not confirmed: %s", codes.ErrNotReady, id, why)
+			return
 		}
-		done = n.awaitRelease(h, false)
-		return nil
-	}); err != nil || done == nil {
+		n.awaitReleaseOn(h, false, done)
+	}); err != nil {
 		return err
 	}
 	return n.released(ctx, id, done)
@@ -244,12 +278,17 @@ type releaseCall struct {
 // awaitRelease registers a call waiting for EventReleased of req.
 func (n *Node) awaitRelease(req wire.RequestID, forced bool) chan error {
 	ch := make(chan error, 1)
+	n.awaitReleaseOn(req, forced, ch)
+	return ch
+}
+
+// awaitReleaseOn is awaitRelease answering on ch, which has room for one.
+func (n *Node) awaitReleaseOn(req wire.RequestID, forced bool, ch chan error) {
 	k := releaseCall{req, forced}
 	if old := n.releases[k]; old != nil {
 		old <- fmt.Errorf("%w: %s: asked again", codes.ErrNotReady, req)
 	}
 	n.releases[k] = ch
-	return ch
 }
 
 // released waits for the answer of awaitRelease.
@@ -415,6 +454,7 @@ func (n *Node) onGranted(l *lease, e core.Event, ev api.Event) {
 	n.metrics.wait.WithLabelValues(mode).Observe(l.granted.Sub(l.asked).Seconds())
 	ev.Expires = n.wallTime(l.expiry)
 	n.emitTo(l, ev)
+	l.grant = n.leaseOf(l)
 	putLatest(l.acquired, nil)
 }
 

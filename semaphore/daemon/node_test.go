@@ -253,7 +253,7 @@ func TestReleaseWhileWaiting(t *testing.T) {
 		if waiting == "" {
 			t.Fatalf("the second request does not wait: %+v", tab.Requests)
 		}
-		if err := n.Release(ctx, waiting); err != nil {
+		if err := n.Release(ctx, waiting, ""); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-errs; !errors.Is(err, codes.ErrLost) {
@@ -285,7 +285,13 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Release(ctx, l.ID); err != nil {
+	// A release that names another lock is not this lease's (ids repeat
+	// across the lives of a node whose disk was lost): refused, and the
+	// lease holds on.
+	if err := n.Release(ctx, l.ID, l.Name+"x"); !errors.Is(err, daemon.ErrUnknownLease) {
+		t.Fatalf("release naming another lock: %v, want ErrUnknownLease", err)
+	}
+	if err := n.Release(ctx, l.ID, l.Name); err != nil {
 		t.Fatal(err)
 	}
 	// Node 2 leads the next view and asks node 1, the last view's leader.
