@@ -245,6 +245,13 @@ func (n *Node) onEnter(m wire.Message) {
 		})
 		n.schedule(t, t.recs[m.Req].deadline)
 		n.changedReq(t, m.Req, m.Mode)
+		if m.Mode != wire.ModeReadOnly {
+			// A drain's readers are turned away from here, a round and a
+			// durable ticket before the writer's ticket is taken (asked
+			// again then): a yield only makes a node more careful, and a
+			// writer that goes at once costs a share's renewal at most.
+			n.askYields(t, t.recs[m.Req].entry)
+		}
 	}
 	reply.HighWater = t.highWater
 	n.send(reply)
@@ -766,7 +773,8 @@ func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
 }
 
 // askYields tells the masters of the name's shared read tickets that a
-// writer waits, when e, a ticket just taken, is a writer's; or e's own
+// writer waits, when e, a ticket just taken or a choosing flag just set,
+// is a writer's; or e's own
 // master, when e is a reader's and a writer waits already. A master that
 // holds the ticket for its local readers (a share) lets it go; others
 // ignore it (a ticket taken over in a handoff may be either: snapshots do

@@ -18,16 +18,18 @@ import (
 // interval lies within a READ_ONLY ticket's, and the bakery keeps writers
 // out of those as it does for any reader.
 //
-// Drains stay exact through yields: a leader that takes a writer's ticket
-// tells the master of every READ_ONLY ticket of the name (KindYield; and
-// again in every renewal's ack). For a priority or exclusive writer
-// (YieldDrain) the master refuses new local readers at once (tries with
-// `draining`; the others take the whole bakery, behind the writer) and
-// lets the share go when its holders are done; for a soft writer
-// (YieldIdle) it lets the share go as soon as no local reader holds it,
-// without lingering. A node that cannot be reached holds a writer only
-// until its share expires. A reader limit is exact only in the table, so
-// limited readers bypass the share.
+// Drains stay exact through yields: a leader that sees a writer's ENTER
+// tells the master of every shared READ_ONLY ticket of the name (KindYield;
+// again when it takes the writer's ticket, and in every renewal's ack).
+// For a priority or exclusive writer (YieldDrain) the master refuses new
+// local readers at once (tries with `draining`; the others take the whole
+// bakery, behind the writer) and lets the share go when its holders are
+// done; for a soft writer (YieldIdle) it lets the share go as soon as no
+// local reader holds it, without lingering. The share's release says how
+// long ago its last local reader left (Message.ReadersAgo), so a gentle
+// drain's quiet period counts from there. A node that cannot be reached
+// holds a writer only until its share expires. A reader limit is exact
+// only in the table, so limited readers bypass the share.
 //
 // The share's cluster request is always a try: it is granted or refused
 // at once, and a local reader that may wait and found no share takes the
