@@ -585,7 +585,7 @@ func shared(e wire.Entry) bool {
 // its master's ticks from the handoff, before the new leader's keep(L) ends
 // (DESIGN.md §4; the proof is in TestHandedOverLifetime).
 func (n *Node) keepHandedOver(remaining uint64) int64 {
-	r := min(remaining, maxSpan*5)
+	r := min(remaining, maxSpan*4)
 	if n.cfg.Mutant&MutantNoDriftMargin != 0 {
 		return int64(r)
 	}
@@ -774,10 +774,9 @@ func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
 
 // askYields tells the masters of the name's shared read tickets that a
 // writer waits, when e, a ticket just taken or a choosing flag just set,
-// is a writer's; or e's own
-// master, when e is a reader's and a writer waits already. A master that
-// holds the ticket for its local readers (a share) lets it go; others
-// ignore it (a ticket taken over in a handoff may be either: snapshots do
+// is a writer's; or e's own master, when e is a reader's and a writer
+// waits already. A master that holds the ticket for its local readers (a
+// share) lets it go; others ignore it (a ticket taken over in a handoff may be either: snapshots do
 // not carry the mark).
 func (n *Node) askYields(t *replicaName, e wire.Entry) {
 	if e.Mode == wire.ModeReadOnly {

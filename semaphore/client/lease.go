@@ -247,9 +247,11 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	op := "release " + l.id
+	// The lock's name goes with the compact call, which agents before it
+	// ignore; not in HTTP's body, which they would refuse.
 	_, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRelease, Lease: l.id, Name: l.name})
 	if !ok {
-		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id, Name: l.name}, nil)
+		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
 	}
 	if err != nil && !errors.Is(err, ErrUnknownLease) {
 		return err

@@ -132,7 +132,13 @@ func TestAPILockCycle(t *testing.T) {
 	if st.status != 200 || st.body["state"] != "LOCK_READY" || st.body["mesh"] == nil {
 		t.Fatalf("status: %d %s", st.status, st.raw)
 	}
-	rel := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease))
+	// A release naming another lock is not this lease's: refused, and
+	// the lease holds on.
+	other := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q,"name":"/other"}`, lease))
+	if other.status != 404 || other.body["error"] != "unknown_lease" {
+		t.Fatalf("release naming another lock: %d %s", other.status, other.raw)
+	}
+	rel := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q,"name":"/site"}`, lease))
 	if rel.status != 200 {
 		t.Fatalf("release: %d %s", rel.status, rel.raw)
 	}
