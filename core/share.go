@@ -191,7 +191,9 @@ func (n *Node) onShareEvent(r *request, e Event) {
 		// go (the first refusal lets it go: no holder).
 		drain := sh.yield == wire.YieldDrain && n.cfg.Mutant&MutantAdmitAfterYield == 0
 		for _, w := range waiting {
-			if drain {
+			if drain || !sh.held() {
+				// (Not held any more: only a core that lets a share go
+				// with holders, MutantYieldWithHolders, gets here.)
 				n.endWaitingLocal(w, wire.CodeDraining)
 			} else {
 				n.grantLocal(sh, w)

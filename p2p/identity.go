@@ -168,12 +168,18 @@ func syncDir(dir string) error {
 	return err
 }
 
+// readSmall reads a secret: a key file that group or others may read or
+// write is refused, as ssh refuses such a private key (its secret may be
+// out already; chmod 600 and, if in doubt, make a new one).
 func readSmall(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if err := CheckPrivate(f, path, 0o077); err != nil {
+		return nil, err
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -182,6 +188,22 @@ func readSmall(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: over %d bytes", path, maxKeyFile)
 	}
 	return data, nil
+}
+
+// ErrOpenFile: a secret's file is open to more users than its owner.
+var ErrOpenFile = errors.New("p2p: secret file open to other users")
+
+// CheckPrivate refuses f, the open file at path, when its permissions have
+// any of the bits of others (0o077: group or others; 0o007: others only).
+func CheckPrivate(f *os.File, path string, others os.FileMode) error {
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if perm := st.Mode().Perm(); perm&others != 0 {
+		return fmt.Errorf("%w: %s has mode %04o: chmod %04o %s", ErrOpenFile, path, perm, perm&^others, path)
+	}
+	return nil
 }
 
 // ReadPSK reads a libp2p swarm key file ("/key/swarm/psk/1.0.0/", an

@@ -161,3 +161,61 @@ func TestNodeIDOf(t *testing.T) {
 		t.Fatal("zero node id")
 	}
 }
+
+// TestSecretsMustBePrivate: a key or swarm key file that group or others
+// may read or write is refused, and says how to fix it.
+func TestSecretsMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := LoadOrCreateIdentity(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, IdentityFile)
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o620} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := LoadOrCreateIdentity(dir); !errors.Is(err, ErrOpenFile) || !strings.Contains(err.Error(), "chmod 0600") {
+			t.Errorf("identity key of mode %04o: %v, want ErrOpenFile", mode, err)
+		}
+	}
+	if err := os.Chmod(path, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadOrCreateIdentity(dir); err != nil {
+		t.Errorf("identity key of mode 0400: %v", err)
+	}
+	psk := filepath.Join(dir, "swarm.key")
+	if err := os.WriteFile(psk, []byte("/key/swarm/psk/1.0.0/\n/base16/\n"+strings.Repeat("0f", 32)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPSK(psk); !errors.Is(err, ErrPSK) || !errors.Is(err, ErrOpenFile) {
+		t.Errorf("swarm key of mode 0644: %v", err)
+	}
+	if err := os.Chmod(psk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPSK(psk); err != nil {
+		t.Errorf("swarm key of mode 0600: %v", err)
+	}
+}
+
+// TestReachableListen: loopback addresses only are not reachable from
+// other machines; every interface, another IP or a name is.
+func TestReachableListen(t *testing.T) {
+	for _, tc := range []struct {
+		addrs []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{"/ip4/127.0.0.1/tcp/0", "/ip6/::1/tcp/4001"}, ""},
+		{[]string{"/ip4/127.0.0.1/tcp/0", "/ip4/0.0.0.0/tcp/4001"}, "/ip4/0.0.0.0/tcp/4001"},
+		{[]string{"/ip6/::/tcp/4001"}, "/ip6/::/tcp/4001"},
+		{[]string{"/ip4/10.0.0.2/tcp/4001"}, "/ip4/10.0.0.2/tcp/4001"},
+		{[]string{"/dns4/a.example/tcp/4001"}, "/dns4/a.example/tcp/4001"},
+		{[]string{"not a multiaddr"}, ""},
+	} {
+		if got := ReachableListen(tc.addrs); got != tc.want {
+			t.Errorf("ReachableListen(%q) = %q, want %q", tc.addrs, got, tc.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -69,4 +70,22 @@ func CheckListen(addrs []string) error {
 		}
 	}
 	return nil
+}
+
+// ReachableListen is the first of addrs that other machines can reach: an
+// IP address that is not loopback (the unspecified 0.0.0.0 and :: listen
+// on every interface), or a name. "" when all are loopback (or none).
+// Addresses that do not parse are the transport's to refuse.
+func ReachableListen(addrs []string) string {
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			continue
+		}
+		ip, err := manet.ToIP(a)
+		if err != nil || !ip.IsLoopback() {
+			return s
+		}
+	}
+	return ""
 }

@@ -77,6 +77,9 @@ type AgentConfig struct {
 	Priority uint8
 	// PSK is the cluster secret (32 bytes), nil for none.
 	PSK []byte
+	// Insecure allows a Listen address other machines can reach without a
+	// PSK (a trusted, closed network); otherwise such a config is refused.
+	Insecure bool
 	// AllowList: peer ids that may connect; empty admits any with the PSK.
 	AllowList []string
 	// API is where the local API listens: a Unix socket path, or a
@@ -166,6 +169,11 @@ func checkAgentConfig(cfg AgentConfig) (AgentConfig, error) {
 	}
 	if cfg.ClusterSize < 0 || cfg.ClusterSize > wire.MaxMembers {
 		return cfg, fmt.Errorf("%w: cluster size %d is not 1..%d", ErrConfig, cfg.ClusterSize, wire.MaxMembers)
+	}
+	if a := p2p.ReachableListen(cfg.Listen); a != "" && cfg.PSK == nil && !cfg.Insecure {
+		return cfg, fmt.Errorf("%w: listening on %s, which other machines can reach, without a cluster secret: "+
+			"anyone who can connect could join the mesh and vote; give --psk-file, listen on loopback only, "+
+			"or say --insecure (a trusted, closed network)", ErrConfig, a)
 	}
 	if cfg.InMemory && cfg.DataDir != "" {
 		return cfg, fmt.Errorf("%w: --in-memory keeps no state, so with --data it would bring a persisted identity back "+

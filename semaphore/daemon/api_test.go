@@ -387,7 +387,12 @@ func TestValidate(t *testing.T) {
 		"long name":        {func(r *daemon.Request) { r.Name = strings.Repeat("n", wire.MaxNameLen+1) }, "name of"},
 		"unknown mode":     {func(r *daemon.Request) { r.Mode = 77 }, "mode"},
 		"negative timeout": {func(r *daemon.Request) { r.Timeout = -time.Second }, "timeout"},
-		"zero duration":    {func(r *daemon.Request) { r.Duration = 0 }, "duration must be positive"},
+		"zero duration":    {func(r *daemon.Request) { r.Duration = 0 }, "under 10ms"},
+		"1ns duration":     {func(r *daemon.Request) { r.Duration = time.Nanosecond }, "under 10ms"},
+		"newline in name":  {func(r *daemon.Request) { r.Name = "/a\n/b holder" }, "control character"},
+		"escape in name":   {func(r *daemon.Request) { r.Name = "/a\x1b[2J" }, "control character"},
+		"C1 in name":       {func(r *daemon.Request) { r.Name = "/a\u0085" }, "control character"},
+		"bad UTF-8 name":   {func(r *daemon.Request) { r.Name = "/a\xff" }, "UTF-8"},
 		"absurd duration":  {func(r *daemon.Request) { r.Duration = 100000 * time.Hour }, "duration"},
 		"negative grace":   {func(r *daemon.Request) { r.Grace = -1 }, "grace"},
 		"negative quiet":   {func(r *daemon.Request) { r.Quiet = -1 }, "quiet"},
@@ -404,6 +409,8 @@ func TestValidate(t *testing.T) {
 		func(r *daemon.Request) { r.Limit, r.Quiet = 3, 5*time.Second },
 		func(r *daemon.Request) { r.Limit = core.DefaultMaxWaiters },
 		func(r *daemon.Request) { r.Timeout, r.Try = 0, true },
+		func(r *daemon.Request) { r.Name = "/straße/ü page with spaces" },
+		func(r *daemon.Request) { r.Duration = daemon.MinDuration },
 	} {
 		r := ok
 		edit(&r)

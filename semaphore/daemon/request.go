@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/codes"
@@ -60,8 +63,8 @@ func (r Request) Validate() error {
 			return fmt.Errorf("%w: %s %s is not between 0 and %s", codes.ErrInvalid, f.field, f.d, maxSpan)
 		}
 	}
-	if r.Duration == 0 {
-		return fmt.Errorf("%w: duration must be positive", codes.ErrInvalid)
+	if r.Duration < MinDuration {
+		return fmt.Errorf("%w: duration %s is under %s (the agents count time in ticks of %s)", codes.ErrInvalid, r.Duration, MinDuration, MinDuration)
 	}
 	if r.Limit < 0 || r.Limit > maxLimit {
 		return fmt.Errorf("%w: reader limit %d is not 1..%d (0 or none: no limit)", codes.ErrInvalid, r.Limit, maxLimit)
@@ -69,13 +72,22 @@ func (r Request) Validate() error {
 	return nil
 }
 
-// validName checks a lock's name, for requests and force-unlocks.
+// MinDuration is the shortest lease: one tick of the agents' clock.
+const MinDuration = DefaultTick
+
+// validName checks a lock's name, for requests and force-unlocks: UTF-8
+// without control characters (a newline would add rows to `sluice locks`,
+// an escape sequence would rewrite an operator's terminal).
 func validName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty name", codes.ErrInvalid)
 	case len(name) > wire.MaxNameLen:
 		return fmt.Errorf("%w: name of %d bytes is over %d", codes.ErrInvalid, len(name), wire.MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: name %q is not valid UTF-8", codes.ErrInvalid, name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: name %q has a control character", codes.ErrInvalid, name)
 	}
 	return nil
 }

@@ -66,7 +66,7 @@ type agentFlags struct {
 	name, data, keyFile, priority, pskFile, api, tokenFile, logLevel, config, broken string
 	listen, peers, allow, initial                                                    []string
 	size                                                                             int
-	inMemory, join                                                                   bool
+	inMemory, join, insecure                                                         bool
 	electionTimeout, shareLease, shareLinger                                         time.Duration
 	// cpuProfile is the hidden --cpu-profile: the benchmark harness
 	// (integration/bench) profiles the agents of a run with it. A heap
@@ -130,6 +130,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
 	fl.StringVar(&f.pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
 	fl.StringSliceVar(&f.allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
+	fl.BoolVar(&f.insecure, "insecure", false, "allow a --listen address other machines can reach without --psk-file (a trusted, closed network only)")
 	fl.StringVar(&f.api, "api", api.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
 	fl.StringVar(&f.tokenFile, "api-token-file", "", "bearer token for a TCP API address")
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
@@ -181,14 +182,14 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	}
 	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
-		Priority: prio, AllowList: f.allow, API: f.api, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant}
+		Priority: prio, AllowList: f.allow, Insecure: f.insecure, API: f.api, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant}
 	if f.pskFile != "" {
 		if cfg.PSK, err = p2p.ReadPSK(f.pskFile); err != nil {
 			return none, usageErrorf("agent: --psk-file: %v", err)
 		}
 	}
 	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
+		b, err := readToken(f.tokenFile)
 		if err != nil {
 			return none, usageErrorf("agent: --api-token-file: %v", err)
 		}
@@ -198,6 +199,20 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// readToken reads a bearer token's file; one that others may read or
+// write is refused (group may: the frontends' group, say).
+func readToken(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := p2p.CheckPrivate(f, path, 0o007); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(f, 4096))
 }
 
 // startCPUProfile profiles the process into path until the returned

@@ -141,7 +141,7 @@ func TestHelp(t *testing.T) {
 func TestAgentSettings(t *testing.T) {
 	dir := t.TempDir()
 	file := dir + "/agent.yaml"
-	if err := os.WriteFile(file, []byte("cluster-size: -1\nin-memory: true\npeers:\n  - /ip4/127.0.0.1/tcp/1\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("cluster-size: -1\nin-memory: true\nlisten:\n  - /ip4/127.0.0.1/tcp/0\npeers:\n  - /ip4/127.0.0.1/tcp/1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The file's cluster size -1 is refused...
@@ -179,5 +179,26 @@ func TestAgentSettings(t *testing.T) {
 	}
 	if code, _, stderr := runCapture(t, "agent", "--config", dir+"/missing.yaml"); code != ExitUsage {
 		t.Errorf("missing file: %d %q", code, stderr)
+	}
+}
+
+// TestTableName: a lock's name is a cell of its own in `sluice locks`:
+// plain names as they are, anything that could add rows, columns or
+// terminal escapes quoted.
+func TestTableName(t *testing.T) {
+	for name, want := range map[string]string{
+		"/site":                 `/site`,
+		"https://a.example/x?y": `https://a.example/x?y`,
+		"/straße":               `/straße`,
+		"/a\n/b holder":         `"/a\n/b holder"`,
+		"/a b":                  `"/a b"`,
+		"/a\x1b[2J":             `"/a\x1b[2J"`,
+		"/a\xff":                `"/a\xff"`,
+		`/a"b`:                  `"/a\"b"`,
+		"":                      `""`,
+	} {
+		if got := tableName(name); got != want {
+			t.Errorf("tableName(%q) = %s, want %s", name, got, want)
+		}
 	}
 }

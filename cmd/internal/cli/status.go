@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -167,6 +170,19 @@ func newLocksCmd() *cobra.Command {
 	return cmd
 }
 
+// tableName is a lock's name as a table cell: as it is when it is all
+// printable without blanks or quotes, else quoted (an agent refuses names
+// with control characters, but a table may come from an older one).
+func tableName(name string) string {
+	plain := name != "" && strings.IndexFunc(name, func(r rune) bool {
+		return !unicode.IsPrint(r) || unicode.IsSpace(r) || r == '"'
+	}) < 0
+	if plain && utf8.ValidString(name) {
+		return name
+	}
+	return strconv.Quote(name)
+}
+
 func printLocks(w io.Writer, tab api.Table) {
 	own := map[string]api.OwnRequest{}
 	for _, r := range tab.Requests {
@@ -191,7 +207,7 @@ func printLocks(w io.Writer, tab api.Table) {
 				}
 				delete(own, e.Request)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", l.Name, e.Mode, e.Ticket, e.Request, e.Node, state, since, expires)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, e.Node, state, since, expires)
 		}
 	}
 	for _, r := range tab.Requests { // this node's requests not in a table it holds
@@ -202,7 +218,7 @@ func printLocks(w io.Writer, tab api.Table) {
 		if !r.Expires.IsZero() {
 			expires = r.Expires.Format(time.TimeOnly)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
 			r.Since.Format(time.TimeOnly), expires)
 	}
 	_ = tw.Flush()
@@ -296,6 +312,6 @@ func release(ctx context.Context, c *client.Client, name string, token uint64, l
 
 func printUnlocked(out io.Writer, u api.ForceUnlocked) {
 	for _, r := range u.Released {
-		fmt.Fprintf(out, "released %s on %s\n", r, u.Name)
+		fmt.Fprintf(out, "released %s on %s\n", r, tableName(u.Name))
 	}
 }

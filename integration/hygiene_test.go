@@ -1,0 +1,80 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAgentHygiene: the real binary refuses, with exit 64 and one clean
+// line, an agent that other machines could join without a cluster secret
+// (the default --listen is every interface), and secrets in files others
+// may read; the same agents start once the files are private, on loopback,
+// or with --insecure stated.
+func TestAgentHygiene(t *testing.T) {
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "a.sock")
+	psk := filepath.Join(dir, "swarm.key")
+	key := strings.Repeat("ab", 32)
+	if err := os.WriteFile(psk, []byte("/key/swarm/psk/1.0.0/\n/base16/\n"+key+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o604); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// The default --listen, /ip4/0.0.0.0/tcp/4001, and no secret.
+		{[]string{"--data", filepath.Join(dir, "a")}, "without a cluster secret"},
+		{[]string{"--data", filepath.Join(dir, "b"), "--listen", "/ip4/10.1.2.3/tcp/4001"}, "--insecure"},
+		{[]string{"--data", filepath.Join(dir, "c"), "--listen", "/dns4/node1.example/tcp/4001"}, "--insecure"},
+		// A secret others can read.
+		{[]string{"--data", filepath.Join(dir, "d"), "--psk-file", psk}, "mode 0644: chmod 0600"},
+		{[]string{"--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", "127.0.0.1:0", "--api-token-file", token}, "mode 0604: chmod 0600"},
+	} {
+		code, _, errs := sluice(t, "", append([]string{"agent", "--api", sock}, tc.args...)...)
+		if code != 64 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 64 and %q", tc.args, code, errs, tc.want)
+		}
+		oneLine(t, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a", "badger")); err == nil {
+		t.Error("a refused agent created its store")
+	}
+
+	// Private files, loopback: it starts. (Other machines are not reached:
+	// a test talks to loopback only.)
+	if err := os.Chmod(psk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "agent", "--data", filepath.Join(dir, "e"), "--listen", "/ip4/127.0.0.1/tcp/0", "--psk-file", psk, "--api", sock)
+	p.waitLine(t, "API on")
+	stopAgent(t, p)
+}
+
+// TestCLIRefusesBadRequests: a lock name with a control character (a
+// newline would add rows to `sluice locks`) or invalid UTF-8, and a lease
+// shorter than the agents' tick, are usage errors before any call.
+func TestCLIRefusesBadRequests(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "none.sock") // no agent: refused before any call
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"lock", "/a\n/b holder", "--", "true"}, "control character"},
+		{[]string{"lock", "/a\x1b[2J", "--", "true"}, "control character"},
+		{[]string{"lock", "/a\xff", "--", "true"}, "UTF-8"},
+		{[]string{"lock", "/a", "--duration", "1ns", "--", "true"}, "under 10ms"},
+		{[]string{"drain", "/a\nb", "--", "true"}, "control character"},
+	} {
+		code, _, errs := sluice(t, sock, tc.args...)
+		if code != 64 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 64 and %q", tc.args, code, errs, tc.want)
+		}
+		oneLine(t, errs)
+	}
+}
