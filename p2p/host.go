@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,7 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	"github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
@@ -121,6 +122,10 @@ type member struct {
 	dialing  bool
 	nextDial time.Time
 	backoff  backoff
+	// failures counts the dials that failed in a row since the peer was
+	// last reached (or since the start); downSince is when the first did.
+	failures  int
+	downSince time.Time
 }
 
 // Host is a node of the mesh.
@@ -561,17 +566,36 @@ func (h *Host) dial(m *member, addrs []ma.Multiaddr) {
 	cancel()
 	h.mu.Lock()
 	m.dialing = false
+	failures, down := m.failures, m.downSince
 	if err != nil {
 		m.nextDial = time.Now().Add(m.backoff.next())
+		if m.failures == 0 {
+			m.downSince = time.Now()
+		}
+		m.failures++
 	} else {
 		m.backoff.reset()
+		m.failures = 0
 	}
 	h.mu.Unlock()
-	if err != nil {
-		h.stats.dialFailures.Add(1)
-		if h.ctx.Err() == nil {
-			h.log.Debug("p2p: dial failed", "peer", m.id, "err", err)
+	if err == nil {
+		if failures > 0 {
+			h.log.Info("p2p: peer reachable again", "peer", m.id, "name", m.name, "down", time.Since(down).Round(time.Millisecond))
 		}
+		return
+	}
+	h.stats.dialFailures.Add(1)
+	if h.ctx.Err() != nil {
+		return
+	}
+	// Said at the 1st, 2nd, 4th, 8th... failure in a row: an operator
+	// hears of a peer that is away at once, and of one that stays away
+	// less and less often, not at every redial.
+	if failures++; failures&(failures-1) == 0 {
+		h.log.Warn("p2p: peer unreachable", "peer", m.id, "name", m.name, "failures", failures,
+			"since", time.Since(cmp.Or(down, time.Now())).Round(time.Millisecond), "err", err)
+	} else {
+		h.log.Debug("p2p: dial failed", "peer", m.id, "failures", failures, "err", err)
 	}
 }
 

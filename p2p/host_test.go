@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
+	"math/bits"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -525,4 +528,63 @@ func TestSendAllGroupsByPeer(t *testing.T) {
 		s := a.Stats()
 		return s.FramesOut-before.FramesOut == 2*n && s.Dropped-before.Dropped == 3
 	})
+}
+
+// recordLog keeps the messages of the records logged at each level.
+type recordLog struct {
+	mu   sync.Mutex
+	msgs map[slog.Level][]string
+}
+
+func (l *recordLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *recordLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *recordLog) WithGroup(string) slog.Handler            { return l }
+func (l *recordLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs[r.Level] = append(l.msgs[r.Level], r.Message)
+	return nil
+}
+
+func (l *recordLog) count(level slog.Level, msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs[level] {
+		if m == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// An unreachable peer is logged as a warning at its 1st, 2nd, 4th, 8th...
+// failed dial in a row, not at every redial; reached again, once.
+func TestUnreachablePeerLogged(t *testing.T) {
+	t.Parallel()
+	kb := newKey(t)
+	b := start(t, Config{Key: kb})
+	logs := &recordLog{msgs: map[slog.Level][]string{}}
+	a := start(t, Config{Peers: b.Addrs(), Logger: slog.New(logs)})
+	send(t, a, msg(b.Self(), 1))
+	recv(t, b)
+	listen, _ := peer.SplitAddr(ma.StringCast(b.Addrs()[0]))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failed := func() int {
+		return logs.count(slog.LevelWarn, "p2p: peer unreachable") + logs.count(slog.LevelDebug, "p2p: dial failed")
+	}
+	eventually(t, "a to fail 5 dials of b", func() bool { return failed() >= 5 })
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	b2, err := New(ctx, Config{Key: kb, Listen: []string{listen.String()}})
+	if err != nil {
+		t.Skipf("cannot listen on the old port again: %v", err)
+	}
+	t.Cleanup(func() { _ = b2.Close() })
+	eventually(t, "a to reach b again", func() bool { return logs.count(slog.LevelInfo, "p2p: peer reachable again") == 1 })
+	if warns, failures := logs.count(slog.LevelWarn, "p2p: peer unreachable"), failed(); warns != bits.Len(uint(failures)) {
+		t.Fatalf("%d warnings for %d failed dials in a row, want %d", warns, failures, bits.Len(uint(failures)))
+	}
 }
