@@ -1,10 +1,16 @@
 package integration
 
 import (
+	"net"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestAgentHygiene: the real binary refuses, with exit 64 and one clean
@@ -77,4 +83,78 @@ func TestCLIRefusesBadRequests(t *testing.T) {
 		}
 		oneLine(t, errs)
 	}
+}
+
+// TestAPISocketForOtherUsers: --api-mode and --api-group open the API
+// socket to the frontends' group; bad values are refused.
+func TestAPISocketForOtherUsers(t *testing.T) {
+	dir := shortDir(t)
+	g, err := user.LookupGroupId(strconv.Itoa(os.Getgid()))
+	if err != nil {
+		t.Skipf("no name for this process's group: %v", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--api-mode", "0777"}, "--api-mode"},
+		{[]string{"--api-mode", "0400"}, "--api-mode"},
+		{[]string{"--api-mode", "rw"}, "--api-mode"},
+		{[]string{"--api-group", "no-such-group-sluice"}, "--api-group"},
+	} {
+		args := append([]string{"agent", "--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", filepath.Join(dir, "bad.sock")}, tc.args...)
+		code, _, errs := sluice(t, "", args...)
+		if code != 64 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 64 and %q", tc.args, code, errs, tc.want)
+		}
+		oneLine(t, errs)
+	}
+	sock := filepath.Join(dir, "run", "api.sock")
+	p := start(t, "agent", "--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock, "--api-mode", "0660", "--api-group", g.Name)
+	p.waitLine(t, "API on")
+	st, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o660 || st.Sys().(*syscall.Stat_t).Gid != uint32(os.Getgid()) {
+		t.Errorf("socket mode %04o gid %d, want 0660 and %d", st.Mode().Perm(), st.Sys().(*syscall.Stat_t).Gid, os.Getgid())
+	}
+	if d, err := os.Stat(filepath.Dir(sock)); err != nil || d.Mode().Perm() != 0o711 {
+		t.Errorf("socket directory: %v %v, want mode 0711 (search only)", d.Mode(), err)
+	}
+	waitReady(t, unixClient(sock))
+	stopAgent(t, p)
+}
+
+// TestSystemdNotify: started by systemd as Type=notify ($NOTIFY_SOCKET),
+// the agent says READY=1 once it serves its API, and STOPPING=1 when told
+// to stop.
+func TestSystemdNotify(t *testing.T) {
+	dir := shortDir(t)
+	notify := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sock := filepath.Join(dir, "api.sock")
+	cmd := exec.Command(binary, "agent", "--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify)
+	p := startProc(t, cmd)
+	read := func(want string) {
+		t.Helper()
+		if err := conn.SetReadDeadline(time.Now().Add(bound)); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 512)
+		n, err := conn.Read(buf)
+		if err != nil || !strings.HasPrefix(string(buf[:n]), want) {
+			t.Fatalf("notification %q (%v), want %q first", buf[:n], err, want)
+		}
+	}
+	read("READY=1\nSTATUS=serving the API on " + sock)
+	// Ready means serving: the socket answers.
+	waitReady(t, unixClient(sock))
+	stopAgent(t, p)
+	read("STOPPING=1")
 }

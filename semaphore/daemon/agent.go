@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +79,10 @@ type AgentConfig struct {
 	Priority uint8
 	// PSK is the cluster secret (32 bytes), nil for none.
 	PSK []byte
+	// APIMode is the API socket's permission bits (0: 0600); APIGroup its
+	// group ("": the agent's). See ShareSocket.
+	APIMode  os.FileMode
+	APIGroup string
 	// Insecure allows a Listen address other machines can reach without a
 	// PSK (a trusted, closed network); otherwise such a config is refused.
 	Insecure bool
@@ -169,6 +175,9 @@ func checkAgentConfig(cfg AgentConfig) (AgentConfig, error) {
 	}
 	if cfg.ClusterSize < 0 || cfg.ClusterSize > wire.MaxMembers {
 		return cfg, fmt.Errorf("%w: cluster size %d is not 1..%d", ErrConfig, cfg.ClusterSize, wire.MaxMembers)
+	}
+	if _, _, err := socketAccess(cfg.APIMode, cfg.APIGroup); err != nil {
+		return cfg, err
 	}
 	if a := p2p.ReachableListen(cfg.Listen); a != "" && cfg.PSK == nil && !cfg.Insecure {
 		return cfg, fmt.Errorf("%w: listening on %s, which other machines can reach, without a cluster secret: "+
@@ -398,6 +407,12 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 	if err != nil {
 		return err
 	}
+	if !api.IsTCPAddr(url) {
+		if err := ShareSocket(url, cfg.APIMode, cfg.APIGroup); err != nil {
+			_ = lis.Close()
+			return err
+		}
+	}
 	a.lis, a.apiURL = lis, url
 	reg := a.node.Registry()
 	reg.MustRegister(
@@ -463,7 +478,7 @@ func ListenAPI(addr, token string) (net.Listener, string, error) {
 		}
 		return lis, lis.Addr().String(), nil
 	}
-	if err := os.MkdirAll(filepath.Dir(addr), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(addr), 0o711); err != nil {
 		return nil, "", fmt.Errorf("daemon: API socket directory: %w", err)
 	}
 	if _, err := os.Stat(addr); err == nil {
@@ -479,6 +494,51 @@ func ListenAPI(addr, token string) (net.Listener, string, error) {
 	}
 	_ = os.Chmod(addr, 0o600)
 	return lis, addr, nil
+}
+
+// ShareSocket sets the API socket's permissions to mode (0: 0600) and
+// its group to group ("": the agent's), so that frontends running as other
+// users of that group (www-data, php-fpm) can use it. mode holds only read
+// and write bits, the owner's among them. A directory ListenAPI makes for
+// the socket is 0711 (search only: the socket's mode decides who may
+// connect); one it found is left as it is (a systemd RuntimeDirectory).
+func ShareSocket(path string, mode os.FileMode, group string) error {
+	mode, gid, err := socketAccess(mode, group)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("%w: API socket mode: %w", ErrConfig, err)
+	}
+	if gid >= 0 {
+		if err := os.Lchown(path, -1, gid); err != nil {
+			return fmt.Errorf("%w: --api-group %s: %w (the agent must be root or in that group)", ErrConfig, group, err)
+		}
+	}
+	return nil
+}
+
+// socketAccess checks an API socket's mode (0: 0600) and looks its group
+// up (-1: none given).
+func socketAccess(mode os.FileMode, group string) (os.FileMode, int, error) {
+	if mode == 0 {
+		mode = 0o600
+	}
+	if mode&^0o666 != 0 || mode&0o600 != 0o600 {
+		return 0, 0, fmt.Errorf("%w: API socket mode %04o: read and write bits only, the owner's among them (0600, 0660, 0666)", ErrConfig, mode)
+	}
+	if group == "" {
+		return mode, -1, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: --api-group: %w", ErrConfig, err)
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: --api-group %s: gid %q", ErrConfig, group, g.Gid)
+	}
+	return mode, gid, nil
 }
 
 // checkAPI refuses API addresses that must not be served: TCP beyond

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,7 @@ var brokenBuilds = map[string]core.Mutant{
 // agentFlags are the flags of `sluice agent`.
 type agentFlags struct {
 	name, data, keyFile, priority, pskFile, api, tokenFile, logLevel, config, broken string
+	apiMode, apiGroup                                                                string
 	listen, peers, allow, initial                                                    []string
 	size                                                                             int
 	inMemory, join, insecure                                                         bool
@@ -133,6 +135,8 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.insecure, "insecure", false, "allow a --listen address other machines can reach without --psk-file (a trusted, closed network only)")
 	fl.StringVar(&f.api, "api", api.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
 	fl.StringVar(&f.tokenFile, "api-token-file", "", "bearer token for a TCP API address")
+	fl.StringVar(&f.apiMode, "api-mode", "0600", "permissions of the API socket, octal: 0600 (this user), 0660 (and --api-group), 0666 (every local user)")
+	fl.StringVar(&f.apiGroup, "api-group", "", "group of the API socket (e.g. www-data), for frontends running as other users; with --api-mode 0660")
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key of `sluice id --data DIR`), so that --initial-members can name the node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -162,6 +166,10 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	case f.shareLinger < 0 || f.shareLease > 0 && f.shareLinger >= f.shareLease:
 		return none, usageErrorf("agent: --share-linger must be at least 0 and below --share-lease, got %s", f.shareLinger)
 	}
+	apiMode, err := strconv.ParseUint(f.apiMode, 8, 32)
+	if err != nil || apiMode&^0o666 != 0 || apiMode&0o600 != 0o600 {
+		return none, usageErrorf("agent: --api-mode %q is not an octal mode of read and write bits with the owner's (0600, 0660, 0666)", f.apiMode)
+	}
 	shareLease := f.shareLease
 	if shareLease == 0 {
 		shareLease = -1 // off
@@ -182,7 +190,7 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	}
 	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
-		Priority: prio, AllowList: f.allow, Insecure: f.insecure, API: f.api, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant}
+		Priority: prio, AllowList: f.allow, Insecure: f.insecure, API: f.api, APIMode: os.FileMode(apiMode), APIGroup: f.apiGroup, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant}
 	if f.pskFile != "" {
 		if cfg.PSK, err = p2p.ReadPSK(f.pskFile); err != nil {
 			return none, usageErrorf("agent: --psk-file: %v", err)
@@ -263,7 +271,11 @@ func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig, heapProfile string) er
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: node %s, peer id %s\n  listening on %s\n  API on %s\n",
 		cfg.Name, a.Host().PeerID(), strings.Join(a.Host().Addrs(), " "), a.APIAddr())
+	if err := notifySystemd("READY=1\nSTATUS=serving the API on " + a.APIAddr()); err != nil {
+		cfg.Logger.Warn("telling systemd the agent is ready", "err", err)
+	}
 	<-ctx.Done()
+	_ = notifySystemd("STOPPING=1")
 	if heapProfile != "" {
 		writeHeapProfile(cmd, heapProfile)
 	}
