@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,9 +38,39 @@ const (
 	ExitNotObtained = 75
 )
 
-// version is printed by `sluice version`. Release builds may override it
-// with -ldflags "-X github.com/sluicehq/sluice/cmd/internal/cli.version=...".
-var version = "dev-build"
+// version, when set with -ldflags "-X
+// github.com/sluicehq/sluice/cmd/internal/cli.version=...", is the
+// release's name; otherwise versionString reads the build's own record.
+var version = ""
+
+// versionString is what `sluice version` and `sluice --version` print
+// after "sluice ": the module's version (a tag for `go install ...@v1.2.3`,
+// "(devel)" for a build of a checkout), the commit and its time from the
+// build's VCS stamp (with "+dirty" for uncommitted changes), and Go's.
+func versionString() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return cmp.Or(version, "unknown") + " (no build information)"
+	}
+	v := cmp.Or(version, info.Main.Version, "(devel)")
+	var rev, at, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += fmt.Sprintf(" commit %.12s%s %s", rev, dirty, at)
+	}
+	return v + " " + info.GoVersion
+}
 
 // usageError marks an error as a mistake in the invocation; run maps it to
 // ExitUsage.
@@ -137,6 +169,8 @@ func newRootCmd() *cobra.Command {
 			return usageErrorf("no command given; see 'sluice --help'")
 		},
 	}
+	root.Version = versionString()
+	root.SetVersionTemplate("sluice {{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErrorf("%v (see '%s --help')", err, cmd.CommandPath())
 	})
@@ -160,7 +194,7 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version of sluice",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "sluice %s\n", version)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "sluice %s\n", versionString())
 			return err
 		},
 	}

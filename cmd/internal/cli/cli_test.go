@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -114,15 +115,18 @@ func TestAgentHiddenFlags(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	code, stdout, stderr := runCapture(t, "version")
-	if code != ExitOK {
-		t.Errorf("exit code = %d, want %d", code, ExitOK)
-	}
-	if stdout != "sluice dev-build\n" {
-		t.Errorf("stdout = %q, want %q", stdout, "sluice dev-build\n")
-	}
-	if stderr != "" {
-		t.Errorf("stderr = %q, want empty", stderr)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, stdout, stderr := runCapture(t, args...)
+		if code != ExitOK {
+			t.Errorf("%v: exit code = %d, want %d", args, code, ExitOK)
+		}
+		want := "sluice " + versionString() + "\n"
+		if stdout != want || !strings.Contains(stdout, runtime.Version()) || strings.Contains(stdout, "dev-build") {
+			t.Errorf("%v: stdout = %q, want %q with Go's version", args, stdout, want)
+		}
+		if stderr != "" {
+			t.Errorf("%v: stderr = %q, want empty", args, stderr)
+		}
 	}
 }
 
