@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -60,17 +62,50 @@ func printAnswer[T any](w io.Writer, asJSON bool, v T, text func(io.Writer, T)) 
 	return nil
 }
 
-// apiError maps a client error to the documented exit code.
+// apiError maps a client error to the documented exit code, in one line
+// that says what failed once: the client's own prefixes ("client: acquire
+// /x: ...") and the transport's ("Get http://sluice/...: dial unix ...")
+// are the command's to drop.
 func apiError(what string, err error) error {
+	msg := plainError(err)
 	switch {
 	case errors.Is(err, semaphore.ErrTimedOut), errors.Is(err, semaphore.ErrDraining), errors.Is(err, semaphore.ErrOverflow):
-		return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s: not obtained: %v", what, err)}
+		return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s: not obtained: %s", what, msg)}
 	case errors.Is(err, semaphore.ErrInvalid):
-		return &usageError{err: fmt.Errorf("%s: %w", what, err)}
+		return &usageError{err: &saidError{msg: what + ": " + msg, err: err}}
 	case errors.Is(err, client.ErrUnavailable), errors.Is(err, semaphore.ErrNotReady):
-		return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s: %v", what, err)}
+		return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s: %s", what, msg)}
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return &saidError{msg: what + ": " + msg, err: err}
+}
+
+// saidError is err said in msg: its text, with err's chain for errors.Is.
+type saidError struct {
+	msg string
+	err error
+}
+
+func (e *saidError) Error() string { return e.msg }
+func (e *saidError) Unwrap() error { return e.err }
+
+// plainError is err without the client's and the transport's wrapping: the
+// agent's code and message, or what stopped the call and where.
+func plainError(err error) string {
+	var ae *client.APIError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &ae):
+		return cmp.Or(ae.Message, ae.Code, "error") // the agent's message names its code
+	case errors.As(err, &op):
+		where := ""
+		if op.Addr != nil {
+			where = " at " + op.Addr.String()
+		}
+		return fmt.Sprintf("agent unavailable%s: %v (is `sluice agent` running? see --api)", where, op.Err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the agent did not answer in time"
+	}
+	return err.Error()
 }
 
 // splitCommand takes NAME before "--" and CMD ARGS after it.
