@@ -158,3 +158,55 @@ func TestSystemdNotify(t *testing.T) {
 	stopAgent(t, p)
 	read("STOPPING=1")
 }
+
+// TestCLILockSignals: signals reach the command of `sluice lock` once; a
+// hang-up ends it and releases the lock; a lease lost while it runs exits
+// 76, told apart from the command's own failure.
+func TestCLILockSignals(t *testing.T) {
+	sock := startDev(t)
+	dir := shortDir(t)
+	seen := filepath.Join(dir, "seen")
+	// The command counts the signals it gets, and leaves on a hang-up.
+	script := `trap 'echo INT >> "$SEEN"' INT; trap 'echo HUP >> "$SEEN"; exit 3' HUP; echo ready; while :; do sleep 0.05; done`
+	cmd := exec.Command(binary, "lock", "/sig", "--api", sock, "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "SEEN="+seen)
+	// sluice in a process group of its own, without a terminal: a signal
+	// to that group is what a terminal's Ctrl-C would be.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := startProc(t, cmd)
+	p.waitLine(t, "ready")
+	lines := func() []string {
+		b, _ := os.ReadFile(seen)
+		return strings.Fields(string(b))
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(bound)
+	for len(lines()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling the command's file, bounded
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 3 {
+		t.Fatalf("sluice lock after a hang-up exited %d, want the command's 3", code)
+	}
+	if got := strings.Join(lines(), " "); got != "INT HUP" {
+		t.Fatalf("the command saw %q, want one INT and one HUP", got)
+	}
+	if code, _, errs := sluice(t, sock, "lock", "/sig", "--try", "--", "true"); code != 0 {
+		t.Fatalf("the lock was not released after the hang-up: exit %d %q", code, errs)
+	}
+
+	// A lease force-unlocked while the command runs: the command gets
+	// SIGTERM, and sluice lock exits 76, whatever the command's status.
+	holder := start(t, "lock", "/lost", "--api", sock, "--", "sh", "-c", "trap 'exit 0' TERM; echo holding; while :; do sleep 0.05; done")
+	holder.waitLine(t, "holding")
+	if code, _, errs := sluice(t, sock, "unlock", "--force", "/lost"); code != 0 {
+		t.Fatalf("unlock --force: exit %d %q", code, errs)
+	}
+	if code := holder.wait(t); code != 76 {
+		t.Fatalf("sluice lock whose lease was lost exited %d, want 76", code)
+	}
+}

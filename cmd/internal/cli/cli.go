@@ -36,6 +36,11 @@ const (
 	// example because it is held in a conflicting mode and the wait timed
 	// out. Retrying later may succeed.
 	ExitNotObtained = 75
+
+	// ExitLost (EX_PROTOCOL) means `sluice lock` lost its lease while the
+	// command ran (expired unrenewed, or force-unlocked): the command was
+	// stopped, and whatever it did after the loss was not under the lock.
+	ExitLost = 76
 )
 
 // version, when set with -ldflags "-X

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/client"
@@ -157,8 +158,13 @@ func newLockCmd() *cobra.Command {
 		Long: "Take the lock NAME, run CMD while holding it (renewing it), release it.\n" +
 			"CMD gets the fencing token in SLUICE_TOKEN and the name in SLUICE_LOCK.\n" +
 			"If the lease is lost, CMD gets SIGTERM, and SIGKILL after --kill-after.\n" +
-			"Exit status: CMD's own; 75 when the lock was not obtained; 69 when the\n" +
-			"agent is unreachable or not ready; 64 on bad usage.",
+			"Signals reach CMD once: without a terminal CMD has a process group of\n" +
+			"its own, to which SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on; on a\n" +
+			"terminal its keys reach CMD directly. A hang-up ends CMD (SIGKILL after\n" +
+			"--kill-after) and releases the lock.\n" +
+			"Exit status: CMD's own; 76 when the lease was lost while CMD ran; 75\n" +
+			"when the lock was not obtained; 69 when the agent is unreachable or not\n" +
+			"ready; 64 on bad usage.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv, err := splitCommand(cmd, args)
@@ -227,46 +233,69 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		return apiError("lock "+name, err)
 	}
 	stop() // from here on, signals go to CMD, which decides
-	code, runErr := runUnder(cmd, lease, name, argv, killIn)
+	code, lost, runErr := runUnder(cmd, lease, name, argv, killIn)
 	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := lease.Release(relCtx); err != nil && lease.Err() == nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s: release: %v (the lease ends by itself at its expiry)\n", name, err)
 	}
-	if runErr != nil {
+	switch {
+	case runErr != nil:
 		return runErr
-	}
-	if code != 0 {
+	case lost:
+		return &exitError{code: ExitLost, msg: fmt.Sprintf("lock %s was lost while the command ran (it exited %d)", name, code)}
+	case code != 0:
 		return &exitError{code: code}
 	}
 	return nil
 }
 
-// runUnder runs argv with the lease's token in its environment, forwards
-// SIGINT and SIGTERM to it, and stops it if the lease is lost. It returns
-// CMD's exit status (128+signal when a signal ended it).
-func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []string, killIn time.Duration) (int, error) {
+// runUnder runs argv with the lease's token in its environment, and stops
+// it if the lease is lost. It returns CMD's exit status (128+signal when a
+// signal ended it) and whether the lease was lost while it ran.
+//
+// Signals reach CMD once. Without a terminal, CMD runs in a process group
+// of its own, and SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to sluice go on
+// to that group. On a terminal, CMD stays in the foreground group, where
+// the terminal's own signals (Ctrl-C, Ctrl-\, a hang-up) reach it
+// directly: only SIGTERM is passed on. A hang-up (an ssh session gone)
+// also ends CMD, by SIGKILL after killIn if it outlives it: it must not
+// go on without its lock, which sluice releases once CMD is gone.
+func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []string, killIn time.Duration) (code int, lost bool, err error) {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
 	child.Env = append(os.Environ(), "SLUICE_TOKEN="+strconv.FormatUint(lease.Token(), 10), "SLUICE_LOCK="+name)
-	if err := child.Start(); err != nil {
-		return 0, &exitError{code: 127, msg: fmt.Sprintf("lock %s: %v", name, err)}
+	tty := isTTY(os.Stdin)
+	if !tty {
+		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
+	if err := child.Start(); err != nil {
+		return 0, false, &exitError{code: 127, msg: fmt.Sprintf("lock %s: %v", name, err)}
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
 	var kill <-chan time.Time
-	lost := lease.Done()
+	done := lease.Done()
 	for {
 		select {
 		case s := <-sigs:
-			_ = child.Process.Signal(s)
-		case <-lost:
-			lost = nil
+			switch {
+			case !tty:
+				_ = syscall.Kill(-child.Process.Pid, s.(syscall.Signal)) // its group: its own children too
+			case s == syscall.SIGTERM:
+				_ = child.Process.Signal(s)
+			}
+			if s == syscall.SIGHUP && kill == nil {
+				kill = time.After(killIn)
+			}
+		case <-done:
+			done = nil
 			if lease.Err() != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s lost (%v): stopping the command\n", name, lease.Err())
+				lost = true
+				fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s lost (%v): stopping the command\n", name, plainError(lease.Err()))
 				_ = child.Process.Signal(syscall.SIGTERM)
 				kill = time.After(killIn)
 			}
@@ -276,16 +305,23 @@ func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []strin
 			var ee *exec.ExitError
 			switch {
 			case err == nil:
-				return 0, nil
+				return 0, lost, nil
 			case errors.As(err, &ee):
 				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-					return 128 + int(ws.Signal()), nil
+					return 128 + int(ws.Signal()), lost, nil
 				}
-				return ee.ExitCode(), nil
+				return ee.ExitCode(), lost, nil
 			}
-			return 0, fmt.Errorf("lock %s: %w", name, err)
+			return 0, lost, fmt.Errorf("lock %s: %w", name, err)
 		}
 	}
+}
+
+// isTTY reports whether f is a terminal (not merely a character device,
+// as /dev/null is).
+func isTTY(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 var drainModes = map[string]semaphore.Mode{
