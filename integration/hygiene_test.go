@@ -210,3 +210,39 @@ func TestCLILockSignals(t *testing.T) {
 		t.Fatalf("sluice lock whose lease was lost exited %d, want 76", code)
 	}
 }
+
+// TestCLILimitAndDrainTry: `lock --limit N` is a counting semaphore of
+// readers; `drain --try` runs its command only on a name nobody holds.
+func TestCLILimitAndDrainTry(t *testing.T) {
+	sock := startDev(t)
+	holder := start(t, "lock", "/pool", "--api", sock, "--mode", "read-only", "--limit", "1", "--", "sh", "-c", "echo holding; exec sleep 30")
+	holder.waitLine(t, "holding")
+	if code, _, errs := sluice(t, sock, "lock", "/pool", "--mode", "read-only", "--limit", "1", "--try", "--", "true"); code != 75 {
+		t.Errorf("a second reader past --limit 1: exit %d %q, want 75", code, errs)
+	}
+	if code, _, errs := sluice(t, sock, "lock", "/pool", "--mode", "read-only", "--limit", "2", "--try", "--", "true"); code != 0 {
+		t.Errorf("a second reader within --limit 2: exit %d %q", code, errs)
+	}
+	// A drain that may not wait: refused while the reader holds.
+	if code, _, errs := sluice(t, sock, "drain", "/pool", "--try", "--", "true"); code != 75 {
+		t.Errorf("drain --try on a held name: exit %d %q, want 75", code, errs)
+	}
+	if code, out, errs := sluice(t, sock, "drain", "/free", "--try", "--", "echo", "maintenance"); code != 0 || out != "maintenance\n" {
+		t.Errorf("drain --try on a free name: exit %d %q %q", code, out, errs)
+	}
+	for _, args := range [][]string{
+		{"lock", "/pool", "--limit", "2", "--", "true"}, // not read-only
+		{"lock", "/pool", "--mode", "read-only", "--limit=-1", "--", "true"},
+		{"lock", "/pool", "--duration", "500ms", "--", "true"},
+	} {
+		code, _, errs := sluice(t, sock, args...)
+		if code != 64 {
+			t.Errorf("%v: exit %d %q, want 64", args, code, errs)
+		}
+		oneLine(t, errs)
+	}
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	holder.wait(t)
+}

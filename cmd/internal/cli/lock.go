@@ -127,9 +127,17 @@ func splitCommand(cmd *cobra.Command, args []string) (string, []string, error) {
 // on the flags, so that a request the agent would refuse is a usage error
 // before any call, even with no agent to call.
 func (f *lockFlags) check(cmd *cobra.Command, name string, mode semaphore.Mode) error {
-	r := daemon.Request{Name: name, Mode: mode, Timeout: f.timeout, Duration: f.duration, Quiet: f.quiet, Try: f.try}
+	r := daemon.Request{Name: name, Mode: mode, Timeout: f.timeout, Duration: f.duration, Quiet: f.quiet, Try: f.try, Limit: f.limit}
 	if err := r.Validate(); err != nil {
 		return usageErrorf("%s: %v", cmd.Name(), err)
+	}
+	if f.limit > 0 && mode != semaphore.ReadOnly {
+		return usageErrorf("%s: --limit counts readers: it needs --mode read-only", cmd.Name())
+	}
+	if f.duration < time.Second {
+		// Renewed at half its remaining time while CMD runs: shorter
+		// leases are renewals and nothing else.
+		return usageErrorf("%s: --duration %s is under 1s", cmd.Name(), f.duration)
 	}
 	return nil
 }
@@ -139,6 +147,7 @@ type lockFlags struct {
 	mode                             string
 	timeout, duration, quiet, killIn time.Duration
 	try                              bool
+	limit                            int
 }
 
 // addLease adds the flags lock and drain share.
@@ -179,7 +188,7 @@ func newLockCmd() *cobra.Command {
 				return err
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
-				Quiet: f.quiet, Try: f.try, AutoRenew: true}, f.killIn, argv, nil)
+				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil)
 		},
 	}
 	fl := cmd.Flags()
@@ -187,6 +196,7 @@ func newLockCmd() *cobra.Command {
 	fl.StringVar(&f.mode, "mode", "exclusive", "read-only, read-write-priority, read-write, read-write-gentle or exclusive")
 	f.addLease(cmd, 30*time.Second, "how long to wait for the lock")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if the lock is taken")
+	fl.IntVar(&f.limit, "limit", 0, "with --mode read-only: a counting semaphore, at most N holders of NAME at once (0: no limit)")
 	return cmd
 }
 
@@ -354,13 +364,17 @@ func newDrainCmd() *cobra.Command {
 			}
 			out := cmd.ErrOrStderr()
 			progress := func(ctx context.Context, c *client.Client) { showDrain(ctx, c, out, name, f.mode) }
+			if f.try {
+				progress = nil // nothing to wait for
+			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
-				Quiet: f.quiet, AutoRenew: true}, f.killIn, argv, progress)
+				Quiet: f.quiet, Try: f.try, AutoRenew: true}, f.killIn, argv, progress)
 		},
 	}
 	fl := cmd.Flags()
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
+	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")
 	f.addLease(cmd, 10*time.Minute, "how long to wait for the readers to drain")
 	return cmd
 }
