@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -245,4 +246,42 @@ func TestCLILimitAndDrainTry(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder.wait(t)
+}
+
+// TestDevOnTCP: `sluice dev --api HOST:PORT` makes a bearer token and
+// prints it; calls with it are served, calls without it refused.
+func TestDevOnTCP(t *testing.T) {
+	dev := start(t, "dev", "--api", "127.0.0.1:0")
+	addr := strings.TrimPrefix(dev.waitLine(t, "API on "), "sluice dev: 3 nodes on 127.0.0.1, API on ")
+	token := strings.TrimPrefix(dev.waitLine(t, "API token "), "sluice dev: API token ")
+	dev.waitLine(t, "LOCK_READY")
+	if len(token) != 32 || !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("address %q, token %q", addr, token)
+	}
+	run := func(env ...string) (int, string) {
+		cmd := exec.Command(binary, "lock", "/tcp", "--try", "--", "echo", "held")
+		cmd.Env = append(os.Environ(), append([]string{"SLUICE_API=" + addr}, env...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), string(out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	if code, out := run("SLUICE_API_TOKEN=" + token); code != 0 || out != "held\n" {
+		t.Fatalf("with the token: exit %d %q", code, out)
+	}
+	if code, out := run("SLUICE_API_TOKEN=wrong"); code == 0 || !strings.Contains(out, "unauthorized") {
+		t.Fatalf("with a wrong token: exit %d %q", code, out)
+	}
+	if code, _, errs := sluice(t, "", "dev", "--api", "10.1.2.3:7000"); code != 64 {
+		t.Fatalf("dev on a non-loopback API address: exit %d %q, want 64", code, errs)
+	}
+	if err := dev.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	dev.wait(t)
 }

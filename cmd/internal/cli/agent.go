@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -330,9 +332,19 @@ func newDevCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			token := ""
+			if api.IsTCPAddr(apiAddr) {
+				// A loopback port is open to every local user: it needs a
+				// bearer token, made here and printed below.
+				b := make([]byte, 16)
+				if _, err := rand.Read(b); err != nil {
+					return err
+				}
+				token = hex.EncodeToString(b)
+			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cluster, err := startDev(ctx, nodes, apiAddr, data, log)
+			cluster, err := startDev(ctx, nodes, apiAddr, token, data, log)
 			if err != nil {
 				return startError(err)
 			}
@@ -342,8 +354,14 @@ func newDevCmd() *cobra.Command {
 				cluster.stop(stopCtx)
 			}()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "sluice dev: %d nodes on 127.0.0.1, API on %s\n", nodes, apiAddr)
-			fmt.Fprintf(out, "try:\n  curl --unix-socket %s -X POST http://sluice/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n", apiAddr)
+			fmt.Fprintf(out, "sluice dev: %d nodes on 127.0.0.1, API on %s\n", nodes, cluster.agents[0].APIAddr())
+			if token != "" {
+				fmt.Fprintf(out, "sluice dev: API token %s\ntry:\n  export SLUICE_API=%s SLUICE_API_TOKEN=%s\n"+
+					"  curl -H 'Authorization: Bearer %s' -X POST http://%s/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n",
+					token, cluster.agents[0].APIAddr(), token, token, cluster.agents[0].APIAddr())
+			} else {
+				fmt.Fprintf(out, "try:\n  curl --unix-socket %s -X POST http://sluice/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n", apiAddr)
+			}
 			if err := cluster.waitReady(ctx); err == nil {
 				fmt.Fprintln(out, "sluice dev: LOCK_READY")
 			}
@@ -354,7 +372,7 @@ func newDevCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&nodes, "nodes", 3, "number of nodes in the embedded cluster (1..9)")
-	f.StringVar(&apiAddr, "api", api.DefaultAPI(), "listen address of the local API (a Unix socket path)")
+	f.StringVar(&apiAddr, "api", api.DefaultAPI(), "listen address of the local API: a Unix socket path, or a loopback host:port (a token is made and printed)")
 	f.StringVar(&data, "data", "", "data directory, one sub-directory per node (default: in memory)")
 	f.StringVar(&lvl, "log-level", "warn", "debug, info, warn or error")
 	return cmd
@@ -364,7 +382,7 @@ type devCluster struct{ agents []*daemon.Agent }
 
 // startDev starts n agents on loopback; each knows the earlier ones and the
 // mesh's announcements tell the earlier ones of the later.
-func startDev(ctx context.Context, n int, apiAddr, data string, log *slog.Logger) (*devCluster, error) {
+func startDev(ctx context.Context, n int, apiAddr, token, data string, log *slog.Logger) (*devCluster, error) {
 	c := &devCluster{}
 	// The identities come first: every node bootstraps with all of them.
 	keys := make([]p2p.PrivKey, n)
@@ -395,7 +413,7 @@ func startDev(ctx context.Context, n int, apiAddr, data string, log *slog.Logger
 			cfg.Key = keys[i-1]
 		}
 		if i == 1 {
-			cfg.API = apiAddr
+			cfg.API, cfg.APIToken = apiAddr, token
 		}
 		a, err := daemon.StartAgent(ctx, cfg)
 		if err != nil {
