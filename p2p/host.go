@@ -334,6 +334,9 @@ func resourceManager() (network.ResourceManager, error) {
 	limits.AddProtocolPeerLimit(LockProtocol,
 		rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 64 << 20},
 		rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(QueryProtocol,
+		rcmgr.BaseLimit{StreamsInbound: 4, StreamsOutbound: 4, Streams: 8, Memory: 2 * MaxAnswer},
+		rcmgr.BaseLimitIncrease{})
 	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
 }
 

@@ -1,13 +1,16 @@
 package p2p
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/bits"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -586,5 +589,39 @@ func TestUnreachablePeerLogged(t *testing.T) {
 	eventually(t, "a to reach b again", func() bool { return logs.count(slog.LevelInfo, "p2p: peer reachable again") == 1 })
 	if warns, failures := logs.count(slog.LevelWarn, "p2p: peer unreachable"), failed(); warns != bits.Len(uint(failures)) {
 		t.Fatalf("%d warnings for %d failed dials in a row, want %d", warns, failures, bits.Len(uint(failures)))
+	}
+}
+
+// A question gets its answer, or the answerer's error; an unknown node or
+// an oversized question fails at once.
+func TestQuery(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{Name: "a"})
+	b := start(t, Config{Name: "b", Peers: a.Addrs()})
+	a.HandleQueries(func(_ context.Context, from wire.NodeID, q []byte) ([]byte, error) {
+		if string(q) == "fail" {
+			return nil, errors.New("no such table")
+		}
+		return []byte(fmt.Sprintf("%s from %d", bytes.ToUpper(q), from)), nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	eventually(t, "b to know a", func() bool { _, ok := memberOf(b, a.Self()); return ok })
+	got, err := b.Query(ctx, a.Self(), []byte("locks /site"))
+	if want := fmt.Sprintf("LOCKS /SITE from %d", b.Self()); err != nil || string(got) != want {
+		t.Fatalf("answer %q %v, want %q", got, err, want)
+	}
+	if _, err := b.Query(ctx, a.Self(), []byte("fail")); !errors.Is(err, ErrQuery) || !strings.Contains(err.Error(), "no such table") {
+		t.Fatalf("an answerer's error: %v", err)
+	}
+	if _, err := b.Query(ctx, 12345, []byte("x")); !errors.Is(err, ErrQuery) {
+		t.Fatalf("an unknown node: %v", err)
+	}
+	if _, err := b.Query(ctx, a.Self(), make([]byte, MaxQuery+1)); !errors.Is(err, ErrQuery) {
+		t.Fatalf("an oversized question: %v", err)
+	}
+	// Nobody answering: the stream is refused.
+	if _, err := a.Query(ctx, b.Self(), []byte("x")); !errors.Is(err, ErrQuery) {
+		t.Fatalf("a node that answers no questions: %v", err)
 	}
 }

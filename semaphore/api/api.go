@@ -66,7 +66,12 @@ type Table struct {
 	// replica table (only leaders hold one).
 	Node   string `json:"node"`
 	Leader bool   `json:"leader"`
-	Locks  []Lock `json:"locks"`
+	// MergedFrom are the leaders whose tables Locks merges (a quorum of
+	// the view's), asked by any agent; Note says why there is no merge
+	// (fewer than a quorum answered) and Locks is then this node's own.
+	MergedFrom []string `json:"merged_from,omitempty"`
+	Note       string   `json:"note,omitempty"`
+	Locks      []Lock   `json:"locks"`
 	// Requests are this node's own clients' requests.
 	Requests []OwnRequest `json:"requests"`
 }
@@ -93,6 +98,8 @@ type Entry struct {
 	// forgets it by itself (a granted lease ends before).
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
+	// Leaders, in a merged table, is how many of the leaders list it.
+	Leaders int `json:"leaders,omitempty"`
 }
 
 // OwnRequest is one request of this node's clients.

@@ -157,6 +157,8 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	if err := a.startNode(cfg, state, boot, peers); err != nil {
 		return nil, err
 	}
+	// Any agent's cluster-wide view asks the leaders for their tables.
+	a.host.HandleQueries(a.node.answerTableQuery)
 	if cfg.API != "" {
 		if err := a.serveAPI(cfg); err != nil {
 			return nil, err
@@ -442,7 +444,7 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 			Help: "Store batches that failed."}, func() float64 { return float64(a.store.Stats().Failures) }),
 	)
 	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
-		Peers: a.peers, Mesh: a.meshPeers, PeerNode: peerNode})
+		Peers: a.peers, Mesh: a.meshPeers, PeerNode: peerNode, Cluster: a.host})
 	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	serve := lis
 	if !api.IsTCPAddr(url) {

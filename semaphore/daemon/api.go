@@ -60,6 +60,9 @@ type APIConfig struct {
 	Logger *slog.Logger
 	// Metrics, when set, is served at GET /metrics (Prometheus text format).
 	Metrics *prometheus.Registry
+	// Cluster, when set, asks the view's leaders for their tables: GET
+	// /v1/locks merges a quorum of them (?local=true: this node's alone).
+	Cluster querier
 }
 
 type apiServer struct {
@@ -229,7 +232,28 @@ func (a *apiServer) watch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *apiServer) locks(w http.ResponseWriter, r *http.Request) {
-	t, err := a.cfg.Node.Locks(r.Context(), r.URL.Query().Get("prefix"))
+	prefix, local := r.URL.Query().Get("prefix"), r.URL.Query().Get("local") == "true"
+	if a.cfg.Cluster != nil && !local {
+		t, err := a.cfg.Node.ClusterLocks(r.Context(), a.cfg.Cluster, prefix)
+		if err == nil {
+			writeJSON(w, http.StatusOK, t)
+			return
+		}
+		if !errors.Is(err, codes.ErrNotReady) {
+			fail(w, err)
+			return
+		}
+		// No quorum of leaders: this node's own table, and why.
+		t, lerr := a.cfg.Node.Locks(r.Context(), prefix)
+		if lerr != nil {
+			fail(w, lerr)
+			return
+		}
+		t.Note = err.Error()
+		writeJSON(w, http.StatusOK, t)
+		return
+	}
+	t, err := a.cfg.Node.Locks(r.Context(), prefix)
 	if err != nil {
 		fail(w, err)
 		return

@@ -392,7 +392,7 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 	defer tick.Stop()
 	report := func() {
 		readers := -1
-		if tab, err := c.Locks(ctx, name); err == nil && tab.Leader { // only a leader holds the table
+		if tab, err := c.Locks(ctx, name); err == nil && (tab.Leader || len(tab.MergedFrom) > 0) { // a table, not only this agent's requests
 			readers = 0
 			for _, l := range tab.Locks {
 				if l.Name != name {

@@ -142,9 +142,9 @@ func newLocksCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "locks [PREFIX]",
 		Short: "List locks: holders and waiters per name",
-		Long: "List the names starting with PREFIX in the agent's lock table (held\n" +
-			"by a leader; other agents show only their own clients' requests), with\n" +
-			"each request in bakery order, and this agent's own requests.",
+		Long: "List the names starting with PREFIX in the cluster's lock table, from\n" +
+			"any agent: it asks the leaders for theirs and merges a quorum of them.\n" +
+			"Each request in bakery order, and this agent's own requests.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageErrorf("locks: at most one PREFIX, got %d arguments", len(args))
@@ -222,7 +222,10 @@ func printLocks(w io.Writer, tab api.Table) {
 			r.Since.Format(time.TimeOnly), expires)
 	}
 	_ = tw.Flush()
-	if !tab.Leader {
+	switch {
+	case tab.Note != "":
+		fmt.Fprintf(w, "(no cluster-wide view: %s; this agent's own table is shown)\n", tab.Note)
+	case !tab.Leader && len(tab.MergedFrom) == 0:
 		fmt.Fprintln(w, "(this agent is not a leader: only its own clients' requests are shown)")
 	}
 }

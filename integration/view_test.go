@@ -1,0 +1,45 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestClusterViewFromAnyAgent: on a cluster of four real agents, `sluice
+// locks` on the one that is not a leader shows the lock a leader's client
+// holds (the leaders' tables, merged), drain progress there counts the
+// readers, and `unlock --force NAME` there releases the holder.
+func TestClusterViewFromAnyAgent(t *testing.T) {
+	c := newFaultCluster(t, 4, false)
+	c.startAll()
+	defer c.stopAll()
+	leaders := c.leaders(0)
+	plain := c.others(leaders...)
+	if len(plain) != 1 {
+		t.Fatalf("leaders %v of 4 nodes", leaders)
+	}
+	l, p := c.nodes[leaders[0]], c.nodes[plain[0]]
+	holder := start(t, "lock", "/shop", "--api", l.sock, "--", "sh", "-c", "echo holding; exec sleep 30")
+	holder.waitLine(t, "holding")
+
+	code, out, errs := sluice(t, p.sock, "locks")
+	if code != 0 || !strings.Contains(out, "/shop") || !strings.Contains(out, "holder") || strings.Contains(out, "not a leader") {
+		t.Fatalf("locks on a non-leader: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = sluice(t, p.sock, "locks", "--json")
+	if code != 0 || !strings.Contains(out, `"merged_from"`) || !strings.Contains(out, `"leaders": `) {
+		t.Fatalf("locks --json on a non-leader: exit %d\n%s%s", code, out, errs)
+	}
+
+	// An operator on the non-leader releases the holder by name.
+	code, out, errs = sluice(t, p.sock, "unlock", "--force", "/shop")
+	if code != 0 || !strings.Contains(out, "released ") {
+		t.Fatalf("unlock --force on a non-leader: exit %d %q %q", code, out, errs)
+	}
+	if code := holder.wait(t); code != 76 {
+		t.Fatalf("the holder's sluice lock exited %d, want 76 (lease lost)", code)
+	}
+	if code, _, errs := sluice(t, p.sock, "lock", "/shop", "--try", "--", "true"); code != 0 {
+		t.Fatalf("the name is not free after the force-unlock: exit %d %q", code, errs)
+	}
+}

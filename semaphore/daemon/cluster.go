@@ -1,0 +1,183 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore/api"
+)
+
+// The cluster-wide view: only leaders keep the lock table, so any agent
+// asks the view's leaders for theirs (p2p's query protocol) and merges a
+// quorum of answers. A granted lease is in a quorum of the leaders'
+// tables, so it is in the merge of any quorum of them.
+
+// tableQuery is the question of a lock-table query.
+type tableQuery struct {
+	Prefix string `json:"prefix"`
+}
+
+// querier asks a peer a question over the mesh (p2p.Host.Query).
+type querier interface {
+	Query(ctx context.Context, node wire.NodeID, question []byte) ([]byte, error)
+}
+
+// leaderQueryWait bounds one leader's answer to a cluster-wide view.
+const leaderQueryWait = 3 * time.Second
+
+// answerTableQuery answers another agent's question for this node's lock
+// table (its replica table when it is a leader).
+func (n *Node) answerTableQuery(ctx context.Context, _ wire.NodeID, question []byte) ([]byte, error) {
+	var q tableQuery
+	if err := json.Unmarshal(question, &q); err != nil {
+		return nil, fmt.Errorf("%w: table query: %v", codes.ErrInvalid, err)
+	}
+	t, err := n.Locks(ctx, q.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	t.Requests = nil // this node's own clients' requests: not the asker's business
+	return json.Marshal(t)
+}
+
+// ClusterLocks is the lock table of the names starting with prefix as a
+// quorum of the view's leaders hold it, merged, with this node's own
+// requests; asked from any agent. ErrNotReady when fewer than a quorum of
+// the leaders answer.
+func (n *Node) ClusterLocks(ctx context.Context, q querier, prefix string) (api.Table, error) {
+	local, err := n.Locks(ctx, prefix)
+	if err != nil {
+		return api.Table{}, err
+	}
+	var view wire.View
+	if err := n.do(ctx, func() { view = n.core.View() }); err != nil {
+		return api.Table{}, err
+	}
+	if len(view.Leaders) == 0 {
+		return api.Table{}, fmt.Errorf("%w: no view yet: the leaders are not known", codes.ErrNotReady)
+	}
+	question, err := json.Marshal(tableQuery{Prefix: prefix})
+	if err != nil {
+		return api.Table{}, err
+	}
+	answers := make([]*api.Table, len(view.Leaders))
+	errs := make([]error, len(view.Leaders))
+	var wg sync.WaitGroup
+	for i, l := range view.Leaders {
+		if l == n.cfg.Self {
+			if local.Leader {
+				answers[i] = &local
+			}
+			continue
+		}
+		wg.Go(func() {
+			qctx, cancel := context.WithTimeout(ctx, leaderQueryWait)
+			defer cancel()
+			b, err := q.Query(qctx, l, question)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			var t api.Table
+			if err := json.Unmarshal(b, &t); err != nil {
+				errs[i] = fmt.Errorf("leader %d's table: %w", l, err)
+				return
+			}
+			if t.Leader { // a leader of an older view answers as a plain agent
+				answers[i] = &t
+			}
+		})
+	}
+	wg.Wait()
+	var got []*api.Table
+	for _, t := range answers {
+		if t != nil {
+			got = append(got, t)
+		}
+	}
+	if len(got) < view.Quorum() {
+		return api.Table{}, fmt.Errorf("%w: %d of the %d leaders answered, a quorum is %d (%v)", codes.ErrNotReady,
+			len(got), len(view.Leaders), view.Quorum(), cmp.Or(firstError(errs), fmt.Errorf("no table")))
+	}
+	out := mergeTables(got)
+	out.Node, out.Leader, out.Requests = local.Node, local.Leader, local.Requests
+	return out, nil
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeTables merges leaders' tables: every request any of them lists,
+// with the highest ticket any has (and that answer's state), marks any has
+// set, the earliest since and the latest until; Leaders counts the tables
+// that list it.
+func mergeTables(ts []*api.Table) api.Table {
+	out := api.Table{Locks: []api.Lock{}}
+	byName := map[string]*api.Lock{}
+	entries := map[string]map[string]*api.Entry{}
+	for _, t := range ts {
+		out.MergedFrom = append(out.MergedFrom, t.Node)
+		for _, l := range t.Locks {
+			m := byName[l.Name]
+			if m == nil {
+				m = &api.Lock{Name: l.Name}
+				byName[l.Name], entries[l.Name] = m, map[string]*api.Entry{}
+			}
+			m.HighWater = max(m.HighWater, l.HighWater)
+			for _, e := range l.Entries {
+				have := entries[l.Name][e.Request]
+				if have == nil {
+					e.Leaders = 1
+					entries[l.Name][e.Request] = &e
+					continue
+				}
+				have.Leaders++
+				if e.Ticket > have.Ticket {
+					have.Ticket, have.State, have.Mode = e.Ticket, e.State, e.Mode
+				}
+				have.Active = have.Active || e.Active
+				have.Holder = have.Holder || e.Holder
+				if e.Since.Before(have.Since) {
+					have.Since = e.Since
+				}
+				if e.Until.After(have.Until) {
+					have.Until = e.Until
+				}
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		l := byName[name]
+		l.Entries = []api.Entry{}
+		for _, e := range entries[name] {
+			l.Entries = append(l.Entries, *e)
+		}
+		// The bakery's order: by ticket, requests still choosing last.
+		key := func(e api.Entry) uint64 {
+			if e.Ticket == 0 {
+				return ^uint64(0)
+			}
+			return e.Ticket
+		}
+		slices.SortFunc(l.Entries, func(a, b api.Entry) int {
+			return cmp.Or(cmp.Compare(key(a), key(b)), cmp.Compare(a.Request, b.Request))
+		})
+		out.Locks = append(out.Locks, *l)
+	}
+	slices.Sort(out.MergedFrom)
+	return out
+}
