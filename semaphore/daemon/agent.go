@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -419,6 +421,9 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 	reg := a.node.Registry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newStateCollector(a.node),
+		buildInfo(),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_peers_connected",
 			Help: "Cluster peers this node's mesh is connected to."}, func() float64 {
 			n := 0
@@ -631,4 +636,19 @@ func peerNode(s string) (wire.NodeID, error) {
 		return 0, err
 	}
 	return p2p.NodeIDOf(pids[0]), nil
+}
+
+// buildInfo is sluice_build_info from the binary's own build record.
+func buildInfo() prometheus.Collector {
+	version, revision := "unknown", ""
+	goVersion := runtime.Version()
+	if info, ok := debug.ReadBuildInfo(); ok {
+		version = cmp.Or(info.Main.Version, "(devel)")
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	return buildInfoGauge(version, revision, goVersion)
 }

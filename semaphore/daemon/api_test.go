@@ -365,6 +365,21 @@ func TestAPIMetrics(t *testing.T) {
 		"sluice_peers_known 0",
 		"sluice_store_syncs_total",
 		"go_goroutines",
+		// Worth alerting on: the node's state, its build, its process.
+		"sluice_ready 1",
+		"sluice_leader 1",
+		"sluice_epoch 1",
+		"sluice_members 1",
+		"sluice_members_reachable 1",
+		`sluice_build_info{goversion="go`,
+		"process_cpu_seconds_total",
+		"process_resident_memory_bytes",
+		// Labels at zero before anything happened to them.
+		`sluice_grants_total{mode="read-write-gentle"} 0`,
+		`sluice_failures_total{reason="overflow"} 0`,
+		`sluice_wait_seconds_bucket{mode="read-only",le="5e-05"} 0`,
+		`sluice_messages_total{direction="in"}`,
+		"sluice_messages_dropped_total 0",
 	} {
 		if !strings.Contains(m.raw, want) {
 			t.Errorf("metrics lack %q", want)

@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 )
 
 // metrics are the node's Prometheus series. The loop updates them as
@@ -25,9 +28,12 @@ type metrics struct {
 	handoffs   prometheus.Counter
 	phases     *prometheus.HistogramVec
 	messages   *prometheus.CounterVec
-	persists   prometheus.Counter
-	rejected   prometheus.Counter
-	forced     prometheus.Counter
+	// msgIn, msgOut: messages' children, resolved once (one per message
+	// otherwise); dropped counts what the transport could not queue.
+	msgIn, msgOut, dropped prometheus.Counter
+	persists               prometheus.Counter
+	rejected               prometheus.Counter
+	forced                 prometheus.Counter
 	// changesRefused: membership changes that failed; foreign: messages of
 	// another cluster; stale: check-ins of a node's older life, refused.
 	changesRefused, foreign, stale prometheus.Counter
@@ -41,8 +47,9 @@ type phaseMark struct {
 	at    time.Time
 }
 
-// latency buckets from 100 µs to about 100 s.
-var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 4, 11)
+// latency buckets from 50 µs to 2 minutes, 20 of them (a factor of about
+// 1.5): a local reader's grant and a drain's wait on one scale.
+var latencyBuckets = prometheus.ExponentialBucketsRange(0.00005, 120, 20)
 
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry(), lastPhase: map[wire.RequestID]phaseMark{}}
@@ -80,7 +87,10 @@ func newMetrics() *metrics {
 		Help:    "Time a request of this node spent in each bakery phase (entering, add-ticket, waiting).",
 		Buckets: latencyBuckets}, []string{"phase"})
 	m.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_messages_total",
-		Help: "Lock and election messages, by direction (in, out, dropped)."}, []string{"direction"})
+		Help: "Lock and election messages, by direction (in, out)."}, []string{"direction"})
+	m.msgIn, m.msgOut = m.messages.WithLabelValues("in"), m.messages.WithLabelValues("out")
+	m.dropped = counter("sluice_messages_dropped_total",
+		"Lock and election messages the transport could not queue for their peer (its queue full, or no such peer).")
 	m.persists = counter("sluice_store_submits_total",
 		"Batches of writes the node handed to its store.")
 	m.rejected = counter("sluice_rejected_messages_total",
@@ -90,6 +100,20 @@ func newMetrics() *metrics {
 	for _, c := range []prometheus.Collector{m.grants, m.failures, m.wait, m.hold, m.active, m.waiters,
 		m.phases, m.messages} {
 		f(c)
+	}
+	// Every label a series can have, at zero from the start: a rate or an
+	// alert on a series that has not happened yet still has data.
+	for _, mode := range []semaphore.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.ReadWrite,
+		semaphore.ReadWriteGentle, semaphore.Exclusive} {
+		m.grants.WithLabelValues(mode.String())
+		m.active.WithLabelValues(mode.String())
+		m.wait.WithLabelValues(mode.String())
+		m.hold.WithLabelValues(mode.String())
+	}
+	for _, r := range codes.Rows() {
+		if r.Wire != wire.CodeNone {
+			m.failures.WithLabelValues(r.Wire.String())
+		}
 	}
 	return m
 }
@@ -115,4 +139,71 @@ func (n *Node) observePhases(changes []core.PhaseChange, now time.Time) {
 			m.lastPhase[c.Handle] = phaseMark{c.Phase, now}
 		}
 	}
+}
+
+// stateCollector reports the node's state at each scrape, from one Status
+// (one turn of the node's loop): the gauges an alert on NO_LOCK, a lost
+// leader or an unreachable member watches.
+type stateCollector struct {
+	node                                     *Node
+	ready, leader, epoch, members, reachable *prometheus.Desc
+}
+
+func newStateCollector(n *Node) *stateCollector {
+	return &stateCollector{node: n,
+		ready:     prometheus.NewDesc("sluice_ready", "1 when this node is LOCK_READY (a quorum of leaders in a valid view), 0 when NO_LOCK.", nil, nil),
+		leader:    prometheus.NewDesc("sluice_leader", "1 when this node is a leader of the current view.", nil, nil),
+		epoch:     prometheus.NewDesc("sluice_epoch", "The epoch of the view this node is in (0: none yet).", nil, nil),
+		members:   prometheus.NewDesc("sluice_members", "Members of the cluster, as this node's election knows them.", nil, nil),
+		reachable: prometheus.NewDesc("sluice_members_reachable", "Members this node hears from (itself included).", nil, nil),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ready, c.leader, c.epoch, c.members, c.reachable} {
+		ch <- d
+	}
+}
+
+// stateScrapeWait bounds the Status a scrape asks of a busy loop.
+const stateScrapeWait = 2 * time.Second
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), stateScrapeWait)
+	defer cancel()
+	st, err := c.node.Status(ctx)
+	if err != nil {
+		// A stopped or stuck node is not ready; the rest is not known.
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, 0)
+		return
+	}
+	reachable := 0
+	for _, m := range st.Members {
+		if m.Alive {
+			reachable++
+		}
+	}
+	for _, v := range []struct {
+		d *prometheus.Desc
+		x float64
+	}{{c.ready, boolGauge(st.Ready)}, {c.leader, boolGauge(st.Leader)}, {c.epoch, float64(st.View.Epoch)},
+		{c.members, float64(len(st.Members))}, {c.reachable, float64(reachable)}} {
+		ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.x)
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildInfoGauge is the sluice_build_info series: 1, labelled with the build's
+// version, commit and Go version (the CLI sets them from the build).
+func buildInfoGauge(version, revision, goVersion string) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_build_info",
+		Help:        "1, labelled with the version, commit and Go version of this agent's build.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion}},
+		func() float64 { return 1 })
 }

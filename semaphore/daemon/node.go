@@ -318,7 +318,7 @@ func (n *Node) tick() {
 
 func (n *Node) step(m wire.Message) {
 	n.stats.MessagesIn++
-	n.metrics.messages.WithLabelValues("in").Inc()
+	n.metrics.msgIn.Inc()
 	if n.failed != nil {
 		return
 	}
@@ -454,7 +454,7 @@ func (n *Node) flush(ctx context.Context) {
 		out := n.outbox[:0]
 		for _, m := range p.msgs {
 			n.stats.MessagesOut++
-			n.metrics.messages.WithLabelValues("out").Inc()
+			n.metrics.msgOut.Inc()
 			if m.Kind == wire.KindPrepare || m.Kind == wire.KindCommit {
 				n.log.Debug("election", "kind", m.Kind.String(), "to", uint64(m.To), "epoch", m.View.Epoch, "leaders", m.View.Leaders)
 			}
@@ -468,7 +468,7 @@ func (n *Node) flush(ctx context.Context) {
 		// snapshots, as if each were sent in turn.
 		if dropped := n.cfg.Transport.SendAll(out); dropped > 0 {
 			n.stats.Dropped += uint64(dropped)
-			n.metrics.messages.WithLabelValues("dropped").Add(float64(dropped))
+			n.metrics.dropped.Add(float64(dropped))
 		}
 		clear(out)
 		n.outbox = out
