@@ -81,6 +81,12 @@ type AgentConfig struct {
 	Priority uint8
 	// PSK is the cluster secret (32 bytes), nil for none.
 	PSK []byte
+	// HTTPListen is the operator's listener, IP:port ("": none): read-only
+	// /metrics, /healthz, /readyz and a live page. Off loopback it needs
+	// HTTPToken or HTTPAllow.
+	HTTPListen string
+	HTTPToken  string
+	HTTPAllow  []netip.Prefix
 	// APIMode is the API socket's permission bits (0: 0600); APIGroup its
 	// group ("": the agent's). See ShareSocket.
 	APIMode  os.FileMode
@@ -113,7 +119,10 @@ type Agent struct {
 	server *http.Server
 	lis    net.Listener
 	apiURL string
-	cancel context.CancelFunc
+	// operator is the operator's listener (--http-listen), nil when off.
+	operator     *http.Server
+	operatorAddr string
+	cancel       context.CancelFunc
 	// loopDone closes when the node's loop returned; wg counts the API server.
 	loopDone chan struct{}
 	wg       sync.WaitGroup
@@ -161,8 +170,14 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 	}
 	// Any agent's cluster-wide view asks the leaders for their tables.
 	a.host.HandleQueries(a.node.answerTableQuery)
+	a.registerMetrics()
 	if cfg.API != "" {
 		if err := a.serveAPI(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.HTTPListen != "" {
+		if err := a.serveOperator(cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -182,6 +197,11 @@ func checkAgentConfig(cfg AgentConfig) (AgentConfig, error) {
 	}
 	if _, _, err := socketAccess(cfg.APIMode, cfg.APIGroup); err != nil {
 		return cfg, err
+	}
+	if cfg.HTTPListen != "" {
+		if err := CheckOperatorListen(cfg.HTTPListen, cfg.HTTPToken, cfg.HTTPAllow); err != nil {
+			return cfg, err
+		}
 	}
 	if a := p2p.ReachableListen(cfg.Listen); a != "" && cfg.PSK == nil && !cfg.Insecure {
 		return cfg, fmt.Errorf("%w: listening on %s, which other machines can reach, without a cluster secret: "+
@@ -419,6 +439,33 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 	}
 	a.lis, a.apiURL = lis, url
 	reg := a.node.Registry()
+	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
+		Peers: a.peers, Mesh: a.meshPeers, PeerNode: peerNode, Cluster: a.host})
+	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	serve := lis
+	if !api.IsTCPAddr(url) {
+		// The socket also speaks the compact protocol (file permissions
+		// guard it, as they guard HTTP there; TCP needs the token).
+		mux := newAPIMux(lis, a.node)
+		serve = mux.HTTP()
+		a.wg.Go(func() {
+			mux.run()
+			mux.wait()
+		})
+	}
+	a.wg.Go(func() {
+		if err := a.server.Serve(serve); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("API server", "err", err)
+		}
+	})
+	return nil
+}
+
+// registerMetrics adds the mesh's, the store's, the node's state and the
+// process's series to the node's registry, which the API and the
+// operator's listener serve.
+func (a *Agent) registerMetrics() {
+	reg := a.node.Registry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -448,26 +495,6 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_failures_total",
 			Help: "Store batches that failed."}, func() float64 { return float64(a.store.Stats().Failures) }),
 	)
-	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
-		Peers: a.peers, Mesh: a.meshPeers, PeerNode: peerNode, Cluster: a.host})
-	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	serve := lis
-	if !api.IsTCPAddr(url) {
-		// The socket also speaks the compact protocol (file permissions
-		// guard it, as they guard HTTP there; TCP needs the token).
-		mux := newAPIMux(lis, a.node)
-		serve = mux.HTTP()
-		a.wg.Go(func() {
-			mux.run()
-			mux.wait()
-		})
-	}
-	a.wg.Go(func() {
-		if err := a.server.Serve(serve); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("API server", "err", err)
-		}
-	})
-	return nil
 }
 
 // ListenAPI listens on addr: a Unix socket path (a stale socket file left
@@ -604,6 +631,9 @@ func (a *Agent) closeAll() error {
 	a.stopLoop()
 	if a.server != nil {
 		_ = a.server.Close()
+	}
+	if a.operator != nil {
+		_ = a.operator.Close()
 	}
 	a.wg.Wait()
 	var errs []error

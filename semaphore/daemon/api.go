@@ -286,6 +286,7 @@ func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Warn("force-unlock by an API client", "name", b.Name, "requests", reqs, "by", b.By, "remote", r.RemoteAddr,
 		"token", strconv.FormatUint(b.Token, 10))
+	a.cfg.Node.forced.add(ForceNote{At: time.Now(), Name: b.Name, Released: reqs, By: b.By})
 	writeJSON(w, http.StatusOK, api.ForceUnlocked{Name: b.Name, Released: reqs})
 }
 

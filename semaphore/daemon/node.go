@@ -145,8 +145,11 @@ type pendingReady struct {
 // goroutine (Run), drives the store and the transport, and serves the
 // client calls (Acquire, Release, ...) by running them on that goroutine.
 type Node struct {
-	cfg    NodeConfig
-	log    *slog.Logger
+	cfg NodeConfig
+	log *slog.Logger
+	// forced are the last force-unlocks asked through this node's API
+	// (the operator's page); safe for any goroutine.
+	forced forceLog
 	core   *core.Node
 	elect  *election.Election
 	ops    chan func()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -67,7 +68,8 @@ var brokenBuilds = map[string]core.Mutant{
 // agentFlags are the flags of `sluice agent`.
 type agentFlags struct {
 	name, data, keyFile, priority, pskFile, api, tokenFile, logLevel, config, broken string
-	apiMode, apiGroup                                                                string
+	apiMode, apiGroup, httpListen, httpTokenFile                                     string
+	httpAllow                                                                        []string
 	listen, peers, allow, initial                                                    []string
 	size                                                                             int
 	inMemory, join, insecure                                                         bool
@@ -137,6 +139,9 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.insecure, "insecure", false, "allow a --listen address other machines can reach without --psk-file (a trusted, closed network only)")
 	fl.StringVar(&f.api, "api", api.DefaultAPI(), "local API address: a Unix socket path, or a loopback host:port")
 	fl.StringVar(&f.tokenFile, "api-token-file", "", "bearer token for a TCP API address")
+	fl.StringVar(&f.httpListen, "http-listen", "", "the operator's read-only HTTP listener, IP:port (/metrics, /healthz, /readyz, a live page); off loopback it needs --http-token-file or --http-allow")
+	fl.StringVar(&f.httpTokenFile, "http-token-file", "", "bearer token of --http-listen (Authorization: Bearer, or ?token= for a browser)")
+	fl.StringSliceVar(&f.httpAllow, "http-allow", nil, "client networks --http-listen admits, CIDR or IP (e.g. 10.0.0.0/8)")
 	fl.StringVar(&f.apiMode, "api-mode", "0600", "permissions of the API socket, octal: 0600 (this user), 0660 (and --api-group), 0666 (every local user)")
 	fl.StringVar(&f.apiGroup, "api-group", "", "group of the API socket (e.g. www-data), for frontends running as other users; with --api-mode 0660")
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
@@ -208,6 +213,30 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 			return none, usageErrorf("agent: --api-token-file %s is empty", f.tokenFile)
 		}
 	}
+	cfg.HTTPListen = f.httpListen
+	if f.httpTokenFile != "" {
+		b, err := readToken(f.httpTokenFile)
+		if err != nil {
+			return none, usageErrorf("agent: --http-token-file: %v", err)
+		}
+		if cfg.HTTPToken = strings.TrimSpace(string(b)); cfg.HTTPToken == "" {
+			return none, usageErrorf("agent: --http-token-file %s is empty", f.httpTokenFile)
+		}
+	}
+	for _, s := range f.httpAllow {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return none, usageErrorf("agent: --http-allow %q is not a CIDR or an IP address", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		cfg.HTTPAllow = append(cfg.HTTPAllow, p.Masked())
+	}
+	if (cfg.HTTPToken != "" || len(cfg.HTTPAllow) > 0) && cfg.HTTPListen == "" {
+		return none, usageErrorf("agent: --http-token-file and --http-allow are for --http-listen")
+	}
 	return cfg, nil
 }
 
@@ -273,6 +302,9 @@ func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig, heapProfile string) er
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: node %s, peer id %s\n  listening on %s\n  API on %s\n",
 		cfg.Name, a.Host().PeerID(), strings.Join(a.Host().Addrs(), " "), a.APIAddr())
+	if addr := a.OperatorAddr(); addr != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "  operator page on http://%s/ (and /metrics, /healthz, /readyz)\n", addr)
+	}
 	if err := notifySystemd("READY=1\nSTATUS=serving the API on " + a.APIAddr()); err != nil {
 		cfg.Logger.Warn("telling systemd the agent is ready", "err", err)
 	}
