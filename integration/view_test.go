@@ -2,6 +2,7 @@ package integration
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -42,4 +43,43 @@ func TestClusterViewFromAnyAgent(t *testing.T) {
 	if code, _, errs := sluice(t, p.sock, "lock", "/shop", "--try", "--", "true"); code != 0 {
 		t.Fatalf("the name is not free after the force-unlock: exit %d %q", code, errs)
 	}
+}
+
+// TestCLILocksFilters: --older-than leaves out what is younger, a negative
+// one is bad usage, a prefix with no names is an empty table, and --watch
+// shows the table again until Ctrl-C.
+func TestCLILocksFilters(t *testing.T) {
+	sock := startDev(t)
+	holder := start(t, "lock", "/old", "--api", sock, "--", "sh", "-c", "echo holding; exec sleep 30")
+	holder.waitLine(t, "holding")
+	if code, out, errs := sluice(t, sock, "locks"); code != 0 || !strings.Contains(out, "/old") || !strings.Contains(out, "AGE") {
+		t.Fatalf("locks: %d %q %q", code, out, errs)
+	}
+	if code, out, errs := sluice(t, sock, "locks", "--older-than", "1h"); code != 0 || strings.Contains(out, "/old") {
+		t.Fatalf("locks --older-than 1h: %d %q %q", code, out, errs)
+	}
+	if code, out, errs := sluice(t, sock, "locks", "--older-than", "0s"); code != 0 || !strings.Contains(out, "/old") {
+		t.Fatalf("locks --older-than 0s: %d %q %q", code, out, errs)
+	}
+	if code, out, errs := sluice(t, sock, "locks", "/nothing/here"); code != 0 || strings.Contains(out, "/old") || errs != "" {
+		t.Fatalf("locks of a prefix with no names: %d %q %q", code, out, errs)
+	}
+	code, _, errs := sluice(t, sock, "locks", "--older-than", "-1s")
+	if code != 64 {
+		t.Fatalf("locks --older-than -1s: exit %d %q", code, errs)
+	}
+	oneLine(t, errs)
+	w := start(t, "locks", "--api", sock, "--watch")
+	w.waitLine(t, "/old")
+	w.waitLine(t, "/old") // shown again
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.wait(t); code != 0 {
+		t.Fatalf("locks --watch after Ctrl-C: exit %d", code)
+	}
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	holder.wait(t)
 }

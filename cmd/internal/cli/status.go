@@ -136,8 +136,10 @@ func yesNo(b bool) string {
 
 func newLocksCmd() *cobra.Command {
 	var (
-		cf     clientFlags
-		asJSON bool
+		cf        clientFlags
+		asJSON    bool
+		olderThan time.Duration
+		watch     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "locks [PREFIX]",
@@ -156,18 +158,75 @@ func newLocksCmd() *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			return cf.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
-				tab, err := c.Locks(ctx, prefix)
-				if err != nil {
-					return apiError("locks", err)
+			if olderThan < 0 {
+				return usageErrorf("locks: --older-than must not be negative, got %s", olderThan)
+			}
+			show := func() error {
+				return cf.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
+					tab, err := c.Locks(ctx, prefix)
+					if err != nil {
+						return apiError("locks", err)
+					}
+					tab = olderLocks(tab, time.Now().Add(-olderThan))
+					return printAnswer(cmd.OutOrStdout(), asJSON, tab, printLocks)
+				})
+			}
+			if !watch {
+				return show()
+			}
+			// Again every 2 s until Ctrl-C; a terminal is cleared first.
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			tick := time.NewTicker(2 * time.Second)
+			defer tick.Stop()
+			for {
+				if isTerminal(cmd.OutOrStdout()) {
+					fmt.Fprint(cmd.OutOrStdout(), "\033[H\033[2J")
 				}
-				return printAnswer(cmd.OutOrStdout(), asJSON, tab, printLocks)
-			})
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", time.Now().Format(time.TimeOnly))
+				if err := show(); err != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tick.C:
+				}
+			}
 		},
 	}
 	cf.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "only requests the leaders have known for at least this long (a lock held for long, a writer stuck)")
+	cmd.Flags().BoolVar(&watch, "watch", false, "show the table again every 2 s, until Ctrl-C")
 	return cmd
+}
+
+// olderLocks keeps the entries of t known since before cutoff, and the
+// names that still have one.
+func olderLocks(t api.Table, cutoff time.Time) api.Table {
+	locks := []api.Lock{}
+	for _, l := range t.Locks {
+		var es []api.Entry
+		for _, e := range l.Entries {
+			if !e.Since.After(cutoff) {
+				es = append(es, e)
+			}
+		}
+		if len(es) > 0 {
+			l.Entries = es
+			locks = append(locks, l)
+		}
+	}
+	t.Locks = locks
+	var own []api.OwnRequest
+	for _, r := range t.Requests {
+		if !r.Since.After(cutoff) {
+			own = append(own, r)
+		}
+	}
+	t.Requests = own
+	return t
 }
 
 // tableName is a lock's name as a table cell: as it is when it is all
@@ -189,7 +248,8 @@ func printLocks(w io.Writer, tab api.Table) {
 		own[r.Request] = r
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tEXPIRES")
+	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tAGE\tEXPIRES")
+	age := func(t time.Time) string { return time.Since(t).Round(time.Second).String() }
 	for _, l := range tab.Locks {
 		for _, e := range l.Entries {
 			state, since, expires := "waiting", e.Since.Format(time.TimeOnly), "-"
@@ -207,7 +267,8 @@ func printLocks(w io.Writer, tab api.Table) {
 				}
 				delete(own, e.Request)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, e.Node, state, since, expires)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, e.Node, state, since,
+				age(e.Since), expires)
 		}
 	}
 	for _, r := range tab.Requests { // this node's requests not in a table it holds
@@ -218,8 +279,8 @@ func printLocks(w io.Writer, tab api.Table) {
 		if !r.Expires.IsZero() {
 			expires = r.Expires.Format(time.TimeOnly)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
-			r.Since.Format(time.TimeOnly), expires)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
+			r.Since.Format(time.TimeOnly), age(r.Since), expires)
 	}
 	_ = tw.Flush()
 	switch {
