@@ -228,8 +228,14 @@ func TestCLILimitAndDrainTry(t *testing.T) {
 	if code, _, errs := sluice(t, sock, "drain", "/pool", "--try", "--", "true"); code != 75 {
 		t.Errorf("drain --try on a held name: exit %d %q, want 75", code, errs)
 	}
-	if code, out, errs := sluice(t, sock, "drain", "/free", "--try", "--", "echo", "maintenance"); code != 0 || out != "maintenance\n" {
+	if code, out, errs := sluice(t, sock, "drain", "/free", "--try", "--", "echo", "maintenance"); code != 0 || out != "maintenance\n" ||
+		!strings.Contains(errs, "draining /free: granted after ") || !strings.Contains(errs, "running echo maintenance") {
 		t.Errorf("drain --try on a free name: exit %d %q %q", code, out, errs)
+	}
+	// A gentle drain shows its quiet period's countdown, then when CMD starts.
+	if code, _, errs := sluice(t, sock, "drain", "/quiet", "--mode", "gentle", "--quiet", "1s", "--", "true"); code != 0 ||
+		!strings.Contains(errs, "quiet period: ") || !strings.Contains(errs, "of 1s to go") || !strings.Contains(errs, "running true") {
+		t.Errorf("gentle drain: exit %d %q", code, errs)
 	}
 	for _, args := range [][]string{
 		{"lock", "/pool", "--limit", "2", "--", "true"}, // not read-only

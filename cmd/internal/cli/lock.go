@@ -219,9 +219,14 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 			waiting(progressCtx, c)
 		}
 	}()
+	asked := time.Now()
 	lease, err := c.Acquire(ctx, name, mode, o)
 	stopProgress()
 	<-progressDone
+	if err == nil && waiting != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "draining %s: granted after %s (token %d): running %s\n", name,
+			time.Since(asked).Round(time.Millisecond), lease.Token(), strings.Join(argv, " "))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("lock %s: interrupted while waiting", name)}
@@ -363,9 +368,13 @@ func newDrainCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.ErrOrStderr()
-			progress := func(ctx context.Context, c *client.Client) { showDrain(ctx, c, out, name, f.mode) }
+			quiet := time.Duration(0)
+			if mode == semaphore.ReadWriteGentle {
+				quiet = cmp.Or(f.quiet, semaphore.DefaultQuiet)
+			}
+			progress := func(ctx context.Context, c *client.Client) { showDrain(ctx, c, out, name, f.mode, quiet) }
 			if f.try {
-				progress = nil // nothing to wait for
+				progress = func(context.Context, *client.Client) {} // nothing to wait for
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
 				Quiet: f.quiet, Try: f.try, AutoRenew: true}, f.killIn, argv, progress)
@@ -381,9 +390,10 @@ func newDrainCmd() *cobra.Command {
 
 // showDrain reports, until ctx ends, how many readers are left on name: a
 // live line on a terminal, a plain line every few seconds otherwise.
-func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode string) {
+func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode string, quiet time.Duration) {
 	tty := isTerminal(out)
 	start := time.Now()
+	lastReader := start // when readers were last seen: a gentle drain's quiet period runs from there
 	every := 200 * time.Millisecond
 	if !tty {
 		every = 2 * time.Second
@@ -418,8 +428,16 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 		if readers >= 0 {
 			left = strconv.Itoa(readers)
 		}
+		if readers != 0 {
+			lastReader = time.Now()
+		}
 		line := fmt.Sprintf("draining %s (%s): %s readers left, waiting %s", name, mode, left,
 			time.Since(start).Round(time.Second))
+		if quiet > 0 && readers == 0 {
+			// As this agent saw it: the leaders count from the last reader
+			// they saw, which may be a little earlier.
+			line += fmt.Sprintf("; quiet period: %s of %s to go", max(quiet-time.Since(lastReader), 0).Round(time.Second), quiet)
+		}
 		if tty {
 			fmt.Fprintf(out, "\r\033[K%s", line)
 		} else {
