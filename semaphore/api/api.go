@@ -1,6 +1,7 @@
 package api
 
 import (
+	_ "embed"
 	"fmt"
 	"net"
 	"os"
@@ -322,3 +323,9 @@ type MembersChanged struct {
 	Change  string     `json:"change"`
 	Members MemberList `json:"members"`
 }
+
+// OpenAPI is the OpenAPI 3 document of the local API (openapi.json beside
+// this file), which the agent serves at GET /v1/openapi.json.
+//
+//go:embed openapi.json
+var OpenAPI []byte

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -444,6 +445,62 @@ func TestParseAcquire(t *testing.T) {
 	for _, b := range []api.AcquireBody{{Name: "/a", Mode: "sideways"}, {Name: "/a", Quiet: "soon"}} {
 		if _, err := daemon.ParseAcquire(b); !errors.Is(err, codes.ErrInvalid) {
 			t.Errorf("%+v: %v", b, err)
+		}
+	}
+}
+
+// TestOpenAPI: the agent serves the document in the repo; every path and
+// method it lists is an endpoint (not 404 or 405), and every request body
+// lists exactly the fields the API decodes (it refuses unknown ones).
+func TestOpenAPI(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "GET", base+"/v1/openapi.json", "")
+	if got.status != 200 || got.raw != string(api.OpenAPI) {
+		t.Fatalf("GET /v1/openapi.json: %d", got.status)
+	}
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+		Paths   map[string]map[string]struct {
+			RequestBody *struct {
+				Content map[string]struct {
+					Schema struct {
+						Properties map[string]any `json:"properties"`
+					} `json:"schema"`
+				} `json:"content"`
+			} `json:"requestBody"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil || !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi.json: %v %q", err, doc.OpenAPI)
+	}
+	bodies := map[string]any{"/v1/acquire": api.AcquireBody{}, "/v1/release": api.LeaseBody{}, "/v1/renew": api.LeaseBody{},
+		"/v1/force-unlock": api.ForceBody{}, "/v1/members": api.MembersBody{}}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			// An empty body: a real endpoint answers anything but "no
+			// endpoint" (404) or a wrong method (405).
+			r := call(t, c, strings.ToUpper(method), base+path, "{}")
+			if r.status == 405 || r.status == 404 && strings.Contains(r.raw, "no endpoint") {
+				t.Errorf("%s %s: %d %s", method, path, r.status, r.raw)
+			}
+			if op.RequestBody == nil {
+				continue
+			}
+			want := map[string]bool{}
+			for _, f := range reflect.VisibleFields(reflect.TypeOf(bodies[path])) {
+				want[strings.Split(f.Tag.Get("json"), ",")[0]] = true
+			}
+			props := op.RequestBody.Content["application/json"].Schema.Properties
+			for name := range props {
+				if !want[name] {
+					t.Errorf("%s %s: the document lists %q, which the API refuses", method, path, name)
+				}
+			}
+			for name := range want {
+				if _, ok := props[name]; !ok {
+					t.Errorf("%s %s: the document lacks %q", method, path, name)
+				}
+			}
 		}
 	}
 }
