@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +27,11 @@ func TestClusterViewFromAnyAgent(t *testing.T) {
 	code, out, errs := sluice(t, p.sock, "locks")
 	if code != 0 || !strings.Contains(out, "/shop") || !strings.Contains(out, "holder") || strings.Contains(out, "not a leader") {
 		t.Fatalf("locks on a non-leader: exit %d\n%s%s", code, out, errs)
+	}
+	// Who holds it: the holder's agent tells (sluice lock sends user@host,
+	// pid and command line).
+	if want := fmt.Sprintf("pid %d: sh -c echo holding; exec sleep 30", holder.cmd.Process.Pid); !strings.Contains(out, want) {
+		t.Fatalf("locks on a non-leader lacks the owner %q:\n%s", want, out)
 	}
 	code, out, errs = sluice(t, p.sock, "locks", "--json")
 	if code != 0 || !strings.Contains(out, `"merged_from"`) || !strings.Contains(out, `"leaders": `) {

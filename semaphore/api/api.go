@@ -101,6 +101,9 @@ type Entry struct {
 	Until time.Time `json:"until"`
 	// Leaders, in a merged table, is how many of the leaders list it.
 	Leaders int `json:"leaders,omitempty"`
+	// Owner, in a merged table, is what the request's client said of
+	// itself (AcquireBody.Owner), asked of the request's agent.
+	Owner string `json:"owner,omitempty"`
 }
 
 // OwnRequest is one request of this node's clients.
@@ -112,6 +115,7 @@ type OwnRequest struct {
 	Ticket  uint64    `json:"ticket,omitempty"`
 	Since   time.Time `json:"since"`
 	Expires time.Time `json:"expires,omitzero"`
+	Owner   string    `json:"owner,omitempty"`
 }
 
 // NodeStats counts what the runtime did, for status and metrics.
@@ -156,6 +160,10 @@ type AcquireBody struct {
 	Quiet    string `json:"quiet,omitempty"`
 	Limit    int    `json:"limit,omitempty"`
 	Try      bool   `json:"try,omitempty"`
+	// Owner says who holds it, for operators' tables ("alice@web-1 pid
+	// 4242: deploy.sh"): free text, at most 256 bytes, no control
+	// characters. `sluice lock` sends user@host, pid and command line.
+	Owner string `json:"owner,omitempty"`
 }
 
 // LeaseBody names a lease (release, renew).

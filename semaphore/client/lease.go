@@ -35,6 +35,11 @@ type Options struct {
 	// Limit caps the READ_ONLY holders among the readers that ask for it.
 	// Zero: no limit.
 	Limit int
+	// Owner says who holds the lock, for operators' tables (`sluice
+	// locks`): "user@host pid N: command", say. At most 256 bytes. A call
+	// with an Owner goes over HTTP (the compact protocol has no room for
+	// it): for long-held locks, not per-request ones.
+	Owner string
 	// AutoRenew renews the lease at about half its remaining time until
 	// Release. A renewal that fails is retried while time is left; the
 	// lease is lost when none is.
@@ -53,15 +58,22 @@ func span(d time.Duration) string {
 func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, o Options) (*Lease, error) {
 	sent := time.Now()
 	op := "acquire " + name
-	reply, ok, err := c.compact(ctx, op, &api.CompactRequest{Op: api.OpAcquire, Name: name, Mode: mode.String(), Try: o.Try,
-		Timeout: o.Timeout, Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
+	var (
+		reply api.CompactReply
+		ok    bool
+		err   error
+	)
+	if o.Owner == "" {
+		reply, ok, err = c.compact(ctx, op, &api.CompactRequest{Op: api.OpAcquire, Name: name, Mode: mode.String(), Try: o.Try,
+			Timeout: o.Timeout, Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
+	}
 	lj, expires := reply.LeaseJSON, sent.Add(reply.TTLNanos)
 	switch {
 	case ok && err != nil:
 		return nil, err
 	case !ok:
 		body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
-			Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try}
+			Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try, Owner: o.Owner}
 		if err := c.call(ctx, op, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,7 +45,7 @@ func (n *Node) answerTableQuery(ctx context.Context, _ wire.NodeID, question []b
 	if err != nil {
 		return nil, err
 	}
-	t.Requests = nil // this node's own clients' requests: not the asker's business
+	// This node's own requests go too: the asker shows their owners.
 	return json.Marshal(t)
 }
 
@@ -109,7 +110,58 @@ func (n *Node) ClusterLocks(ctx context.Context, q querier, prefix string) (api.
 	}
 	out := mergeTables(got)
 	out.Node, out.Leader, out.Requests = local.Node, local.Leader, local.Requests
+	n.addOwners(ctx, q, question, &out, append(got, &local))
 	return out, nil
+}
+
+// addOwners fills in the owners of t's entries: what each request's own
+// agent says of it (its Requests), from the tables at hand and, for the
+// other agents whose requests are in t, by asking them; best effort.
+func (n *Node) addOwners(ctx context.Context, q querier, question []byte, t *api.Table, have []*api.Table) {
+	owners := map[string]string{}
+	asked := map[string]bool{}
+	for _, h := range have {
+		asked[h.Node] = true
+		for _, r := range h.Requests {
+			owners[r.Request] = r.Owner
+		}
+	}
+	var ask []wire.NodeID
+	for _, l := range t.Locks {
+		for _, e := range l.Entries {
+			if !asked[e.Node] {
+				asked[e.Node] = true
+				if id, err := strconv.ParseUint(e.Node, 10, 64); err == nil {
+					ask = append(ask, wire.NodeID(id))
+				}
+			}
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range ask {
+		wg.Go(func() {
+			qctx, cancel := context.WithTimeout(ctx, leaderQueryWait)
+			defer cancel()
+			b, err := q.Query(qctx, id, question)
+			var other api.Table
+			if err != nil || json.Unmarshal(b, &other) != nil {
+				return // gone or old: its owners stay unknown
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range other.Requests {
+				owners[r.Request] = r.Owner
+			}
+		})
+	}
+	wg.Wait()
+	for i := range t.Locks {
+		for j := range t.Locks[i].Entries {
+			e := &t.Locks[i].Entries[j]
+			e.Owner = owners[e.Request]
+		}
+	}
 }
 
 func firstError(errs []error) error {

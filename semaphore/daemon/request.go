@@ -31,7 +31,12 @@ type Request struct {
 	Quiet time.Duration
 	// Limit caps the readers ahead of a READ_ONLY request (0: none).
 	Limit int
+	// Owner is who the client says it is, for operators (api.AcquireBody).
+	Owner string
 }
+
+// maxOwner caps Request.Owner.
+const maxOwner = 256
 
 // Limits on what a client may ask for, and the defaults of the API.
 const (
@@ -66,6 +71,9 @@ func (r Request) Validate() error {
 	if r.Duration < MinDuration {
 		return fmt.Errorf("%w: duration %s is under %s (the agents count time in ticks of %s)", codes.ErrInvalid, r.Duration, MinDuration, MinDuration)
 	}
+	if len(r.Owner) > maxOwner || !utf8.ValidString(r.Owner) || strings.IndexFunc(r.Owner, unicode.IsControl) >= 0 {
+		return fmt.Errorf("%w: owner %q: at most %d bytes of UTF-8 without control characters", codes.ErrInvalid, r.Owner, maxOwner)
+	}
 	if r.Limit < 0 || r.Limit > maxLimit {
 		return fmt.Errorf("%w: reader limit %d is not 1..%d (0 or none: no limit)", codes.ErrInvalid, r.Limit, maxLimit)
 	}
@@ -97,7 +105,7 @@ func validName(name string) error {
 // duration 1m). It only reads: a duration that is not a Go duration or a
 // mode without a name is an ErrInvalid here; Validate judges the values.
 func ParseAcquire(b api.AcquireBody) (Request, error) {
-	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive}
+	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive, Owner: b.Owner}
 	if b.Mode != "" {
 		m, err := semaphore.ParseMode(b.Mode)
 		if err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -200,6 +202,23 @@ func newLockCmd() *cobra.Command {
 	return cmd
 }
 
+// owner is what `sluice lock` says of itself to the operators' tables:
+// user@host, pid and the command line, cut to the API's 256 bytes.
+func owner(argv []string) string {
+	s := fmt.Sprintf("%s pid %d: %s", user(), os.Getpid(), strings.Join(argv, " "))
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+	for len(s) > 256 {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}
+
 // runLocked acquires, runs argv under the lease and releases. waiting, when
 // set, is called while the acquire waits (drain progress) and stopped once
 // it returns.
@@ -220,6 +239,7 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		}
 	}()
 	asked := time.Now()
+	o.Owner = owner(argv)
 	lease, err := c.Acquire(ctx, name, mode, o)
 	stopProgress()
 	<-progressDone

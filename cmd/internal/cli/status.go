@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -244,11 +245,12 @@ func tableName(name string) string {
 
 func printLocks(w io.Writer, tab api.Table) {
 	own := map[string]api.OwnRequest{}
+	owners := map[string]string{}
 	for _, r := range tab.Requests {
-		own[r.Request] = r
+		own[r.Request], owners[r.Request] = r, r.Owner
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tAGE\tEXPIRES")
+	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tAGE\tEXPIRES\tOWNER")
 	age := func(t time.Time) string { return time.Since(t).Round(time.Second).String() }
 	for _, l := range tab.Locks {
 		for _, e := range l.Entries {
@@ -267,8 +269,8 @@ func printLocks(w io.Writer, tab api.Table) {
 				}
 				delete(own, e.Request)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, e.Node, state, since,
-				age(e.Since), expires)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, e.Node, state, since,
+				age(e.Since), expires, cmp.Or(e.Owner, owners[e.Request], "-"))
 		}
 	}
 	for _, r := range tab.Requests { // this node's requests not in a table it holds
@@ -279,8 +281,8 @@ func printLocks(w io.Writer, tab api.Table) {
 		if !r.Expires.IsZero() {
 			expires = r.Expires.Format(time.TimeOnly)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
-			r.Since.Format(time.TimeOnly), age(r.Since), expires)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
+			r.Since.Format(time.TimeOnly), age(r.Since), expires, cmp.Or(r.Owner, "-"))
 	}
 	_ = tw.Flush()
 	switch {
