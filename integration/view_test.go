@@ -28,6 +28,7 @@ func TestClusterViewFromAnyAgent(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "/shop") || !strings.Contains(out, "holder") || strings.Contains(out, "not a leader") {
 		t.Fatalf("locks on a non-leader: exit %d\n%s%s", code, out, errs)
 	}
+	t.Logf("sluice locks on node %d (not a leader) while node %d's client holds /shop:\n%s", plain[0]+1, leaders[0]+1, out)
 	// Who holds it: the holder's agent tells (sluice lock sends user@host,
 	// pid and command line).
 	if want := fmt.Sprintf("pid %d: sh -c echo holding; exec sleep 30", holder.cmd.Process.Pid); !strings.Contains(out, want) {
@@ -38,13 +39,28 @@ func TestClusterViewFromAnyAgent(t *testing.T) {
 		t.Fatalf("locks --json on a non-leader: exit %d\n%s%s", code, out, errs)
 	}
 
-	// An operator on the non-leader releases the holder by name.
-	code, out, errs = sluice(t, p.sock, "unlock", "--force", "/shop")
+	// By token, from the non-leader: a token no ticket has is unknown.
+	if code, _, errs := sluice(t, p.sock, "unlock", "--force", "/shop", "--token", "999"); code == 0 || !strings.Contains(errs, "no ticket 999") {
+		t.Fatalf("unlock --force --token 999 on a non-leader: exit %d %q", code, errs)
+	}
+	// An operator on the non-leader releases the holder by its token (the
+	// name's first ticket)...
+	code, out, errs = sluice(t, p.sock, "unlock", "--force", "/shop", "--token", "1")
 	if code != 0 || !strings.Contains(out, "released ") {
-		t.Fatalf("unlock --force on a non-leader: exit %d %q %q", code, out, errs)
+		t.Fatalf("unlock --force --token 1 on a non-leader: exit %d %q %q", code, out, errs)
 	}
 	if code := holder.wait(t); code != 76 {
 		t.Fatalf("the holder's sluice lock exited %d, want 76 (lease lost)", code)
+	}
+	// ...and another by name.
+	other := start(t, "lock", "/cart", "--api", l.sock, "--", "sh", "-c", "echo holding; exec sleep 30")
+	other.waitLine(t, "holding")
+	code, out, errs = sluice(t, p.sock, "unlock", "--force", "/cart")
+	if code != 0 || !strings.Contains(out, "released ") {
+		t.Fatalf("unlock --force on a non-leader: exit %d %q %q", code, out, errs)
+	}
+	if code := other.wait(t); code != 76 {
+		t.Fatalf("the other holder's sluice lock exited %d, want 76 (lease lost)", code)
 	}
 	if code, _, errs := sluice(t, p.sock, "lock", "/shop", "--try", "--", "true"); code != 0 {
 		t.Fatalf("the name is not free after the force-unlock: exit %d %q", code, errs)

@@ -283,7 +283,18 @@ func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &b) {
 		return
 	}
-	reqs, err := a.cfg.Node.ForceUnlock(r.Context(), b.Name, b.Lease, b.Token)
+	lease := b.Lease
+	if lease == "" && b.Token != 0 && a.cfg.Cluster != nil {
+		// The token's request, from the cluster's table: any agent can
+		// resolve it, not only a leader.
+		id, err := a.cfg.Node.tokenRequest(r.Context(), a.cfg.Cluster, b.Name, b.Token)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		lease = id
+	}
+	reqs, err := a.cfg.Node.ForceUnlock(r.Context(), b.Name, lease, b.Token)
 	if err != nil {
 		fail(w, err)
 		return

@@ -233,3 +233,26 @@ func mergeTables(ts []*api.Table) api.Table {
 	slices.Sort(out.MergedFrom)
 	return out
 }
+
+// tokenRequest is the request holding ticket token on name, in the
+// cluster's table (a quorum of the leaders' tables).
+func (n *Node) tokenRequest(ctx context.Context, q querier, name string, token uint64) (string, error) {
+	if err := validName(name); err != nil {
+		return "", err
+	}
+	t, err := n.ClusterLocks(ctx, q, name)
+	if err != nil {
+		return "", err
+	}
+	for _, l := range t.Locks {
+		if l.Name != name {
+			continue
+		}
+		for _, e := range l.Entries {
+			if e.Ticket == token {
+				return e.Request, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%w: no ticket %d on %q in the cluster's table", ErrUnknownLease, token, name)
+}
