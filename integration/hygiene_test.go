@@ -168,7 +168,7 @@ func TestCLILockSignals(t *testing.T) {
 	dir := shortDir(t)
 	seen := filepath.Join(dir, "seen")
 	// The command counts the signals it gets, and leaves on a hang-up.
-	script := `trap 'echo INT >> "$SEEN"' INT; trap 'echo HUP >> "$SEEN"; exit 3' HUP; echo ready; while :; do sleep 0.05; done`
+	script := `trap 'echo INT >> "$SEEN"; echo got-INT' INT; trap 'echo HUP >> "$SEEN"; exit 3' HUP; echo ready; while :; do sleep 0.05; done`
 	cmd := exec.Command(binary, "lock", "/sig", "--api", sock, "--", "sh", "-c", script)
 	cmd.Env = append(os.Environ(), "SEEN="+seen)
 	// sluice in a process group of its own, without a terminal: a signal
@@ -183,10 +183,7 @@ func TestCLILockSignals(t *testing.T) {
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(bound)
-	for len(lines()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling the command's file, bounded
-	}
+	p.waitLine(t, "got-INT") // the command took it
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
@@ -129,6 +130,12 @@ func (n *Node) addOwners(ctx context.Context, q querier, question []byte, t *api
 	var ask []wire.NodeID
 	for _, l := range t.Locks {
 		for _, e := range l.Entries {
+			// A node's shared read ticket stands for many page views and
+			// has no owner: its agent (every frontend, during a drain whose
+			// progress asks every 200 ms) is not asked.
+			if e.Mode == semaphore.ReadOnly.String() && e.Active {
+				continue
+			}
 			if !asked[e.Node] {
 				asked[e.Node] = true
 				if id, err := strconv.ParseUint(e.Node, 10, 64); err == nil {
@@ -218,15 +225,8 @@ func mergeTables(ts []*api.Table) api.Table {
 		for _, e := range entries[name] {
 			l.Entries = append(l.Entries, *e)
 		}
-		// The bakery's order: by ticket, requests still choosing last.
-		key := func(e api.Entry) uint64 {
-			if e.Ticket == 0 {
-				return ^uint64(0)
-			}
-			return e.Ticket
-		}
 		slices.SortFunc(l.Entries, func(a, b api.Entry) int {
-			return cmp.Or(cmp.Compare(key(a), key(b)), cmp.Compare(a.Request, b.Request))
+			return cmp.Or(cmp.Compare(bakeryKey(a.Ticket), bakeryKey(b.Ticket)), cmp.Compare(a.Request, b.Request))
 		})
 		out.Locks = append(out.Locks, *l)
 	}

@@ -218,17 +218,20 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 // sortDetail orders entries as the bakery does: by ticket, then request;
 // requests still choosing (ticket 0) go last.
 func sortDetail(es []core.TableEntry) []core.TableEntry {
-	key := func(e wire.Entry) uint64 {
-		if e.Ticket == 0 {
-			return ^uint64(0)
-		}
-		return e.Ticket
-	}
 	out := slices.Clone(es)
 	slices.SortFunc(out, func(a, b core.TableEntry) int {
-		return cmp.Or(cmp.Compare(key(a.Entry), key(b.Entry)), a.Entry.Req.Compare(b.Entry.Req))
+		return cmp.Or(cmp.Compare(bakeryKey(a.Entry.Ticket), bakeryKey(b.Entry.Ticket)), a.Entry.Req.Compare(b.Entry.Req))
 	})
 	return out
+}
+
+// bakeryKey orders tickets as the bakery does, requests still choosing
+// (ticket 0) last.
+func bakeryKey(ticket uint64) uint64 {
+	if ticket == 0 {
+		return ^uint64(0)
+	}
+	return ticket
 }
 
 // ForceUnlock is the operator's release of someone else's lease. The lease
