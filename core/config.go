@@ -175,6 +175,10 @@ const (
 	// its readers left when the ticket was granted, not when its last
 	// local reader did.
 	MutantShareIdleFromGrant
+	// MutantNumberlessChoosing: a replica that missed a request's
+	// ADD_TICKET keeps its choosing flag without a number after EXITING,
+	// until the request's deadline (the stale flag of issue 16).
+	MutantNumberlessChoosing
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -23,7 +23,9 @@
 //	             acked ENTERING, each still in the incarnation that acked it,
 //	             and each above its high-water mark (a number refused as too
 //	             low is raised and proposed again: tickets never repeat)
-//	EXITING      the choosing flag is cleared, once the number is final
+//	EXITING      the choosing flag is cleared, once the number is final; a
+//	             replica that set the flag but missed ADD_TICKET takes the
+//	             number from it, durably (no flag without a number stays)
 //	ACTIVATE     granted once reports from a quorum, each made after the ticket
 //	             was durable, show no earlier ticket, and no request still
 //	             choosing that was there when the master first looked, and

@@ -41,6 +41,9 @@ import (
 //     writer and the readers after it wait for ever (grants missing, and
 //     the harness prints the decisions the check of skipped waiters
 //     found).
+//   - lost_add_ticket_exit.txt with a replica that keeps a choosing flag
+//     without a number after EXITING: its table shows the granted request
+//     as choosing, as the operators' view did for seconds.
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -61,6 +64,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"drain_priority.txt", core.MutantSleepBlocked, 5, ": granted "},
 		{"shared_reads.txt", core.MutantAdmitAfterYield, 1, "error=draining"},
 		{"gentle_shared.txt", core.MutantShareIdleFromGrant, 2, "gentle waiting"},
+		{"lost_add_ticket_exit.txt", core.MutantNumberlessChoosing, 1, "4.1.1 choosing ticket=0"},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

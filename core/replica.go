@@ -179,8 +179,7 @@ func (n *Node) replicaStep(m wire.Message) {
 	case wire.KindAddTicket:
 		n.onAddTicket(m)
 	case wire.KindExit:
-		t := n.replicaName(m.Name)
-		n.exit(t, t.recs[m.Req], m.Ticket)
+		n.onExit(m)
 	case wire.KindConfirm:
 		n.onConfirm(m)
 	case wire.KindWatch:
@@ -464,6 +463,29 @@ func (n *Node) onRestarted(m wire.Message) {
 		t.compact()
 		n.checkIfIdle(t)
 	}
+}
+
+// onExit takes Req's choosing flag down (EXITING). A replica that set the
+// flag but missed the request's ADD_TICKET (lost, or refused as too low)
+// takes the final number from EXITING, durably, as a late ADD_TICKET would:
+// the number is durable at a quorum of the others and unique there, and a
+// flag without a number would otherwise stay in this replica's table and
+// reports, where the operators' view shows it and masters wait on it,
+// until the request's deadline.
+func (n *Node) onExit(m wire.Message) {
+	t := n.replicaName(m.Name)
+	r := t.recs[m.Req]
+	if r != nil && r.entry.State == wire.StateChoosing && r.entry.Ticket == 0 && m.Ticket != 0 &&
+		n.cfg.Mutant&MutantNumberlessChoosing == 0 {
+		r.entry.Ticket = m.Ticket
+		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
+		t.highWater, t.stored = max(t.highWater, m.Ticket), true
+		if n.cfg.Mutant&MutantNotDurable == 0 {
+			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
+		}
+		n.askYields(t, r.entry)
+	}
+	n.exit(t, r, m.Ticket)
 }
 
 // exit takes r's choosing flag down: its number ticket is durable at a

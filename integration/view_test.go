@@ -29,13 +29,20 @@ func TestClusterViewFromAnyAgent(t *testing.T) {
 		t.Fatalf("locks on a non-leader: exit %d\n%s%s", code, out, errs)
 	}
 	t.Logf("sluice locks on node %d (not a leader) while node %d's client holds /shop:\n%s", plain[0]+1, leaders[0]+1, out)
+	// The holder's node by its name (the agents are started with --name nI).
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[0] == "/shop" && f[4] != fmt.Sprintf("n%d", leaders[0]+1) {
+			t.Fatalf("the NODE column of /shop is %q, want the holder's node name n%d:\n%s", f[4], leaders[0]+1, out)
+		}
+	}
 	// Who holds it: the holder's agent tells (sluice lock sends user@host,
 	// pid and command line).
 	if want := fmt.Sprintf("pid %d: sh -c echo holding; exec sleep 30", holder.cmd.Process.Pid); !strings.Contains(out, want) {
 		t.Fatalf("locks on a non-leader lacks the owner %q:\n%s", want, out)
 	}
 	code, out, errs = sluice(t, p.sock, "locks", "--json")
-	if code != 0 || !strings.Contains(out, `"merged_from"`) || !strings.Contains(out, `"leaders": `) {
+	if code != 0 || !strings.Contains(out, `"merged_from"`) || !strings.Contains(out, `"leaders": `) ||
+		!strings.Contains(out, fmt.Sprintf(`"node_name": "n%d"`, leaders[0]+1)) {
 		t.Fatalf("locks --json on a non-leader: exit %d\n%s%s", code, out, errs)
 	}
 

@@ -159,12 +159,18 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"acks tickets it never persists", core.MutantNotDurable, true, Options{}, nil},
 		{"shared ticket numbers", core.MutantSharedTickets, true, Options{}, nil},
 		{"request ids without incarnation", core.MutantStaleIncarnation, false, Options{}, nil},
-		{"renewal counted from the confirmation", core.MutantRenewFromDecision, true, Options{Names: 1},
+		// Drift and rollback mutants lose a lease when a quorum of its
+		// copies goes early; a leader that missed a request's ADD_TICKET
+		// takes the number from EXITING, so most tickets have a third
+		// copy, which the safety argument does not count on. These hunt
+		// with that copy off (MutantNumberlessChoosing, which is safe: the
+		// behaviour of every run before issue 16), so the harm shows.
+		{"renewal counted from the confirmation", core.MutantRenewFromDecision | core.MutantNumberlessChoosing, true, Options{Names: 1},
 			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}},
 		{"drops a restarted agent's granted tickets", core.MutantDropFormerTickets, true, Options{}, nil},
 		{"grants without its own ticket", core.MutantNoOwnTicket, true, Options{LoseRevocations: true}, nil},
 		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil},
-		{"no margin for drifting clocks", core.MutantNoDriftMargin, true, Options{WorstDrift: true, Names: 1, Batch: true},
+		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true, Options{WorstDrift: true, Names: 1, Batch: true},
 			[]Options{{WorstDrift: true, Names: 2, ClientsPerNode: 4}}},
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil},

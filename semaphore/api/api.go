@@ -13,7 +13,9 @@ import (
 
 // Status is what `sluice status` shows of one node.
 type Status struct {
-	Node  string `json:"node"`
+	Node string `json:"node"`
+	// Name is the node's --name (its hostname by default).
+	Name  string `json:"name,omitempty"`
 	Ready bool   `json:"ready"`
 	// State is LOCK_READY or NO_LOCK; Reason says why not ready.
 	State       string     `json:"state"`
@@ -45,8 +47,10 @@ type ViewStatus struct {
 
 // Member is one node as the election sees it.
 type Member struct {
-	Node   string `json:"node"`
-	ID     string `json:"id"` // priority|random|address|pid|name
+	Node string `json:"node"`
+	ID   string `json:"id"` // priority|random|address|pid|name
+	// Name is the node's --name (its hostname by default), from ID.
+	Name   string `json:"name,omitempty"`
 	Alive  bool   `json:"alive"`
 	Leader bool   `json:"leader"`
 	Off    bool   `json:"off,omitempty"`
@@ -67,6 +71,8 @@ type Table struct {
 	// replica table (only leaders hold one).
 	Node   string `json:"node"`
 	Leader bool   `json:"leader"`
+	// NodeName is the answering node's --name (its hostname by default).
+	NodeName string `json:"node_name,omitempty"`
 	// MergedFrom are the leaders whose tables Locks merges (a quorum of
 	// the view's), asked by any agent; Note says why there is no merge
 	// (fewer than a quorum answered) and Locks is then this node's own.
@@ -88,10 +94,14 @@ type Lock struct {
 type Entry struct {
 	Request string `json:"request"`
 	Node    string `json:"node"`
-	Ticket  uint64 `json:"ticket"`
-	Mode    string `json:"mode"`
-	State   string `json:"state"`
-	Active  bool   `json:"active,omitempty"`
+	// NodeName is the name of the request's node (its --name, the
+	// hostname by default), as the answering agent's membership knows it;
+	// empty when it does not.
+	NodeName string `json:"node_name,omitempty"`
+	Ticket   uint64 `json:"ticket"`
+	Mode     string `json:"mode"`
+	State    string `json:"state"`
+	Active   bool   `json:"active,omitempty"`
 	// Holder: the mode's rule admits it over the entries ahead of it: it
 	// holds the lock, or is being granted it. The others wait.
 	Holder bool `json:"holder"`

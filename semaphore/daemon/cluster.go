@@ -110,7 +110,7 @@ func (n *Node) ClusterLocks(ctx context.Context, q querier, prefix string) (api.
 			len(got), len(view.Leaders), view.Quorum(), cmp.Or(firstError(errs), fmt.Errorf("no table")))
 	}
 	out := mergeTables(got)
-	out.Node, out.Leader, out.Requests = local.Node, local.Leader, local.Requests
+	out.Node, out.NodeName, out.Leader, out.Requests = local.Node, local.NodeName, local.Leader, local.Requests
 	n.addOwners(ctx, q, question, &out, append(got, &local))
 	return out, nil
 }
@@ -205,6 +205,7 @@ func mergeTables(ts []*api.Table) api.Table {
 					continue
 				}
 				have.Leaders++
+				have.NodeName = cmp.Or(have.NodeName, e.NodeName)
 				if e.Ticket > have.Ticket {
 					have.Ticket, have.State, have.Mode = e.Ticket, e.State, e.Mode
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
@@ -56,7 +57,7 @@ func (n *Node) status() api.Status {
 	es := n.elect.Status()
 	v := n.core.View()
 	h := n.core.Handoff()
-	s := api.Status{Node: nodeID(n.cfg.Self), Ready: es.Ready, Reason: es.Reason, Coordinator: es.Coordinator,
+	s := api.Status{Node: nodeID(n.cfg.Self), Name: n.cfg.ID.Name, Ready: es.Ready, Reason: es.Reason, Coordinator: es.Coordinator,
 		View: api.ViewStatus{Epoch: v.Epoch, Leaders: nodeIDs(v.Leaders), PrevEpoch: v.PrevEpoch,
 			PrevLeaders: nodeIDs(v.PrevLeaders)},
 		Leader:      v.IsLeader(n.cfg.Self),
@@ -66,7 +67,8 @@ func (n *Node) status() api.Status {
 		Handoff: api.HandoffInfo{Complete: h.Complete, Fence: h.Fence, Pending: h.Pending},
 		Leases:  len(n.leases), Stats: n.stats, Core: coreStats(n.core.Stats()), Members: []api.Member{}}
 	for _, m := range es.Members {
-		s.Members = append(s.Members, api.Member{Node: nodeID(m.Node), ID: m.ID, Alive: m.Alive, Leader: m.Leader, Off: m.Off, Voter: m.Voter})
+		s.Members = append(s.Members, api.Member{Node: nodeID(m.Node), ID: m.ID, Name: memberName(m.ID), Alive: m.Alive,
+			Leader: m.Leader, Off: m.Off, Voter: m.Voter})
 	}
 	s.Ready, s.Reason = n.readiness()
 	s.State = "NO_LOCK"
@@ -74,6 +76,37 @@ func (n *Node) status() api.Status {
 		s.State = "LOCK_READY"
 	}
 	return s
+}
+
+// memberName is the name in a member's election id ("" when the id is
+// not known yet or does not parse).
+func memberName(id string) string {
+	if parsed, err := election.ParseID(id); err == nil {
+		return parsed.Name
+	}
+	return ""
+}
+
+// nodeNames maps the members this node knows to their names; on the loop.
+func (n *Node) nodeNames() map[string]string {
+	names := map[string]string{}
+	for _, m := range n.elect.Status().Members {
+		if name := memberName(m.ID); name != "" {
+			names[nodeID(m.Node)] = name
+		}
+	}
+	return names
+}
+
+// nameNodes fills in the node names of t's entries that names knows.
+func nameNodes(t *api.Table, names map[string]string) {
+	t.NodeName = cmp.Or(t.NodeName, names[t.Node])
+	for i := range t.Locks {
+		for j := range t.Locks[i].Entries {
+			e := &t.Locks[i].Entries[j]
+			e.NodeName = cmp.Or(e.NodeName, names[e.Node])
+		}
+	}
 }
 
 // statusWait is a WaitStatus call waiting on the loop.
@@ -211,6 +244,7 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 			}
 			t.Requests = append(t.Requests, o)
 		}
+		nameNodes(&t, n.nodeNames())
 	})
 	return t, err
 }

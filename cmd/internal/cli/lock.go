@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	osuser "os/user"
 	"strconv"
 	"strings"
 	"syscall"
@@ -491,8 +492,12 @@ func isTerminal(w io.Writer) bool {
 // user is who runs this command, for the agent's log of force-unlocks.
 func user() string {
 	u := os.Getenv("USER")
-	if u == "" {
-		u = strconv.Itoa(os.Getuid())
+	if u == "" { // cron, systemd units and sudo -E may not set it
+		if cur, err := osuser.Current(); err == nil {
+			u = cur.Username
+		} else {
+			u = strconv.Itoa(os.Getuid())
+		}
 	}
 	h, _ := os.Hostname()
 	return strings.TrimSpace(u + "@" + h)

@@ -110,6 +110,9 @@ func printStatus(w io.Writer, st api.StatusJSON) {
 	}
 	fmt.Fprintf(w, "state:   %s\n", state)
 	fmt.Fprintf(w, "node:    %s", st.Node)
+	if st.Name != "" {
+		fmt.Fprintf(w, " %s", tableName(st.Name))
+	}
 	if st.Leader {
 		fmt.Fprintf(w, " (leader, serving=%v)", st.Serving)
 	}
@@ -243,6 +246,15 @@ func tableName(name string) string {
 	return strconv.Quote(name)
 }
 
+// nodeLabel is how a table names a node: by its name when known (quoted
+// when not plain), else by its id.
+func nodeLabel(name, id string) string {
+	if name == "" {
+		return id
+	}
+	return tableName(name)
+}
+
 func printLocks(w io.Writer, tab api.Table) {
 	own := map[string]api.OwnRequest{}
 	owners := map[string]string{}
@@ -269,7 +281,7 @@ func printLocks(w io.Writer, tab api.Table) {
 				}
 				delete(own, e.Request)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, e.Node, state, since,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, nodeLabel(e.NodeName, e.Node), state, since,
 				age(e.Since), expires, cmp.Or(e.Owner, owners[e.Request], "-"))
 		}
 	}
@@ -281,7 +293,7 @@ func printLocks(w io.Writer, tab api.Table) {
 		if !r.Expires.IsZero() {
 			expires = r.Expires.Format(time.TimeOnly)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, tab.Node, r.Phase,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, nodeLabel(tab.NodeName, tab.Node), r.Phase,
 			r.Since.Format(time.TimeOnly), age(r.Since), expires, cmp.Or(r.Owner, "-"))
 	}
 	_ = tw.Flush()
