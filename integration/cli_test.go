@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,7 +161,9 @@ func TestCLIDrain(t *testing.T) {
 func TestCLIOperator(t *testing.T) {
 	sock := startDev(t)
 	code, out, errs := sluice(t, sock, "status", "--wait-ready", "10s")
-	if code != 0 || !strings.Contains(out, "LOCK_READY") || strings.Count(out, "dev-") != 3 || !strings.Contains(out, "REACHABLE") {
+	// The node by id and name, then its three members' rows.
+	if code != 0 || !strings.Contains(out, "LOCK_READY") || !regexp.MustCompile(`(?m)^node: +[0-9]+ dev-[123] `).MatchString(out) ||
+		len(regexp.MustCompile(`(?m)^[0-9]+ +dev-[123] +14 +yes`).FindAllString(out, -1)) != 3 || !strings.Contains(out, "REACHABLE") {
 		t.Fatalf("status: %d %q %q", code, out, errs)
 	}
 	code, out, _ = sluice(t, sock, "status", "--json")

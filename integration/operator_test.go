@@ -63,7 +63,7 @@ func TestOperatorListener(t *testing.T) {
 	}
 
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p := start(t, "agent", "--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock,
+	p := start(t, "agent", "--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock, "--name", "web-7",
 		"--http-listen", addr, "--http-token-file", token)
 	p.waitLine(t, "operator page on http://"+addr)
 	waitReady(t, unixClient(sock))
@@ -107,7 +107,8 @@ func TestOperatorListener(t *testing.T) {
 	}
 	code, page := get(t, base+"/?token=op-s3cret", "")
 	if code != 200 || !strings.Contains(page, `<tr class="drain"><td>&#34;/site&#34;</td><td>read-write-priority</td>`) ||
-		!strings.Contains(page, "LOCK_READY") || !strings.Contains(page, `var token = "op-s3cret"`) {
+		!strings.Contains(page, "LOCK_READY") || !strings.Contains(page, `var token = "op-s3cret"`) ||
+		!strings.Contains(page, "<h1>sluice — node web-7 ") || !strings.Contains(page, "<td>web-7</td><td>holder</td>") {
 		t.Fatalf("the page: %d\n%s", code, page)
 	}
 	if browser := chromium(); browser != "" {

@@ -107,8 +107,65 @@ func TestCLILocksFilters(t *testing.T) {
 	if code := w.wait(t); code != 0 {
 		t.Fatalf("locks --watch after Ctrl-C: exit %d", code)
 	}
+	// A watch of a prefix with no names: the empty table, again and again.
+	w = start(t, "locks", "/nothing/here", "--api", sock, "--watch")
+	w.waitLine(t, "NAME")
+	w.waitLine(t, "NAME")
+	if err := w.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.wait(t); code != 0 || strings.Contains(w.output.String(), "/old") {
+		t.Fatalf("locks /nothing/here --watch: exit %d\n%s", code, w.output)
+	}
 	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	holder.wait(t)
+}
+
+// TestDrainCountsSharedReaders: readers on a non-leader agent's shared
+// read ticket are counted one by one from any agent: `sluice locks` on a
+// leader shows the ticket with its readers (one row, not one per reader),
+// and a drain started on a third agent shows them leaving one by one, then
+// runs its command.
+func TestDrainCountsSharedReaders(t *testing.T) {
+	c := newFaultCluster(t, 4, false)
+	c.startAll()
+	defer c.stopAll()
+	leaders := c.leaders(0)
+	plain := c.others(leaders...)
+	if len(plain) != 1 || len(leaders) < 2 {
+		t.Fatalf("leaders %v of 4 nodes", leaders)
+	}
+	frontend := c.nodes[plain[0]]
+	var readers []*proc
+	for range 3 {
+		// Tries, as a frontend's page views are: granted on the agent's
+		// shared read ticket.
+		r := start(t, "lock", "/site", "--mode", "read-only", "--try", "--api", frontend.sock, "--",
+			"sh", "-c", "echo reading; exec sleep 60")
+		r.waitLine(t, "reading")
+		readers = append(readers, r)
+	}
+	code, out, errs := sluice(t, c.nodes[leaders[0]].sock, "locks", "/site")
+	if code != 0 || !strings.Contains(out, "shared read ticket, 3 readers on it") || strings.Count(out, "/site") != 1 {
+		t.Fatalf("locks on a leader while 3 readers hold node %d's shared read ticket: exit %d\n%s%s", plain[0]+1, code, out, errs)
+	}
+	t.Logf("sluice locks on node %d (a leader) while 3 readers hold node %d's shared read ticket:\n%s", leaders[0]+1, plain[0]+1, out)
+
+	drain := start(t, "drain", "/site", "--api", c.nodes[leaders[1]].sock, "--", "echo", "maintenance runs")
+	drain.waitLine(t, "3 readers left")
+	for i, r := range readers {
+		if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		r.wait(t)
+		if left := len(readers) - 1 - i; left > 0 {
+			drain.waitLine(t, fmt.Sprintf("%d readers left", left))
+		}
+	}
+	drain.waitLine(t, "maintenance runs")
+	if code := drain.wait(t); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
 }

@@ -81,6 +81,10 @@ type Table struct {
 	Locks      []Lock   `json:"locks"`
 	// Requests are this node's own clients' requests.
 	Requests []OwnRequest `json:"requests"`
+	// SharedReaders counts, per name, this node's clients that hold on
+	// its shared read ticket of that name (their requests are in Requests
+	// too, phase "held-shared", except in answers to other agents).
+	SharedReaders map[string]int `json:"shared_readers,omitempty"`
 }
 
 // Lock is one name in a leader's table.
@@ -88,6 +92,23 @@ type Lock struct {
 	Name      string  `json:"name"`
 	HighWater uint64  `json:"high_water"`
 	Entries   []Entry `json:"entries"`
+}
+
+// ReadersHolding counts the readers that hold l's name: each plain reader
+// granted, and the readers on each node's shared read ticket (one when its
+// agent did not say). A drain waits for them.
+func (l Lock) ReadersHolding() int {
+	n := 0
+	for _, e := range l.Entries {
+		switch {
+		case e.Mode != "read-only" || !e.Holder:
+		case e.Active && e.Readers != nil:
+			n += *e.Readers
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // Entry is one request of a name, in ticket order (the bakery's order).
@@ -114,6 +135,10 @@ type Entry struct {
 	// Owner, in a merged table, is what the request's client said of
 	// itself (AcquireBody.Owner), asked of the request's agent.
 	Owner string `json:"owner,omitempty"`
+	// Readers, for a node's shared read ticket (Active read-only) in a
+	// merged table, is how many of that node's clients hold on it, as its
+	// agent answered; nil when it did not (gone, or an older version).
+	Readers *int `json:"readers,omitempty"`
 }
 
 // OwnRequest is one request of this node's clients.

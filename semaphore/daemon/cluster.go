@@ -25,6 +25,9 @@ import (
 // tableQuery is the question of a lock-table query.
 type tableQuery struct {
 	Prefix string `json:"prefix"`
+	// Brief: leave the requests granted on a shared read ticket out of
+	// the answer (one per page view in flight; SharedReaders counts them).
+	Brief bool `json:"brief,omitempty"`
 }
 
 // querier asks a peer a question over the mesh (p2p.Host.Query).
@@ -46,6 +49,9 @@ func (n *Node) answerTableQuery(ctx context.Context, _ wire.NodeID, question []b
 	if err != nil {
 		return nil, err
 	}
+	if q.Brief {
+		t.Requests = slices.DeleteFunc(t.Requests, func(r api.OwnRequest) bool { return r.Phase == heldShared })
+	}
 	// This node's own requests go too: the asker shows their owners.
 	return json.Marshal(t)
 }
@@ -66,7 +72,7 @@ func (n *Node) ClusterLocks(ctx context.Context, q querier, prefix string) (api.
 	if len(view.Leaders) == 0 {
 		return api.Table{}, fmt.Errorf("%w: no view yet: the leaders are not known", codes.ErrNotReady)
 	}
-	question, err := json.Marshal(tableQuery{Prefix: prefix})
+	question, err := json.Marshal(tableQuery{Prefix: prefix, Brief: true})
 	if err != nil {
 		return api.Table{}, err
 	}
@@ -111,31 +117,42 @@ func (n *Node) ClusterLocks(ctx context.Context, q querier, prefix string) (api.
 	}
 	out := mergeTables(got)
 	out.Node, out.NodeName, out.Leader, out.Requests = local.Node, local.NodeName, local.Leader, local.Requests
-	n.addOwners(ctx, q, question, &out, append(got, &local))
+	n.addAgentsWord(ctx, q, question, &out, append(got, &local))
 	return out, nil
 }
 
-// addOwners fills in the owners of t's entries: what each request's own
-// agent says of it (its Requests), from the tables at hand and, for the
-// other agents whose requests are in t, by asking them; best effort.
-func (n *Node) addOwners(ctx context.Context, q querier, question []byte, t *api.Table, have []*api.Table) {
-	owners := map[string]string{}
+// agentWord is what agents say of their own requests in a table: owners
+// by request, and readers on shared read tickets by node and name.
+type agentWord struct {
+	owners  map[string]string
+	readers map[string]map[string]int // node → name → readers
+}
+
+func (w *agentWord) add(t *api.Table) {
+	for _, r := range t.Requests {
+		w.owners[r.Request] = r.Owner
+	}
+	w.readers[t.Node] = t.SharedReaders
+	if w.readers[t.Node] == nil {
+		w.readers[t.Node] = map[string]int{}
+	}
+}
+
+// addAgentsWord fills in the owners of t's entries, and the readers on
+// its shared read tickets: what each request's own agent says (its
+// Requests and SharedReaders), from the tables at hand and, for the other
+// agents whose requests are in t, by asking them; best effort (an agent
+// that does not answer leaves its owners and readers unknown).
+func (n *Node) addAgentsWord(ctx context.Context, q querier, question []byte, t *api.Table, have []*api.Table) {
+	word := agentWord{owners: map[string]string{}, readers: map[string]map[string]int{}}
 	asked := map[string]bool{}
 	for _, h := range have {
 		asked[h.Node] = true
-		for _, r := range h.Requests {
-			owners[r.Request] = r.Owner
-		}
+		word.add(h)
 	}
 	var ask []wire.NodeID
 	for _, l := range t.Locks {
 		for _, e := range l.Entries {
-			// A node's shared read ticket stands for many page views and
-			// has no owner: its agent (every frontend, during a drain whose
-			// progress asks every 200 ms) is not asked.
-			if e.Mode == semaphore.ReadOnly.String() && e.Active {
-				continue
-			}
 			if !asked[e.Node] {
 				asked[e.Node] = true
 				if id, err := strconv.ParseUint(e.Node, 10, 64); err == nil {
@@ -152,21 +169,23 @@ func (n *Node) addOwners(ctx context.Context, q querier, question []byte, t *api
 			defer cancel()
 			b, err := q.Query(qctx, id, question)
 			var other api.Table
-			if err != nil || json.Unmarshal(b, &other) != nil {
-				return // gone or old: its owners stay unknown
+			if err != nil || json.Unmarshal(b, &other) != nil || nodeID(id) != other.Node {
+				return // gone or old: its owners and readers stay unknown
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, r := range other.Requests {
-				owners[r.Request] = r.Owner
-			}
+			word.add(&other)
 		})
 	}
 	wg.Wait()
 	for i := range t.Locks {
-		for j := range t.Locks[i].Entries {
-			e := &t.Locks[i].Entries[j]
-			e.Owner = owners[e.Request]
+		l := &t.Locks[i]
+		for j := range l.Entries {
+			e := &l.Entries[j]
+			e.Owner = word.owners[e.Request]
+			if readers, known := word.readers[e.Node]; known && e.Mode == semaphore.ReadOnly.String() && e.Active {
+				e.Readers = new(readers[l.Name])
+			}
 		}
 	}
 }

@@ -195,15 +195,10 @@ func drains(t api.Table, now time.Time) []Drain {
 			if w.Mode == semaphore.ReadOnly.String() || w.Holder || w.Ticket == 0 {
 				continue
 			}
-			readers := 0
-			for _, r := range l.Entries {
-				if r.Mode == semaphore.ReadOnly.String() && r.Holder {
-					readers++
-				}
-			}
-			if readers == 0 {
+			if !slices.ContainsFunc(l.Entries, func(r api.Entry) bool { return r.Mode == semaphore.ReadOnly.String() && r.Holder }) {
 				continue // waiting for another writer, not a drain
 			}
+			readers := l.ReadersHolding()
 			out = append(out, Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Readers: readers, Since: w.Since,
 				Waited: now.Sub(w.Since).Round(time.Second).String()})
 		}

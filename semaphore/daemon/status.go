@@ -78,6 +78,10 @@ func (n *Node) status() api.Status {
 	return s
 }
 
+// heldShared is the phase of a request granted on its node's shared read
+// ticket (core.RequestInfo.Phase).
+const heldShared = "held-shared"
+
 // memberName is the name in a member's election id ("" when the id is
 // not known yet or does not parse).
 func memberName(id string) string {
@@ -243,6 +247,12 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 				}
 			}
 			t.Requests = append(t.Requests, o)
+			if r.Phase == heldShared {
+				if t.SharedReaders == nil {
+					t.SharedReaders = map[string]int{}
+				}
+				t.SharedReaders[r.Name]++
+			}
 		}
 		nameNodes(&t, n.nodeNames())
 	})

@@ -429,20 +429,7 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 				if l.Name != name {
 					continue
 				}
-				for _, e := range l.Entries {
-					switch {
-					case e.Mode != semaphore.ReadOnly.String() || e.Ticket == 0:
-					case e.Active && e.Node == tab.Node:
-						// This agent's shared read ticket: its readers.
-						for _, r := range tab.Requests {
-							if r.Name == name && r.Phase == "held-shared" {
-								readers++
-							}
-						}
-					default:
-						readers++ // a reader, or another agent's shared ticket
-					}
-				}
+				readers += l.ReadersHolding()
 			}
 		}
 		left := "unknown"

@@ -183,13 +183,17 @@ func newLocksCmd() *cobra.Command {
 			defer stop()
 			tick := time.NewTicker(2 * time.Second)
 			defer tick.Stop()
-			for {
+			for shown := false; ; shown = true {
 				if isTerminal(cmd.OutOrStdout()) {
 					fmt.Fprint(cmd.OutOrStdout(), "\033[H\033[2J")
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", time.Now().Format(time.TimeOnly))
 				if err := show(); err != nil {
-					return err
+					if !shown || ctx.Err() != nil {
+						return err // a bad question, or no agent at all
+					}
+					// An agent restarting under the watch: say so, go on.
+					fmt.Fprintf(cmd.OutOrStdout(), "(%v)\n", err)
 				}
 				select {
 				case <-ctx.Done():
@@ -264,8 +268,12 @@ func printLocks(w io.Writer, tab api.Table) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tAGE\tEXPIRES\tOWNER")
 	age := func(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+	sharedHere := map[string]bool{} // names with this node's shared read ticket in the table
 	for _, l := range tab.Locks {
 		for _, e := range l.Entries {
+			if e.Readers != nil && e.Node == tab.Node {
+				sharedHere[l.Name] = true
+			}
 			state, since, expires := "waiting", e.Since.Format(time.TimeOnly), "-"
 			switch {
 			case e.Ticket == 0:
@@ -281,13 +289,17 @@ func printLocks(w io.Writer, tab api.Table) {
 				}
 				delete(own, e.Request)
 			}
+			owner := cmp.Or(e.Owner, owners[e.Request], "-")
+			if e.Readers != nil { // a node's shared read ticket
+				owner = fmt.Sprintf("shared read ticket, %d readers on it", *e.Readers)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, nodeLabel(e.NodeName, e.Node), state, since,
-				age(e.Since), expires, cmp.Or(e.Owner, owners[e.Request], "-"))
+				age(e.Since), expires, owner)
 		}
 	}
 	for _, r := range tab.Requests { // this node's requests not in a table it holds
-		if _, left := own[r.Request]; !left {
-			continue
+		if _, left := own[r.Request]; !left || r.Phase == "held-shared" && sharedHere[r.Name] {
+			continue // shown, or one of the readers its shared read ticket's row counts
 		}
 		expires := "-"
 		if !r.Expires.IsZero() {
