@@ -1,12 +1,18 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // readmeBlock is the first fenced block of lang in the README.
@@ -74,5 +80,161 @@ func TestReadmeExamples(t *testing.T) {
 				t.Fatalf("the example's lock was not released: exit %d %q", code, errs)
 			}
 		})
+	}
+}
+
+// readmeBlockAfter is the first fenced block after the README line that
+// contains marker.
+func readmeBlockAfter(t *testing.T, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), marker)
+	if !ok {
+		t.Fatalf("README has no %q", marker)
+	}
+	_, rest, ok = strings.Cut(rest, "\n```\n")
+	if !ok {
+		t.Fatalf("README has no block after %q", marker)
+	}
+	block, _, ok := strings.Cut(rest, "\n```\n")
+	if !ok {
+		t.Fatalf("README's block after %q does not end", marker)
+	}
+	return block
+}
+
+// TestReadmeQuickStart runs the quick start's curl lines as written, with
+// S the test agent's socket (the README's S= line names the per-user
+// default) and the lease id the acquire printed for the sample one.
+func TestReadmeQuickStart(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl (Debian: apt-get install curl)")
+	}
+	sock := startDev(t)
+	block := readmeBlockAfter(t, "take a lock and give it back with curl")
+	sample := regexp.MustCompile(`"lease":"([0-9.]+)"`).FindStringSubmatch(block)
+	if sample == nil {
+		t.Fatalf("no sample lease id in the quick start:\n%s", block)
+	}
+	ran, lease := 0, ""
+	for _, line := range strings.Split(block, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "S=") {
+			continue
+		}
+		if lease != "" { // the release gives back the lease the acquire printed
+			line = strings.ReplaceAll(line, sample[1], lease)
+		}
+		cmd := exec.Command("bash", "-c", line)
+		cmd.Env = append(os.Environ(), "S="+sock)
+		b, err := cmd.Output()
+		out := string(b)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		ran++
+		switch {
+		case strings.Contains(line, "/v1/acquire"):
+			var got struct {
+				Lease string `json:"lease"`
+				Token uint64 `json:"token"`
+			}
+			if json.Unmarshal(b, &got) != nil || got.Lease == "" || got.Token == 0 {
+				t.Fatalf("%s: %q", line, out)
+			}
+			lease = got.Lease
+		case strings.Contains(line, "/v1/release"):
+			if strings.Contains(out, `"error"`) {
+				t.Fatalf("%s: %q", line, out)
+			}
+		case strings.Contains(line, "/v1/status"):
+			if !strings.Contains(out, `"state":"LOCK_READY"`) {
+				t.Fatalf("%s: %q", line, out)
+			}
+		case strings.Contains(line, "/v1/locks"):
+			if !strings.Contains(out, `"locks":`) {
+				t.Fatalf("%s: %q", line, out)
+			}
+		}
+	}
+	if ran != 4 {
+		t.Fatalf("ran %d of the quick start's curl lines, want 4:\n%s", ran, block)
+	}
+}
+
+// TestReadmeSession runs the "Using it" session as written, with the
+// test's build for `go run ./cmd/sluice` and its agent in SLUICE_API. A
+// line ending in & runs in the background, and the next starts once its
+// lock is in the table, as a person typing would see it.
+func TestReadmeSession(t *testing.T) {
+	sock := startDev(t)
+	block := readmeBlockAfter(t, "## Using it")
+	comment := regexp.MustCompile(`\s+#\s.*$`)
+	var background []*proc
+	ran := 0
+	for _, line := range strings.Split(block, "\n") {
+		line = strings.TrimSpace(comment.ReplaceAllString(line, ""))
+		if line == "" {
+			continue
+		}
+		if !strings.HasPrefix(line, "go run ./cmd/sluice ") {
+			t.Fatalf("the session has a line that is not a sluice command: %q", line)
+		}
+		line = strings.Replace(line, "go run ./cmd/sluice", binary, 1)
+		ran++
+		if bg, ok := strings.CutSuffix(line, "&"); ok {
+			cmd := exec.Command("bash", "-c", "exec "+strings.TrimSpace(bg))
+			cmd.Env = append(os.Environ(), "SLUICE_API="+sock)
+			background = append(background, startProc(t, cmd))
+			name := strings.Fields(bg)[2]
+			waitHolder(t, sock, name)
+			continue
+		}
+		cmd := exec.Command("bash", "-c", line)
+		cmd.Env = append(os.Environ(), "SLUICE_API="+sock)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		want := map[string]string{"status": "LOCK_READY", "lock": "holding /jobs/report, token ", "drain": "upgrading",
+			"locks": "/jobs/nightly", "unlock": "released "}[strings.Fields(line)[1]]
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("%s: %q lacks %q", line, out, want)
+		}
+	}
+	if ran != 7 || len(background) != 2 {
+		t.Fatalf("ran %d lines of the session (%d in the background), want 7 (2):\n%s", ran, len(background), block)
+	}
+	// The reader ended by itself; the nightly job lost its lock to the
+	// operator's unlock --force.
+	if code := background[0].wait(t); code != 0 {
+		t.Fatalf("the reader exited %d", code)
+	}
+	if code := background[1].wait(t); code != 76 {
+		t.Fatalf("the force-unlocked job exited %d, want 76", code)
+	}
+}
+
+// waitHolder waits until name has a holder in the agent's table: a
+// background sluice lock was granted.
+func waitHolder(t *testing.T, sock, name string) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		code, out, _ := sluice(t, sock, "locks", name, "--json")
+		var tab api.Table
+		if code == 0 && json.Unmarshal([]byte(out), &tab) == nil {
+			for _, l := range tab.Locks {
+				if l.Name == name && slices.ContainsFunc(l.Entries, func(e api.Entry) bool { return e.Holder }) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no holder after %v:\n%s", name, bound, out)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the table for the grant, bounded
 	}
 }
