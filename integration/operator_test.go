@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,9 +106,35 @@ func TestOperatorListener(t *testing.T) {
 	if len(state.Drains) != 1 || state.Drains[0].Name != "/site" || state.Drains[0].Readers != 1 {
 		t.Fatalf("drains on the page's state: %+v", state.Drains)
 	}
-	code, page := get(t, base+"/?token=op-s3cret", "")
+	// A browser's first visit with ?token=: the token goes into a cookie
+	// and the page is at / without it (not in history, links or the page).
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	browserLike := &http.Client{Timeout: bound, Jar: jar}
+	resp, err := browserLike.Get(base + "/?token=op-s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	code, page := resp.StatusCode, string(b)
+	if resp.Request.URL.String() != base+"/" || strings.Contains(page, "op-s3cret") {
+		t.Fatalf("the first visit ends at %s, the page has the token: %v", resp.Request.URL, strings.Contains(page, "op-s3cret"))
+	}
+	wrong, err := http.NewRequest("GET", base+"/api/state", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong.AddCookie(&http.Cookie{Name: "sluice_operator", Value: "guess"})
+	if resp, err := (&http.Client{Timeout: bound}).Do(wrong); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("a cookie with a wrong token: %v %v, want 401", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if code != 200 || !strings.Contains(page, `<tr class="drain"><td>&#34;/site&#34;</td><td>read-write-priority</td>`) ||
-		!strings.Contains(page, "LOCK_READY") || !strings.Contains(page, `var token = "op-s3cret"`) ||
+		!strings.Contains(page, "LOCK_READY") ||
 		!strings.Contains(page, "<h1>sluice — node web-7 ") || !strings.Contains(page, "<td>web-7</td><td>holder</td>") {
 		t.Fatalf("the page: %d\n%s", code, page)
 	}

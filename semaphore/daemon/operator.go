@@ -35,8 +35,10 @@ type OperatorConfig struct {
 	// Cluster asks the leaders for their tables (the page shows the
 	// cluster's); nil: this node's own.
 	Cluster querier
-	// Token, when set, must come as "Authorization: Bearer <Token>", or as
-	// ?token= (a browser's first visit; the page passes it on).
+	// Token, when set, must come as "Authorization: Bearer <Token>", in
+	// the page's cookie, or as ?token= (a browser's first visit to /,
+	// which sets the cookie and sends it on to / without the token in
+	// its address; or a curl of another path).
 	Token string
 	// Allow, when set, are the client networks admitted (others: 403).
 	Allow []netip.Prefix
@@ -89,6 +91,14 @@ func NewOperator(cfg OperatorConfig) http.Handler {
 		writeJSON(w, http.StatusOK, operatorState(r.Context(), cfg))
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Token != "" && r.URL.Query().Has("token") {
+			// guard checked it: keep it in a cookie the page's script
+			// cannot read, out of the address bar, history and links.
+			http.SetCookie(w, &http.Cookie{Name: operatorCookie, Value: cfg.Token, Path: "/", HttpOnly: true,
+				SameSite: http.SameSiteStrictMode})
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
 		st := operatorState(r.Context(), cfg)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
@@ -96,12 +106,16 @@ func NewOperator(cfg OperatorConfig) http.Handler {
 		if r.URL.Query().Get("fragment") == "1" { // the script's refresh: the body alone
 			tmpl = pageTemplate.Lookup("body")
 		}
-		if err := tmpl.Execute(w, pageData{State: st, Token: r.URL.Query().Get("token")}); err != nil {
+		if err := tmpl.Execute(w, pageData{State: st}); err != nil {
 			return // the client went away
 		}
 	})
 	return guard(cfg, mux)
 }
+
+// operatorCookie carries the token of the operator's page after a first
+// visit with ?token=.
+const operatorCookie = "sluice_operator"
 
 // guard admits a request from an allowed network with the token.
 func guard(cfg OperatorConfig, next http.Handler) http.Handler {
@@ -116,6 +130,9 @@ func guard(cfg OperatorConfig, next http.Handler) http.Handler {
 		}
 		if cfg.Token != "" {
 			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if c, err := r.Cookie(operatorCookie); got == "" && err == nil {
+				got = c.Value
+			}
 			if got == "" {
 				got = r.URL.Query().Get("token")
 			}
@@ -237,7 +254,6 @@ func (f *forceLog) recent() []ForceNote {
 
 type pageData struct {
 	State OperatorState
-	Token string
 }
 
 //go:embed operator.html
