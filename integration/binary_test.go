@@ -134,6 +134,26 @@ func (p *proc) waitLine(t *testing.T, s string) string {
 	}
 }
 
+// rest is the output not read by waitLine yet, once the process ended
+// (after wait): its lines go to output too.
+func (p *proc) rest(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	timeout := time.After(bound)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				return b.String()
+			}
+			p.output.WriteString(l + "\n")
+			b.WriteString(l + "\n")
+		case <-timeout:
+			t.Fatalf("output still open after %v", bound)
+		}
+	}
+}
+
 func (p *proc) wait(t *testing.T) int {
 	t.Helper()
 	select {

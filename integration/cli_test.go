@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // sluice runs the binary to its end with SLUICE_API=sock and returns its
@@ -254,5 +257,65 @@ func TestCLIWaitReadyWaitsForTheSocket(t *testing.T) {
 	waiting.waitLine(t, "LOCK_READY")
 	if code := waiting.wait(t); code != 0 {
 		t.Fatalf("status --wait-ready before the agent: exit %d %q", code, waiting.output.String())
+	}
+}
+
+// TestCLIUnlockByName: `unlock --force NAME` drops NAME's holder, and the
+// waiter behind it gets the lock; with --all the waiters go too (each
+// `sluice lock` of them exits 75, not obtained), before the holders.
+func TestCLIUnlockByName(t *testing.T) {
+	sock := startDev(t)
+	holder := start(t, "lock", "/job", "--api", sock, "--", "sh", "-c", "echo holding; exec sleep 60")
+	holder.waitLine(t, "holding")
+	waiter := start(t, "lock", "/job", "--api", sock, "--timeout", "1m", "--", "sh", "-c", "echo waited; exec sleep 60")
+	waitEntries(t, sock, "/job", 2)
+	code, out, errs := sluice(t, sock, "unlock", "--force", "/job")
+	if code != 0 || strings.Count(out, "released ") != 1 {
+		t.Fatalf("unlock --force /job: exit %d %q %q", code, out, errs)
+	}
+	if code := holder.wait(t); code != 76 {
+		t.Fatalf("the holder exited %d, want 76", code)
+	}
+	waiter.waitLine(t, "waited") // the next in line holds it now
+
+	third := start(t, "lock", "/job", "--api", sock, "--timeout", "1m", "--", "sh", "-c", "echo third; exec sleep 60")
+	waitEntries(t, sock, "/job", 2)
+	code, out, errs = sluice(t, sock, "unlock", "--force", "/job", "--all")
+	if code != 0 || strings.Count(out, "released ") != 2 {
+		t.Fatalf("unlock --force /job --all: exit %d %q %q", code, out, errs)
+	}
+	if code := third.wait(t); code != 75 {
+		t.Fatalf("the force-unlocked waiter exited %d, want 75 (not obtained)\n%s", code, third.output)
+	}
+	if rest := third.rest(t); strings.Contains(rest, "third") || !strings.Contains(rest, "force-unlocked while it waited") {
+		t.Fatalf("the force-unlocked waiter said:\n%s", rest)
+	}
+	if code := waiter.wait(t); code != 76 {
+		t.Fatalf("the second holder exited %d, want 76", code)
+	}
+	if code, _, errs := sluice(t, sock, "unlock", "--force", "/job"); code != 1 || !strings.Contains(errs, "no holder of /job") {
+		t.Fatalf("unlock --force of a free name: exit %d %q", code, errs)
+	}
+}
+
+// waitEntries waits until name has n requests with a ticket in the
+// agent's table: the waiters started are in line.
+func waitEntries(t *testing.T, sock, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		code, out, _ := sluice(t, sock, "locks", name, "--json")
+		var tab api.Table
+		if code == 0 && json.Unmarshal([]byte(out), &tab) == nil {
+			for _, l := range tab.Locks {
+				if l.Name == name && len(slices.DeleteFunc(l.Entries, func(e api.Entry) bool { return e.Ticket == 0 })) == n {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has not %d tickets after %v:\n%s", name, n, bound, out)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the table for the waiter's ticket, bounded
 	}
 }

@@ -2,12 +2,33 @@ package semaphore
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/wire"
 )
+
+// CheckName checks a lock's name: not empty, at most wire.MaxNameLen
+// bytes, UTF-8 without control characters (a newline would add rows to
+// `sluice locks`, an escape sequence would rewrite an operator's
+// terminal). ErrInvalid otherwise.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty name", ErrInvalid)
+	case len(name) > wire.MaxNameLen:
+		return fmt.Errorf("%w: name of %d bytes is over %d", ErrInvalid, len(name), wire.MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: name %q is not valid UTF-8", ErrInvalid, name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: name %q has a control character", ErrInvalid, name)
+	}
+	return nil
+}
 
 // Mode is a semaphore mode.
 type Mode = wire.Mode
@@ -58,7 +79,7 @@ var modeNames = map[string]Mode{
 func ParseMode(s string) (Mode, error) {
 	m, ok := modeNames[s]
 	if !ok {
-		return 0, fmt.Errorf("%w: unknown mode %q (read-only, read-write-priority, read-write, read-write-gentle)", ErrInvalid, s)
+		return 0, fmt.Errorf("%w: unknown mode %q (read-only, read-write-priority, read-write, read-write-gentle, exclusive)", ErrInvalid, s)
 	}
 	return m, nil
 }

@@ -83,22 +83,9 @@ func (r Request) Validate() error {
 // MinDuration is the shortest lease: one tick of the agents' clock.
 const MinDuration = DefaultTick
 
-// validName checks a lock's name, for requests and force-unlocks: UTF-8
-// without control characters (a newline would add rows to `sluice locks`,
-// an escape sequence would rewrite an operator's terminal).
-func validName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty name", codes.ErrInvalid)
-	case len(name) > wire.MaxNameLen:
-		return fmt.Errorf("%w: name of %d bytes is over %d", codes.ErrInvalid, len(name), wire.MaxNameLen)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: name %q is not valid UTF-8", codes.ErrInvalid, name)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("%w: name %q has a control character", codes.ErrInvalid, name)
-	}
-	return nil
-}
+// validName checks a lock's name, for requests and force-unlocks
+// (semaphore.CheckName).
+func validName(name string) error { return semaphore.CheckName(name) }
 
 // ParseAcquire reads the body of POST /v1/acquire into a Request, with the
 // API's defaults for what it leaves out (mode exclusive, timeout 30s,

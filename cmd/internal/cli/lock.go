@@ -99,7 +99,9 @@ func plainError(err error) string {
 	var op *net.OpError
 	switch {
 	case errors.As(err, &ae):
-		return cmp.Or(ae.Message, ae.Code, "error") // the agent's message names its code
+		// The agent's message names its code; its packages' prefixes
+		// ("core: timed out") say nothing to an operator.
+		return withoutPackages(cmp.Or(ae.Message, ae.Code, "error"))
 	case errors.As(err, &op):
 		where := ""
 		if op.Addr != nil {
@@ -109,7 +111,17 @@ func plainError(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return "the agent did not answer in time"
 	}
-	return err.Error()
+	return withoutPackages(err.Error())
+}
+
+// withoutPackages drops the Go packages' prefixes of sentinel errors
+// ("core: timed out"): they say nothing to an operator.
+func withoutPackages(msg string) string {
+	for _, p := range []string{"core: ", "semaphore: ", "daemon: ", "client: "} {
+		msg = strings.TrimPrefix(msg, p)
+		msg = strings.ReplaceAll(msg, ": "+p, ": ")
+	}
+	return msg
 }
 
 // splitCommand takes NAME before "--" and CMD ARGS after it.
@@ -185,7 +197,7 @@ func newLockCmd() *cobra.Command {
 			}
 			mode, err := semaphore.ParseMode(f.mode)
 			if err != nil {
-				return usageErrorf("--mode: %v", err)
+				return usageErrorf("lock: --mode: %s", strings.TrimPrefix(withoutPackages(err.Error()), "invalid request: "))
 			}
 			if err := f.check(cmd, name, mode); err != nil {
 				return err
@@ -248,12 +260,20 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		fmt.Fprintf(cmd.ErrOrStderr(), "draining %s: granted after %s (token %d): running %s\n", name,
 			time.Since(asked).Round(time.Millisecond), lease.Token(), strings.Join(argv, " "))
 	}
+	verb := "lock"
+	if waiting != nil {
+		verb = "drain"
+	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("lock %s: interrupted while waiting", name)}
+			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s %s: interrupted while waiting", verb, name)}
 		}
 		if errors.Is(err, semaphore.ErrNotReady) {
-			return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("lock %s: the agent is not ready: %v", name, err)}
+			return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s %s: the agent is not ready: %s", verb, name, plainError(err))}
+		}
+		if errors.Is(err, semaphore.ErrLost) {
+			// Dropped while it waited: an operator's unlock --force --all.
+			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s %s: not obtained: the request was force-unlocked while it waited", verb, name)}
 		}
 		if errors.Is(err, semaphore.ErrTimedOut) {
 			// An agent that lost readiness only after the request ended
@@ -263,10 +283,10 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 			st, serr := c.Status(stCtx)
 			cancel()
 			if serr == nil && !st.Ready {
-				return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("lock %s: the agent is not ready (%s)", name, st.Reason)}
+				return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s %s: the agent is not ready (%s)", verb, name, st.Reason)}
 			}
 		}
-		return apiError("lock "+name, err)
+		return apiError(verb+" "+name, err)
 	}
 	stop() // from here on, signals go to CMD, which decides
 	code, lost, runErr := runUnder(cmd, lease, name, argv, killIn)

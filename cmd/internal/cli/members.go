@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/p2p"
 	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/client"
 )
@@ -116,6 +118,12 @@ func newMembersChangeCmd(verb, done, short string,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("%s: one ID (a peer id or node number), got %d arguments", what, len(args))
+			}
+			if n, err := strconv.ParseUint(args[0], 10, 64); err == nil && n > 0 {
+				return nil
+			}
+			if _, err := p2p.ParsePeerIDs(args[:1]); err != nil {
+				return usageErrorf("%s: %q is neither a peer id (`sluice id`) nor a node number", what, args[0])
 			}
 			return nil
 		},

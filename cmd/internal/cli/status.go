@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/client"
 )
@@ -323,14 +325,17 @@ func newUnlockCmd() *cobra.Command {
 		force  bool
 		token  uint64
 		lease  string
+		all    bool
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "unlock --force NAME [--token T | --lease ID]",
+		Use:   "unlock --force NAME [--token T | --lease ID | --all]",
 		Short: "Release someone else's lock (operator)",
 		Long: "Tell the leaders to drop a holder's ticket of NAME: the one with\n" +
-			"--token T, or --lease ID; with neither, every ticket of NAME that the\n" +
-			"agent's table shows. The leaders tell the holder's agent at once (a\n" +
+			"--token T, or --lease ID; with neither, NAME's holders in the cluster's\n" +
+			"table (the next waiter then gets it); --all also drops the waiters\n" +
+			"(each exits 75: not obtained), before the holders, so none of them is\n" +
+			"granted on the way. The leaders tell the holder's agent at once (a\n" +
 			"`sluice lock` holder sends its command SIGTERM); its fencing token is\n" +
 			"what protects the resource until the holder stops. Returns once a\n" +
 			"quorum of the leaders dropped the ticket; a lease no leader of that\n" +
@@ -346,8 +351,14 @@ func newUnlockCmd() *cobra.Command {
 				return usageErrorf("unlock: --force is required: this releases a lock its holder still believes it has")
 			}
 			name := args[0]
+			if err := semaphore.CheckName(name); err != nil {
+				return usageErrorf("unlock: %s", plainError(err))
+			}
+			if (token != 0) && (lease != "") || all && (token != 0 || lease != "") {
+				return usageErrorf("unlock: give one of --token, --lease and --all")
+			}
 			return cf.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
-				released, err := release(ctx, c, name, token, lease)
+				released, err := release(ctx, c, name, token, lease, all)
 				if err != nil {
 					return err
 				}
@@ -359,14 +370,16 @@ func newUnlockCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&force, "force", false, "required: release a lock held by someone else")
 	cmd.Flags().Uint64Var(&token, "token", 0, "the holder's fencing token")
 	cmd.Flags().StringVar(&lease, "lease", "", "the holder's lease id")
+	cmd.Flags().BoolVar(&all, "all", false, "also drop NAME's waiters, not only its holders")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
 // release force-unlocks the ticket of name with token or lease or, with
-// neither, every ticket of name in the agent's table, one by one; it
-// returns the leases released.
-func release(ctx context.Context, c *client.Client, name string, token uint64, lease string) ([]string, error) {
+// neither, name's holders in the cluster's table (all: its waiters first,
+// last in line first, so none is granted on the way, then its holders);
+// it returns the leases released.
+func release(ctx context.Context, c *client.Client, name string, token uint64, lease string, all bool) ([]string, error) {
 	if token != 0 || lease != "" {
 		released, err := c.ForceUnlock(ctx, name, lease, token, user())
 		if err != nil {
@@ -378,24 +391,38 @@ func release(ctx context.Context, c *client.Client, name string, token uint64, l
 	if err != nil {
 		return nil, apiError("unlock", err)
 	}
-	var released []string
+	var waiters, holders []string
 	for _, l := range tab.Locks {
 		if l.Name != name {
 			continue
 		}
 		for _, e := range l.Entries {
-			if e.Ticket == 0 {
-				continue
+			switch {
+			case e.Holder:
+				holders = append(holders, e.Request)
+			case all:
+				waiters = append(waiters, e.Request)
 			}
-			r, err := c.ForceUnlock(ctx, name, e.Request, 0, user())
-			if err != nil {
-				return nil, apiError("unlock", err)
-			}
-			released = append(released, r...)
 		}
 	}
+	slices.Reverse(waiters)
+	var released []string
+	for _, req := range append(waiters, holders...) {
+		r, err := c.ForceUnlock(ctx, name, req, 0, user())
+		if errors.Is(err, client.ErrUnknownLease) {
+			continue // released or ended meanwhile
+		}
+		if err != nil {
+			return nil, apiError("unlock", err)
+		}
+		released = append(released, r...)
+	}
 	if len(released) == 0 {
-		return nil, &exitError{code: ExitFailure, msg: fmt.Sprintf("unlock: no ticket of %q in the agent's table", name)}
+		what := "holder"
+		if all {
+			what = "ticket"
+		}
+		return nil, &exitError{code: ExitFailure, msg: fmt.Sprintf("unlock: no %s of %s in the cluster's table", what, tableName(name))}
 	}
 	return released, nil
 }
