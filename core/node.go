@@ -566,6 +566,9 @@ type RequestStatus struct {
 
 var phaseNames = [...]string{"queued", "entering", "add-ticket", "waiting", "held", "releasing", "waiting-shared", "held-shared"}
 
+// PhaseNames are the phases RequestStatus and PhaseChange name, in order.
+func PhaseNames() []string { return append([]string(nil), phaseNames[:]...) }
+
 // Requests lists this node's own requests that a client still holds or
 // waits for, in handle order.
 func (n *Node) Requests() []RequestStatus {

@@ -198,3 +198,23 @@ func checkInBrowser(t *testing.T, browser, url, dir string) {
 		_ = os.WriteFile(keep, b, 0o644)
 	}
 }
+
+// TestDevOperatorPage: `sluice dev --http-listen` serves the first node's
+// operator page on loopback, and refuses any other address.
+func TestDevOperatorPage(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "api.sock")
+	if code, _, errs := sluice(t, sock, "dev", "--http-listen", "0.0.0.0:9100"); code != 64 || !strings.Contains(errs, "loopback only") {
+		t.Fatalf("dev --http-listen 0.0.0.0:9100: exit %d %q", code, errs)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := start(t, "dev", "--api", sock, "--http-listen", addr)
+	dev.waitLine(t, "export SLUICE_API="+sock)
+	dev.waitLine(t, "operator page on http://"+addr+"/")
+	dev.waitLine(t, "LOCK_READY")
+	if code, body := get(t, "http://"+addr+"/readyz", ""); code != 200 || body != "LOCK_READY\n" {
+		t.Fatalf("/readyz of sluice dev: %d %q", code, body)
+	}
+	if code, page := get(t, "http://"+addr+"/", ""); code != 200 || !strings.Contains(page, "sluice — node dev-1 ") {
+		t.Fatalf("the operator page of sluice dev: %d\n%s", code, page)
+	}
+}

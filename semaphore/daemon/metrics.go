@@ -84,7 +84,7 @@ func newMetrics() *metrics {
 	m.handoffs = counter("sluice_handoffs_total",
 		"Lock table takeovers this node finished as a new leader.")
 	m.phases = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_bakery_phase_seconds",
-		Help:    "Time a request of this node spent in each bakery phase (entering, add-ticket, waiting).",
+		Help:    "Time a request of this node spent in each phase (queued, entering, add-ticket, waiting, held, releasing, waiting-shared, held-shared).",
 		Buckets: latencyBuckets}, []string{"phase"})
 	m.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_messages_total",
 		Help: "Lock and election messages, by direction (in, out)."}, []string{"direction"})
@@ -114,6 +114,9 @@ func newMetrics() *metrics {
 		if r.Wire != wire.CodeNone {
 			m.failures.WithLabelValues(r.Wire.String())
 		}
+	}
+	for _, p := range core.PhaseNames() {
+		m.phases.WithLabelValues(p)
 	}
 	return m
 }

@@ -132,7 +132,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.size, "cluster-size", 0, "number of initial members, as a check of --initial-members (optional)")
 	fl.DurationVar(&f.electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
 	fl.DurationVar(&f.shareLease, "share-lease", daemon.DefaultShareLease, "read-lease aggregation: this agent holds one cluster-wide READ_ONLY ticket per name for its local readers, for this long, renewed while they hold it; a node that cannot be reached holds a drain up to this long (0: off, every reader runs the whole bakery)")
-	fl.DurationVar(&f.shareLinger, "share-linger", 0, "how long a shared read ticket is kept with no local reader (default: a eighth of --share-lease)")
+	fl.DurationVar(&f.shareLinger, "share-linger", 0, "how long a shared read ticket is kept with no local reader (default: an eighth of --share-lease)")
 	fl.StringVar(&f.priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
 	fl.StringVar(&f.pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
 	fl.StringSliceVar(&f.allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
@@ -145,7 +145,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.apiMode, "api-mode", "0600", "permissions of the API socket, octal: 0600 (this user), 0660 (and --api-group), 0666 (every local user)")
 	fl.StringVar(&f.apiGroup, "api-group", "", "group of the API socket (e.g. www-data), for frontends running as other users; with --api-mode 0660")
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
-	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key of `sluice id --data DIR`), so that --initial-members can name the node")
+	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key, made by 'sluice id --data DIR'), so that --initial-members can name the node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.broken, "broken", "", "")
 	_ = fl.MarkHidden("broken")
@@ -346,15 +346,16 @@ func newIDCmd() *cobra.Command {
 
 func newDevCmd() *cobra.Command {
 	var (
-		nodes              int
-		apiAddr, data, lvl string
+		nodes                          int
+		apiAddr, data, lvl, httpListen string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Start the service on an embedded cluster for development",
 		Long: "Start an embedded cluster of --nodes real agents in this process, on\n" +
 			"loopback, and serve the first one's API on --api. In memory unless\n" +
-			"--data is given. Ctrl-C stops it.",
+			"--data is given. --http-listen 127.0.0.1:PORT serves the first one's\n" +
+			"operator page (and /metrics, /healthz, /readyz). Ctrl-C stops it.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if nodes < 1 || nodes > 9 {
@@ -363,6 +364,11 @@ func newDevCmd() *cobra.Command {
 			log, err := newLogger(cmd.ErrOrStderr(), lvl)
 			if err != nil {
 				return err
+			}
+			if httpListen != "" {
+				if err := daemon.CheckOperatorListen(httpListen, "", nil); err != nil {
+					return usageErrorf("dev: %s (dev serves its operator page on loopback only)", withoutPackages(err.Error()))
+				}
 			}
 			token := ""
 			if api.IsTCPAddr(apiAddr) {
@@ -376,7 +382,7 @@ func newDevCmd() *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cluster, err := startDev(ctx, nodes, apiAddr, token, data, log)
+			cluster, err := startDev(ctx, nodes, apiAddr, token, data, httpListen, log)
 			if err != nil {
 				return startError(err)
 			}
@@ -392,7 +398,11 @@ func newDevCmd() *cobra.Command {
 					"  curl -H 'Authorization: Bearer %s' -X POST http://%s/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n",
 					token, cluster.agents[0].APIAddr(), token, token, cluster.agents[0].APIAddr())
 			} else {
-				fmt.Fprintf(out, "try:\n  curl --unix-socket %s -X POST http://sluice/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n", apiAddr)
+				fmt.Fprintf(out, "try:\n  export SLUICE_API=%s\n  curl --unix-socket %s -X POST http://sluice/v1/acquire -d '{\"name\":\"/site\",\"mode\":\"read-only\"}'\n",
+					apiAddr, apiAddr)
+			}
+			if addr := cluster.agents[0].OperatorAddr(); addr != "" {
+				fmt.Fprintf(out, "sluice dev: operator page on http://%s/ (and /metrics, /healthz, /readyz)\n", addr)
 			}
 			if err := cluster.waitReady(ctx); err == nil {
 				fmt.Fprintln(out, "sluice dev: LOCK_READY")
@@ -407,6 +417,7 @@ func newDevCmd() *cobra.Command {
 	f.StringVar(&apiAddr, "api", api.DefaultAPI(), "listen address of the local API: a Unix socket path, or a loopback host:port (a token is made and printed)")
 	f.StringVar(&data, "data", "", "data directory, one sub-directory per node (default: in memory)")
 	f.StringVar(&lvl, "log-level", "warn", "debug, info, warn or error")
+	f.StringVar(&httpListen, "http-listen", "", "loopback IP:port of the first node's operator page, /metrics, /healthz and /readyz (default: none)")
 	return cmd
 }
 
@@ -414,7 +425,7 @@ type devCluster struct{ agents []*daemon.Agent }
 
 // startDev starts n agents on loopback; each knows the earlier ones and the
 // mesh's announcements tell the earlier ones of the later.
-func startDev(ctx context.Context, n int, apiAddr, token, data string, log *slog.Logger) (*devCluster, error) {
+func startDev(ctx context.Context, n int, apiAddr, token, data, httpListen string, log *slog.Logger) (*devCluster, error) {
 	c := &devCluster{}
 	// The identities come first: every node bootstraps with all of them.
 	keys := make([]p2p.PrivKey, n)
@@ -445,7 +456,7 @@ func startDev(ctx context.Context, n int, apiAddr, token, data string, log *slog
 			cfg.Key = keys[i-1]
 		}
 		if i == 1 {
-			cfg.API, cfg.APIToken = apiAddr, token
+			cfg.API, cfg.APIToken, cfg.HTTPListen = apiAddr, token, httpListen
 		}
 		a, err := daemon.StartAgent(ctx, cfg)
 		if err != nil {

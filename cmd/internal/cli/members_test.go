@@ -62,15 +62,15 @@ func fakeMembersAgent(t *testing.T) string {
 		var b api.MembersBody
 		json.NewDecoder(r.Body).Decode(&b)
 		switch b.Add + b.Remove {
-		case "ok":
+		case "11":
 			send(w, 200, api.MembersChanged{Epoch: 5, Change: "add 3", Members: list})
-		case "bad":
+		case "12":
 			send(w, 400, api.ErrorJSON{Error: codes.BadRequest, Message: "node 2 is not a member"})
-		case "conflict":
+		case "13":
 			send(w, 409, api.ErrorJSON{Error: codes.Conflict, Message: "another change\nis under way"})
-		case "notready":
+		case "14":
 			send(w, 503, api.ErrorJSON{Error: "not_ready", Message: "no valid view yet"})
-		case "late":
+		case "15":
 			send(w, 504, api.ErrorJSON{Error: codes.ChangeTimedOut, Message: "context deadline exceeded"})
 		}
 	})
@@ -103,8 +103,8 @@ func TestMembersCommands(t *testing.T) {
 		t.Errorf("members --json: exit %d:\n%s", code, stdout)
 	}
 
-	code, stdout, stderr = runCapture(t, "members", "add", "ok", "--api", sock)
-	if code != ExitOK || stderr != "" || stdout != "added ok: view epoch 5, members: 1 (alpha), 2 (beta)\n" {
+	code, stdout, stderr = runCapture(t, "members", "add", "11", "--api", sock)
+	if code != ExitOK || stderr != "" || stdout != "added 11: view epoch 5, members: 1 (alpha), 2 (beta)\n" {
 		t.Errorf("add: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	for _, tc := range []struct {
@@ -112,10 +112,11 @@ func TestMembersCommands(t *testing.T) {
 		code int
 		line string
 	}{
-		{[]string{"remove", "bad"}, ExitFailure, "sluice: members remove: node 2 is not a member\n"},
-		{[]string{"add", "conflict"}, ExitFailure, "sluice: members add: another change is under way\n"},
-		{[]string{"add", "late"}, ExitFailure, "sluice: members add: not confirmed in time"},
-		{[]string{"add", "notready"}, ExitUnavailable, "sluice: members add: "},
+		{[]string{"remove", "12"}, ExitFailure, "sluice: members remove: node 2 is not a member\n"},
+		{[]string{"add", "13"}, ExitFailure, "sluice: members add: another change is under way\n"},
+		{[]string{"add", "15"}, ExitFailure, "sluice: members add: not confirmed in time"},
+		{[]string{"add", "14"}, ExitUnavailable, "sluice: members add: "},
+		{[]string{"add", "nonsense"}, ExitUsage, "sluice: members add: \"nonsense\" is neither a peer id"},
 	} {
 		code, stdout, stderr := runCapture(t, append(append([]string{"members"}, tc.args...), "--api", sock)...)
 		if code != tc.code || stdout != "" {
