@@ -33,6 +33,9 @@ type compactConn struct {
 	br    *bufio.Reader
 	buf   []byte
 	fresh bool // no call answered on it yet
+	// spoiled: a call's context ended as the call did, and its deadline
+	// in the past may be on the connection (or about to be): not reused.
+	spoiled bool
 }
 
 func newCompactPool(addr string) *compactPool {
@@ -109,7 +112,11 @@ func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest
 		}
 		return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
 	}
-	p.put(cc)
+	if cc.spoiled {
+		_ = cc.c.Close()
+	} else {
+		p.put(cc)
+	}
 	if reply.Error != "" {
 		status := 0
 		if r, ok := codes.ByCode(reply.Error); ok {
@@ -123,7 +130,17 @@ func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest
 // call writes req and reads its answer; ctx ending closes the wait.
 func (cc *compactConn) call(ctx context.Context, req *api.CompactRequest) (api.CompactReply, error) {
 	stop := context.AfterFunc(ctx, func() { _ = cc.c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	reply, err := cc.roundTrip(req)
+	if !stop() {
+		// ctx ended as the call did: the deadline may be set after this
+		// answer, and would fail the next call on the connection.
+		cc.spoiled = true
+	}
+	return reply, err
+}
+
+// roundTrip writes req and reads its answer.
+func (cc *compactConn) roundTrip(req *api.CompactRequest) (api.CompactReply, error) {
 	cc.buf = api.AppendRequest(cc.buf, req)
 	_, err := cc.c.Write(cc.buf)
 	cc.buf = cc.buf[:0]
