@@ -1,10 +1,16 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // TestClusterViewFromAnyAgent: on a cluster of four real agents, `sluice
@@ -44,6 +50,13 @@ func TestClusterViewFromAnyAgent(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"merged_from"`) || !strings.Contains(out, `"leaders": `) ||
 		!strings.Contains(out, fmt.Sprintf(`"node_name": "n%d"`, leaders[0]+1)) {
 		t.Fatalf("locks --json on a non-leader: exit %d\n%s%s", code, out, errs)
+	}
+
+	// Every leader's own table has the holder's number: none keeps a
+	// choosing flag without one (a leader whose ENTER ack came too late for
+	// ADD_TICKET takes it from EXITING).
+	for _, i := range leaders {
+		waitLocalTicket(t, c.nodes[i].sock, "/shop")
 	}
 
 	// By token, from the non-leader: a token no ticket has is unknown.
@@ -167,5 +180,30 @@ func TestDrainCountsSharedReaders(t *testing.T) {
 	drain.waitLine(t, "maintenance runs")
 	if code := drain.wait(t); code != 0 {
 		t.Fatalf("drain exited %d", code)
+	}
+}
+
+// waitLocalTicket waits until the agent's own table (a leader's replica
+// table, ?local=true) lists name's request with its number, not choosing.
+func waitLocalTicket(t *testing.T, sock, name string) {
+	t.Helper()
+	hc := unixClient(sock)
+	deadline := time.Now().Add(bound)
+	for {
+		var tab api.Table
+		resp, err := hc.Get("http://sluice/v1/locks?local=true&prefix=" + url.QueryEscape(name))
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&tab)
+			resp.Body.Close()
+		}
+		numbered := err == nil && len(tab.Locks) == 1 && len(tab.Locks[0].Entries) > 0 &&
+			!slices.ContainsFunc(tab.Locks[0].Entries, func(e api.Entry) bool { return e.Ticket == 0 })
+		if numbered {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leader's own table of %s after %v: %+v (%v)", name, bound, tab.Locks, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the leader's table for EXITING's effect, bounded
 	}
 }
