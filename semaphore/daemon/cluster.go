@@ -129,13 +129,18 @@ type agentWord struct {
 }
 
 func (w *agentWord) add(t *api.Table) {
+	readers := t.SharedReaders
+	counted := readers != nil
+	if !counted { // none, or an agent from before SharedReaders: count them
+		readers = map[string]int{}
+	}
 	for _, r := range t.Requests {
 		w.owners[r.Request] = r.Owner
+		if !counted && r.Phase == heldShared {
+			readers[r.Name]++
+		}
 	}
-	w.readers[t.Node] = t.SharedReaders
-	if w.readers[t.Node] == nil {
-		w.readers[t.Node] = map[string]int{}
-	}
+	w.readers[t.Node] = readers
 }
 
 // addAgentsWord fills in the owners of t's entries, and the readers on

@@ -39,3 +39,20 @@ func TestMergeTables(t *testing.T) {
 		t.Errorf("6.1.1: %+v", e)
 	}
 }
+
+// TestAgentWord: owners by request, and readers on shared read tickets by
+// node and name, from agents that count them (SharedReaders, with their
+// per-reader requests left out) and from older ones that list them.
+func TestAgentWord(t *testing.T) {
+	w := agentWord{owners: map[string]string{}, readers: map[string]map[string]int{}}
+	w.add(&api.Table{Node: "7", SharedReaders: map[string]int{"/s": 3},
+		Requests: []api.OwnRequest{{Request: "7.1.9", Name: "/job", Phase: "held", Owner: "ops@web-7 pid 1: make"}}})
+	w.add(&api.Table{Node: "8", Requests: []api.OwnRequest{
+		{Request: "8.1.2", Name: "/s", Phase: heldShared}, {Request: "8.1.3", Name: "/s", Phase: heldShared},
+		{Request: "8.1.4", Name: "/t", Phase: "waiting-shared"}}})
+	w.add(&api.Table{Node: "9"})
+	if w.owners["7.1.9"] != "ops@web-7 pid 1: make" || w.readers["7"]["/s"] != 3 || w.readers["8"]["/s"] != 2 ||
+		w.readers["8"]["/t"] != 0 || w.readers["9"] == nil || w.readers["9"]["/s"] != 0 {
+		t.Fatalf("agents' word: %+v", w)
+	}
+}

@@ -79,7 +79,7 @@ func (n *Node) status() api.Status {
 }
 
 // heldShared is the phase of a request granted on its node's shared read
-// ticket (core.RequestInfo.Phase).
+// ticket (core.RequestStatus.Phase).
 const heldShared = "held-shared"
 
 // memberName is the name in a member's election id ("" when the id is
