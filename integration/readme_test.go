@@ -238,3 +238,21 @@ func waitHolder(t *testing.T, sock, name string) {
 		time.Sleep(20 * time.Millisecond) // polling the table for the grant, bounded
 	}
 }
+
+// TestReadmeSwarmKey runs the README's commands that make the cluster
+// secret, as written but for the file's path, and an agent takes the key.
+func TestReadmeSwarmKey(t *testing.T) {
+	dir := shortDir(t)
+	key := filepath.Join(dir, "swarm.key")
+	block := readmeBlockAfter(t, "The swarm key is 32 random bytes")
+	if !strings.Contains(block, "/etc/sluice/swarm.key") {
+		t.Fatalf("the swarm key block names no /etc/sluice/swarm.key:\n%s", block)
+	}
+	if out, err := exec.Command("bash", "-ec", strings.ReplaceAll(block, "/etc/sluice/swarm.key", key)).CombinedOutput(); err != nil {
+		t.Fatalf("the README's swarm key commands: %v\n%s", err, out)
+	}
+	p := start(t, "agent", "--data", filepath.Join(dir, "data"), "--listen", "/ip4/127.0.0.1/tcp/0", "--psk-file", key,
+		"--api", filepath.Join(dir, "api.sock"))
+	p.waitLine(t, "API on")
+	stopAgent(t, p)
+}
