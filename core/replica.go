@@ -466,12 +466,15 @@ func (n *Node) onRestarted(m wire.Message) {
 }
 
 // onExit takes Req's choosing flag down (EXITING). A replica that set the
-// flag but missed the request's ADD_TICKET (lost, or refused as too low)
-// takes the final number from EXITING, durably, as a late ADD_TICKET would:
-// the number is durable at a quorum of the others and unique there, and a
-// flag without a number would otherwise stay in this replica's table and
-// reports, where the operators' view shows it and masters wait on it,
-// until the request's deadline.
+// flag but missed the request's ADD_TICKET (its ENTER ack came after the
+// quorum's, or the number was refused as too low) takes the final number
+// from EXITING, as a late ADD_TICKET would: the number is durable at a
+// quorum of the others and unique there, and a flag without a number would
+// otherwise stay in this replica's table and reports, where the operators'
+// view shows it and masters wait on it, until the request's deadline. The
+// write is lazy: EXITING has no answer, so nothing sent rests on it (a
+// crash that loses it loses a copy the safety argument never counted); a
+// renewal's durable write later makes it durable first, in order.
 func (n *Node) onExit(m wire.Message) {
 	t := n.replicaName(m.Name)
 	r := t.recs[m.Req]
@@ -481,7 +484,7 @@ func (n *Node) onExit(m wire.Message) {
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 		t.highWater, t.stored = max(t.highWater, m.Ticket), true
 		if n.cfg.Mutant&MutantNotDurable == 0 {
-			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
+			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now, Lazy: true})
 		}
 		n.askYields(t, r.entry)
 	}
