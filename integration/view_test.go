@@ -161,7 +161,7 @@ func TestDrainCountsSharedReaders(t *testing.T) {
 		readers = append(readers, r)
 	}
 	code, out, errs := sluice(t, c.nodes[leaders[0]].sock, "locks", "/site")
-	if code != 0 || !strings.Contains(out, "shared read ticket, 3 readers on it") || strings.Count(out, "/site") != 1 {
+	if code != 0 || !strings.Contains(out, "shared read ticket, readers on it: 3") || strings.Count(out, "/site") != 1 {
 		t.Fatalf("locks on a leader while 3 readers hold node %d's shared read ticket: exit %d\n%s%s", plain[0]+1, code, out, errs)
 	}
 	t.Logf("sluice locks on node %d (a leader) while 3 readers hold node %d's shared read ticket:\n%s", leaders[0]+1, plain[0]+1, out)

@@ -293,7 +293,7 @@ func printLocks(w io.Writer, tab api.Table) {
 			}
 			owner := cmp.Or(e.Owner, owners[e.Request], "-")
 			if e.Readers != nil { // a node's shared read ticket
-				owner = fmt.Sprintf("shared read ticket, %d readers on it", *e.Readers)
+				owner = fmt.Sprintf("shared read ticket, readers on it: %d", *e.Readers)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, nodeLabel(e.NodeName, e.Node), state, since,
 				age(e.Since), expires, owner)
