@@ -179,6 +179,10 @@ const (
 	// ADD_TICKET keeps its choosing flag without a number after EXITING,
 	// until the request's deadline (the stale flag of issue 16).
 	MutantNumberlessChoosing
+	// MutantTryDrains: a writer's try asks shared read tickets to drain
+	// (turn new readers away) as a waiting writer does, and a failed try
+	// leaves frontends refusing readers until the readers then are done.
+	MutantTryDrains
 )
 
 func (c *Config) withDefaults() (Config, error) {

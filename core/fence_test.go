@@ -44,6 +44,8 @@ import (
 //   - lost_add_ticket_exit.txt with a replica that keeps a choosing flag
 //     without a number after EXITING: its table shows the granted request
 //     as choosing, as the operators' view did for seconds.
+//   - try_writer_shared.txt with a writer's try that drains shared read
+//     tickets: the page views while it looks are refused as draining.
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -65,6 +67,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"shared_reads.txt", core.MutantAdmitAfterYield, 1, "error=draining"},
 		{"gentle_shared.txt", core.MutantShareIdleFromGrant, 2, "gentle waiting"},
 		{"lost_add_ticket_exit.txt", core.MutantNumberlessChoosing, 1, "4.1.1 choosing ticket=0"},
+		{"try_writer_shared.txt", core.MutantTryDrains, 0, "error=draining"},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

@@ -26,6 +26,11 @@ type record struct {
 	held       bool
 	notAt      map[wire.NodeID]bool
 	notAtEpoch uint64
+	// try: a writer's try (its ENTER said so). It asks shared read
+	// tickets to go when idle, never to turn readers away: it runs only
+	// if nobody holds the name now, and must not put a site's frontends
+	// on their maintenance page for as long as their readers hold.
+	try bool
 }
 
 // tomb is a released request, kept until the tick until. held: it was
@@ -241,6 +246,7 @@ func (n *Node) onEnter(m wire.Message) {
 			// failing at once (semaphore.Admit). Stored with the ticket.
 			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing, Active: m.Shared && m.Mode == wire.ModeReadOnly},
 			deadline: n.now + n.keep(m.Lifetime),
+			try:      m.Try && n.cfg.Mutant&MutantTryDrains == 0,
 		})
 		n.schedule(t, t.recs[m.Req].deadline)
 		n.changedReq(t, m.Req, m.Mode)
@@ -249,7 +255,7 @@ func (n *Node) onEnter(m wire.Message) {
 			// durable ticket before the writer's ticket is taken (asked
 			// again then): a yield only makes a node more careful, and a
 			// writer that goes at once costs a share's renewal at most.
-			n.askYields(t, t.recs[m.Req].entry)
+			n.askYields(t, t.recs[m.Req])
 		}
 	}
 	reply.HighWater = t.highWater
@@ -293,7 +299,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 		}
 		n.watchFromTicket(t, m)
-		n.askYields(t, r.entry)
+		n.askYields(t, r)
 	}
 	n.send(reply)
 }
@@ -486,7 +492,7 @@ func (n *Node) onExit(m wire.Message) {
 		if n.cfg.Mutant&MutantNotDurable == 0 {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now, Lazy: true})
 		}
-		n.askYields(t, r.entry)
+		n.askYields(t, r)
 	}
 	n.exit(t, r, m.Ticket)
 }
@@ -798,12 +804,13 @@ func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
 }
 
 // askYields tells the masters of the name's shared read tickets that a
-// writer waits, when e, a ticket just taken or a choosing flag just set,
-// is a writer's; or e's own master, when e is a reader's and a writer
+// writer waits, when r, a ticket just taken or a choosing flag just set,
+// is a writer's; or r's own master, when r is a reader's and a writer
 // waits already. A master that holds the ticket for its local readers (a
 // share) lets it go; others ignore it (a ticket taken over in a handoff may be either: snapshots do
 // not carry the mark).
-func (n *Node) askYields(t *replicaName, e wire.Entry) {
+func (n *Node) askYields(t *replicaName, r *record) {
+	e := r.entry
 	if e.Mode == wire.ModeReadOnly {
 		if !e.Active {
 			return // a plain reader's: nothing to yield, no need to look
@@ -813,7 +820,7 @@ func (n *Node) askYields(t *replicaName, e wire.Entry) {
 		}
 		return
 	}
-	y := yieldFor(e.Mode)
+	y := yieldFor(e.Mode, r.try)
 	for _, req := range sortedReqs(t.recs) {
 		if r := t.recs[req]; r.entry.Mode == wire.ModeReadOnly && r.entry.Ticket != 0 && (r.entry.Active || r.restored) {
 			n.send(wire.Message{Kind: wire.KindYield, To: req.Node, Name: t.name, Req: req, Ticket: r.entry.Ticket, Yield: y})
@@ -826,16 +833,17 @@ func (t *replicaName) writerYield() wire.Yield {
 	y := wire.YieldNone
 	for _, r := range t.recs {
 		if r.entry.Mode != wire.ModeReadOnly && r.entry.Ticket != 0 {
-			y = max(y, yieldFor(r.entry.Mode))
+			y = max(y, yieldFor(r.entry.Mode, r.try))
 		}
 	}
 	return y
 }
 
 // yieldFor is the yield a writer of mode m asks of shared read tickets:
-// one that lets later readers pass only needs them gone when idle.
-func yieldFor(m wire.Mode) wire.Yield {
-	if mayBeActive(m) {
+// one that lets later readers pass, or a try, only needs them gone when
+// idle.
+func yieldFor(m wire.Mode, try bool) wire.Yield {
+	if mayBeActive(m) || try {
 		return wire.YieldIdle
 	}
 	return wire.YieldDrain

@@ -225,14 +225,41 @@ func TestCLILimitAndDrainTry(t *testing.T) {
 	if code, _, errs := sluice(t, sock, "drain", "/pool", "--try", "--", "true"); code != 75 {
 		t.Errorf("drain --try on a held name: exit %d %q, want 75", code, errs)
 	}
+	// One on a name a page view holds through the agent's shared read
+	// ticket: refused, and no page view was turned away for it.
+	viewer := start(t, "lock", "/shop", "--api", sock, "--mode", "read-only", "--try", "--", "sh", "-c", "echo viewing; exec sleep 30")
+	viewer.waitLine(t, "viewing")
+	if code, _, errs := sluice(t, sock, "drain", "/shop", "--try", "--", "true"); code != 75 {
+		t.Errorf("drain --try on a name a page view holds: exit %d %q, want 75", code, errs)
+	}
+	if code, _, errs := sluice(t, sock, "lock", "/shop", "--mode", "read-only", "--try", "--", "true"); code != 0 {
+		t.Errorf("a page view after a failed drain --try: exit %d %q (turned away for a try that ran nothing)", code, errs)
+	}
+	if err := viewer.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	viewer.wait(t)
 	if code, out, errs := sluice(t, sock, "drain", "/free", "--try", "--", "echo", "maintenance"); code != 0 || out != "maintenance\n" ||
 		!strings.Contains(errs, "draining /free: granted after ") || !strings.Contains(errs, "running echo maintenance") {
 		t.Errorf("drain --try on a free name: exit %d %q %q", code, out, errs)
 	}
-	// A gentle drain shows its quiet period's countdown, then when CMD starts.
-	if code, _, errs := sluice(t, sock, "drain", "/quiet", "--mode", "gentle", "--quiet", "1s", "--", "true"); code != 0 ||
-		!strings.Contains(errs, "quiet period: ") || !strings.Contains(errs, "of 1s to go") || !strings.Contains(errs, "running true") {
-		t.Errorf("gentle drain: exit %d %q", code, errs)
+	// A gentle drain shows the reader leave, its quiet period's countdown,
+	// then when CMD starts.
+	reader := start(t, "lock", "/quiet", "--api", sock, "--mode", "read-only", "--", "sh", "-c", "echo reading; exec sleep 30")
+	reader.waitLine(t, "reading")
+	gentle := start(t, "drain", "/quiet", "--api", sock, "--mode", "gentle", "--quiet", "1s", "--", "echo", "quiet now")
+	gentle.waitLine(t, "draining /quiet (gentle): 1 readers left")
+	if err := reader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	reader.wait(t)
+	if line := gentle.waitLine(t, "0 readers left"); !strings.Contains(line, "; quiet period: ") || !strings.Contains(line, "of 1s to go") {
+		t.Errorf("gentle drain, once the reader left: %q", line)
+	}
+	gentle.waitLine(t, "running echo quiet now")
+	gentle.waitLine(t, "quiet now")
+	if code := gentle.wait(t); code != 0 {
+		t.Errorf("gentle drain: exit %d", code)
 	}
 	for _, args := range [][]string{
 		{"lock", "/pool", "--limit", "2", "--", "true"}, // not read-only

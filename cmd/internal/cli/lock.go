@@ -435,12 +435,11 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 	tty := isTerminal(out)
 	start := time.Now()
 	lastReader := start // when readers were last seen: a gentle drain's quiet period runs from there
-	every := 200 * time.Millisecond
-	if !tty {
-		every = 2 * time.Second
-	}
-	tick := time.NewTicker(every)
+	// The table is read every 200 ms. A terminal's line is redrawn each
+	// time; a log gets a line when the readers left change, and every 2 s.
+	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	lastLeft, lastPrint := "", time.Time{}
 	report := func() {
 		readers := -1
 		if tab, err := c.Locks(ctx, name); err == nil && (tab.Leader || len(tab.MergedFrom) > 0) { // a table, not only this agent's requests
@@ -452,6 +451,9 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 				readers += l.ReadersHolding()
 			}
 		}
+		if ctx.Err() != nil {
+			return // granted (or given up) meanwhile: the table said nothing
+		}
 		left := "unknown"
 		if readers >= 0 {
 			left = strconv.Itoa(readers)
@@ -459,6 +461,10 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 		if readers != 0 {
 			lastReader = time.Now()
 		}
+		if !tty && left == lastLeft && time.Since(lastPrint) < 2*time.Second {
+			return
+		}
+		lastLeft, lastPrint = left, time.Now()
 		line := fmt.Sprintf("draining %s (%s): %s readers left, waiting %s", name, mode, left,
 			time.Since(start).Round(time.Second))
 		if quiet > 0 && readers == 0 {
