@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -298,9 +297,9 @@ func TestCLIUnlockByName(t *testing.T) {
 	}
 }
 
-// waitEntries waits until name has n requests with a ticket in the
-// agent's table: the waiters started are in line.
-func waitEntries(t *testing.T, sock, name string, n int) {
+// waitLock waits until the agent's table has name's lock in the state
+// want says (what, for the failure).
+func waitLock(t *testing.T, sock, name, what string, want func(api.Lock) bool) {
 	t.Helper()
 	deadline := time.Now().Add(bound)
 	for {
@@ -308,14 +307,29 @@ func waitEntries(t *testing.T, sock, name string, n int) {
 		var tab api.Table
 		if code == 0 && json.Unmarshal([]byte(out), &tab) == nil {
 			for _, l := range tab.Locks {
-				if l.Name == name && len(slices.DeleteFunc(l.Entries, func(e api.Entry) bool { return e.Ticket == 0 })) == n {
+				if l.Name == name && want(l) {
 					return
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s has not %d tickets after %v:\n%s", name, n, bound, out)
+			t.Fatalf("%s has not %s after %v:\n%s", name, what, bound, out)
 		}
-		time.Sleep(20 * time.Millisecond) // polling the table for the waiter's ticket, bounded
+		time.Sleep(20 * time.Millisecond) // polling the table, bounded: no outside signal says it changed
 	}
+}
+
+// waitEntries waits until name has n requests with a ticket: the waiters
+// started are in line.
+func waitEntries(t *testing.T, sock, name string, n int) {
+	t.Helper()
+	waitLock(t, sock, name, fmt.Sprintf("%d tickets", n), func(l api.Lock) bool {
+		tickets := 0
+		for _, e := range l.Entries {
+			if e.Ticket != 0 {
+				tickets++
+			}
+		}
+		return tickets == n
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/semaphore/api"
 )
@@ -221,22 +220,9 @@ func TestReadmeSession(t *testing.T) {
 // background sluice lock was granted.
 func waitHolder(t *testing.T, sock, name string) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		code, out, _ := sluice(t, sock, "locks", name, "--json")
-		var tab api.Table
-		if code == 0 && json.Unmarshal([]byte(out), &tab) == nil {
-			for _, l := range tab.Locks {
-				if l.Name == name && slices.ContainsFunc(l.Entries, func(e api.Entry) bool { return e.Holder }) {
-					return
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has no holder after %v:\n%s", name, bound, out)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the table for the grant, bounded
-	}
+	waitLock(t, sock, name, "a holder", func(l api.Lock) bool {
+		return slices.ContainsFunc(l.Entries, func(e api.Entry) bool { return e.Holder })
+	})
 }
 
 // TestReadmeSwarmKey runs the README's commands that make the cluster

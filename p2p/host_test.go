@@ -431,13 +431,7 @@ func TestRedialConfigured(t *testing.T) {
 		return !m.Connected
 	})
 	dials := a.Stats().Dials
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	b2, err := New(ctx, Config{Key: kb, Listen: []string{listen.String()}})
-	if err != nil {
-		t.Skipf("cannot listen on the old port again: %v", err)
-	}
-	t.Cleanup(func() { _ = b2.Close() })
+	b2 := restartOn(t, kb, listen)
 	eventually(t, "a to redial b", func() bool {
 		m, _ := memberOf(a, b.Self())
 		return m.Connected
@@ -445,6 +439,8 @@ func TestRedialConfigured(t *testing.T) {
 	if a.Stats().Dials == dials {
 		t.Fatalf("reconnected without a dial: %+v", a.Stats())
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for got := false; !got; {
@@ -579,13 +575,7 @@ func TestUnreachablePeerLogged(t *testing.T) {
 		return logs.count(slog.LevelWarn, "p2p: peer unreachable") + logs.count(slog.LevelDebug, "p2p: dial failed")
 	}
 	eventually(t, "a to fail 5 dials of b", func() bool { return failed() >= 5 })
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	b2, err := New(ctx, Config{Key: kb, Listen: []string{listen.String()}})
-	if err != nil {
-		t.Skipf("cannot listen on the old port again: %v", err)
-	}
-	t.Cleanup(func() { _ = b2.Close() })
+	restartOn(t, kb, listen)
 	eventually(t, "a to reach b again", func() bool { return logs.count(slog.LevelInfo, "p2p: peer reachable again") == 1 })
 	if warns, failures := logs.count(slog.LevelWarn, "p2p: peer unreachable"), failed(); warns != bits.Len(uint(failures)) {
 		t.Fatalf("%d warnings for %d failed dials in a row, want %d", warns, failures, bits.Len(uint(failures)))
@@ -624,4 +614,18 @@ func TestQuery(t *testing.T) {
 	if _, err := a.Query(ctx, b.Self(), []byte("x")); !errors.Is(err, ErrQuery) {
 		t.Fatalf("a node that answers no questions: %v", err)
 	}
+}
+
+// restartOn starts again, with key k, a host that listened on listen
+// (skipping the test when the port is taken meanwhile).
+func restartOn(t *testing.T, k PrivKey, listen ma.Multiaddr) *Host {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	h, err := New(ctx, Config{Key: k, Listen: []string{listen.String()}})
+	if err != nil {
+		t.Skipf("cannot listen on the old port again: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
 }
