@@ -183,6 +183,11 @@ const (
 	// (turn new readers away) as a waiting writer does, and a failed try
 	// leaves frontends refusing readers until the readers then are done.
 	MutantTryDrains
+	// MutantLazyForcedTomb: a force-unlock's tombstone is written lazily,
+	// as a holder's own release is: a leader that crashes before its
+	// store commits comes back with the ticket, and the forced request's
+	// still running master gets it confirmed.
+	MutantLazyForcedTomb
 )
 
 func (c *Config) withDefaults() (Config, error) {

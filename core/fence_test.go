@@ -46,6 +46,9 @@ import (
 //     as choosing, as the operators' view did for seconds.
 //   - try_writer_shared.txt with a writer's try that drains shared read
 //     tickets: the page views while it looks are refused as draining.
+//   - force_release_durable_tomb.txt with a force-unlock's tombstone
+//     written lazily: a leader's crash brings the forced waiter's ticket
+//     back, and the waiter is confirmed and granted beside the next one.
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -68,6 +71,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"gentle_shared.txt", core.MutantShareIdleFromGrant, 2, "gentle waiting"},
 		{"lost_add_ticket_exit.txt", core.MutantNumberlessChoosing, 1, "4.1.1 choosing ticket=0"},
 		{"try_writer_shared.txt", core.MutantTryDrains, 0, "error=draining"},
+		{"force_release_durable_tomb.txt", core.MutantLazyForcedTomb, 2, ": granted "},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

@@ -31,6 +31,11 @@ type hnode struct {
 	core *core.Node // nil while down
 	inc  uint32
 	disk *core.Durable
+	// stalled: the node's store writer has not committed since stall-disk,
+	// so its lazy writes (core.Write.Lazy) wait in lazy, and a crash
+	// loses them; a strict write commits them first, in order.
+	stalled bool
+	lazy    []core.Write
 }
 
 // harness is a cluster whose messages wait in one ordered in-flight list
@@ -42,7 +47,13 @@ type harness struct {
 	cfg      core.Config
 	inflight []wire.Message
 	isolated map[wire.NodeID]bool
-	out      strings.Builder
+	// cut are links that lose every message, both ways.
+	cut map[[2]wire.NodeID]bool
+	out strings.Builder
+}
+
+func (h *harness) lost(m wire.Message) bool {
+	return m.From != m.To && (h.isolated[m.From] || h.isolated[m.To] || h.cut[[2]wire.NodeID{m.From, m.To}])
 }
 
 func (h *harness) printf(format string, args ...any) { fmt.Fprintf(&h.out, format, args...) }
@@ -109,14 +120,30 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "crash":
 		n := h.nodeArg(t, d)
-		h.nodes[n-1].core = nil
-		h.printf("node %d crashed\n", n)
+		hn := h.nodes[n-1]
+		hn.core = nil
+		h.printf("node %d crashed", n)
+		if len(hn.lazy) > 0 {
+			h.printf(", losing %d lazy writes", len(hn.lazy))
+		}
+		hn.lazy, hn.stalled = nil, false
+		h.printf("\n")
+	case "stall-disk":
+		// The node's lazy writes wait for a commit that a crash forestalls.
+		h.nodes[h.nodeArg(t, d)-1].stalled = true
+	case "cut":
+		// cut a=N b=M,...: the links between N and each M lose everything.
+		a := wire.NodeID(intArg(t, d, "a", 0))
+		for _, b := range idsArg(t, d, "b") {
+			h.cut[[2]wire.NodeID{a, b}], h.cut[[2]wire.NodeID{b, a}] = true, true
+		}
 	case "restart":
 		h.start(t, h.nodeArg(t, d))
 	case "isolate":
 		h.isolated[wire.NodeID(h.nodeArg(t, d))] = true
 	case "heal":
 		clear(h.isolated)
+		clear(h.cut)
 	case "view":
 		v := wire.View{Epoch: uint64(intArg(t, d, "epoch", 0)), Leaders: idsArg(t, d, "leaders"),
 			PrevEpoch: uint64(intArg(t, d, "prev-epoch", 0)), PrevLeaders: idsArg(t, d, "prev-leaders")}
@@ -199,7 +226,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	if strArg(d, "admit", "") == "semaphore" {
 		h.cfg.Admit, h.cfg.RefuseEarly = semaphore.Admit, semaphore.RefuseEarly
 	}
-	h.nodes, h.inflight, h.isolated = nil, nil, map[wire.NodeID]bool{}
+	h.nodes, h.inflight, h.isolated, h.cut = nil, nil, map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
 	for i := range size {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
 		h.start(t, i+1)
@@ -233,7 +260,14 @@ func (h *harness) ready(id int) {
 			// In the output, so a scenario's expectation fails on it.
 			h.printf("node %d: %d waiters slept through a report they had to decide on\n", id, missed)
 		}
-		n.disk.Apply(rd.Persist)
+		switch {
+		case n.stalled && !slices.ContainsFunc(rd.Persist, func(w core.Write) bool { return !w.Lazy }):
+			n.lazy = append(n.lazy, rd.Persist...)
+		default:
+			n.disk.Apply(n.lazy)
+			n.disk.Apply(rd.Persist)
+			n.lazy = nil
+		}
 		h.inflight = append(h.inflight, rd.Messages...)
 		for _, e := range rd.Events {
 			h.printf("node %d: %s %s %s", id, e.Kind, e.Req, e.Name)
@@ -303,7 +337,7 @@ func (h *harness) deliver(m wire.Message) {
 	case to.core == nil:
 		h.printf("lost (node %d down) %s\n", m.To, fmtMsg(m))
 		return
-	case m.From != m.To && (h.isolated[m.From] || h.isolated[m.To]):
+	case h.lost(m):
 		h.printf("lost (isolated) %s\n", fmtMsg(m))
 		return
 	}
@@ -322,7 +356,7 @@ func (h *harness) stabilize() {
 		m := h.inflight[0]
 		h.inflight = h.inflight[1:]
 		to := h.nodes[m.To-1]
-		if to.core == nil || m.From != m.To && (h.isolated[m.From] || h.isolated[m.To]) {
+		if to.core == nil || h.lost(m) {
 			continue
 		}
 		delivered++

@@ -361,7 +361,17 @@ func (n *Node) onRelease(m wire.Message) {
 	tb, _ := t.tombs.get(m.Req)
 	reply.Held = had && (r.held || r.restored) || !had && tb.held
 	seen := t.readerSeen
-	n.dropRecord(m.Name, t, m.Req, n.now+n.keep(m.Lifetime))
+	// A release sent by another node than the request's master is an
+	// operator's force-unlock: the master still runs, and may confirm or
+	// renew the request. Its tombstone is durable before the ack, so a
+	// crash cannot bring the ticket back for that confirmation to count
+	// (the answers of a quorum of leaders are what the next waiter's
+	// grant rests on). A master's own release may stay lazy: it has
+	// ended the request and sends nothing more for it, so a ticket a
+	// crash brings back is only restored, and dropped by the other
+	// leaders' word (askHolds) or its lifetime: a delay, not a grant.
+	forced := m.From != m.Req.Node && n.cfg.Mutant&MutantLazyForcedTomb == 0
+	n.dropRecordAs(m.Name, t, m.Req, n.now+n.keep(m.Lifetime), !forced)
 	if had && shared(r.entry) {
 		// A share's readers left ReadersAgo ticks before, on its master's
 		// clock: a quiet period counts from there, less the margin for a
@@ -632,6 +642,12 @@ func (n *Node) keepHandedOver(remaining uint64) int64 {
 // Expiry and the other drops leave none: they are this replica's own view,
 // and a renewal this replica missed may keep the ticket alive elsewhere.
 func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombUntil int64) {
+	n.dropRecordAs(name, t, req, tombUntil, true)
+}
+
+// dropRecordAs is dropRecord whose writes are lazy or not: a drop that an
+// acknowledgement rests on (a force-unlock's) is written before it.
+func (n *Node) dropRecordAs(name string, t *replicaName, req wire.RequestID, tombUntil int64, lazy bool) {
 	r := t.recs[req]
 	if r != nil {
 		if r.entry.Mode == wire.ModeReadOnly {
@@ -651,16 +667,18 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 		n.schedule(t, tb.until)
 	}
 	n.checkIfIdle(t)
-	// Lazy: the release is answered before its tombstone is durable. A
-	// crash that loses it brings the ticket back as restored, which the
-	// other leaders' word (askHolds) or its lifetime ends: only liveness.
+	// Lazy, for a plain release: it is answered before its tombstone is
+	// durable. A crash that loses it brings the ticket back as restored,
+	// which the other leaders' word (askHolds) or its lifetime ends: only
+	// liveness, as long as the request's master sends nothing more for it.
 	switch {
-	case tombUntil > n.now && (r != nil || !had) && n.cfg.Mutant&MutantMemoryTombs == 0:
+	case tombUntil > n.now && (r != nil || !had || !lazy) && n.cfg.Mutant&MutantMemoryTombs == 0:
 		// In the ticket's place; a tombstone extended in memory only
-		// (a release sent again) is not written again.
-		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: max(old.until, tombUntil) - n.now, Lazy: true})
+		// (a release sent again) is not written again, unless an ack
+		// rests on it.
+		n.persist(Write{Kind: WriteTomb, Name: name, Entry: wire.Entry{Req: req}, Lifetime: max(old.until, tombUntil) - n.now, Lazy: lazy})
 	case r != nil && r.entry.Ticket != 0:
-		n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry, Lazy: true})
+		n.persist(Write{Kind: WriteDelete, Name: name, Entry: r.entry, Lazy: lazy})
 	}
 }
 
