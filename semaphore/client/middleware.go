@@ -1,12 +1,17 @@
 package client
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/semaphore"
@@ -22,8 +27,12 @@ var DefaultMaintenancePage = []byte(`<!doctype html>
 // MiddlewareOptions configure Middleware. Zero values are the documented
 // defaults.
 type MiddlewareOptions struct {
-	// Duration of each request's lease; a request running longer loses
-	// it (the handler can watch LeaseFrom(ctx).Done()). Zero: 1m.
+	// Duration is how long each request's lease lasts at its grant and how
+	// far each renewal extends it: the middleware renews the lease at
+	// about half its remaining time for as long as the handler runs, so a
+	// long request keeps its lock. An agent that aggregates readers caps
+	// it at its --share-lease (default 10s). It also bounds how long a
+	// frontend that dies mid-request keeps a writer out. Zero: 1m.
 	Duration time.Duration
 	// RetryAfter is sent, in whole seconds, with every 503. Zero: 30s.
 	RetryAfter time.Duration
@@ -32,15 +41,17 @@ type MiddlewareOptions struct {
 	// ContentType of MaintenancePage. Empty: text/html; charset=utf-8.
 	ContentType string
 	// FailOpen serves requests without a lock when the lock's state cannot
-	// be learned (agent unreachable or not ready, or any error other than
-	// a writer holding the name). The default, false, answers 503: the
-	// lock exists so that a writer can count on no request running while
-	// it drains the site, and a frontend that cannot ask cannot know
-	// whether a writer is in; set FailOpen when staying up matters more
-	// than that guarantee.
+	// be learned before the handler runs (agent unreachable or not ready,
+	// or any error other than a writer holding the name). The default,
+	// false, answers 503: the lock exists so that a writer can count on no
+	// request running while it drains the site, and a frontend that cannot
+	// ask cannot know whether a writer is in; set FailOpen when staying up
+	// matters more than that guarantee. FailOpen does not keep a request
+	// whose lease was lost mid-request running: a writer may be in by
+	// then, so its context is cancelled either way.
 	FailOpen bool
 	// Logger gets the failures visitors are not shown (agent errors,
-	// release errors). Nil: discarded.
+	// release errors, leases lost mid-request). Nil: discarded.
 	Logger *slog.Logger
 }
 
@@ -57,11 +68,33 @@ func LeaseFrom(ctx context.Context) *Lease {
 // the visitor hung up.
 const releaseTimeout = 5 * time.Second
 
+// ErrLeaseLost is what a handler's writes and flushes return once the
+// request's lease was lost: the response must not go on as a success. It
+// wraps semaphore.ErrLost.
+var ErrLeaseLost = fmt.Errorf("client: the request's lease was lost: %w", semaphore.ErrLost)
+
+// watchAfter is how long a request runs before the middleware watches its
+// lease's end as it happens (Lease.Done: one stream to the agent). Most
+// page views end sooner, and a stream for each would cost the agent far
+// more than the lock itself; until then an expiry cannot come (a lease
+// that ends sooner is watched at once) and a loss the agent reports is
+// checked when the handler returns.
+const watchAfter = 100 * time.Millisecond
+
 // Middleware puts handlers behind a READ_ONLY try-lock on name, one per
 // request, released when the handler returns. While a writer holds or
 // drains the name (the try gets ErrDraining or ErrTimedOut) it answers 503
 // with Retry-After and the maintenance page; when the lock's state cannot
 // be learned, FailOpen decides.
+//
+// The lease is renewed while the handler runs. When it is lost (revoked by
+// the agent or an operator, expired unrenewed, or the agent unreachable
+// past its expiry) the request's context is cancelled with a cause
+// wrapping semaphore.ErrLost, the handler's later writes fail with
+// ErrLeaseLost, and once the handler returns the visitor gets the
+// maintenance page (503) when nothing was written yet, or an aborted
+// connection (the handler panics with http.ErrAbortHandler) when the
+// response had begun: never a response completed as a success.
 func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler) http.Handler {
 	o.Duration = cmp.Or(o.Duration, time.Minute)
 	o.RetryAfter = cmp.Or(o.RetryAfter, 30*time.Second)
@@ -87,7 +120,7 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
-			l, err := c.Acquire(ctx, name, semaphore.ReadOnly, Options{Try: true, Duration: o.Duration})
+			l, err := c.Acquire(ctx, name, semaphore.ReadOnly, Options{Try: true, Duration: o.Duration, AutoRenew: true})
 			switch {
 			case err == nil:
 			case errors.Is(err, semaphore.ErrDraining), errors.Is(err, semaphore.ErrTimedOut):
@@ -105,7 +138,8 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 				return
 			}
 			// Released once the handler returns, off the visitor's path:
-			// the response goes out while the agent hears of it.
+			// the response goes out while the agent hears of it. Deferred
+			// first, so that it runs after an abort's panic too.
 			defer c.background(func() {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				defer cancel()
@@ -113,7 +147,171 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 					log.Warn("releasing the request's lock", "name", name, "lease", l.ID(), "err", err)
 				}
 			})
-			next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, leaseKey{}, l)))
+			g := guardLease(ctx, l, w)
+			func() {
+				defer g.stop()
+				next.ServeHTTP(g.w, r.WithContext(g.ctx))
+			}()
+			lerr := l.Err() // non-nil: lost while the handler ran (or just after)
+			switch {
+			case lerr == nil:
+			case g.w.hijacked():
+				// The handler owns the connection; the guard closed it.
+				log.Warn("the request's lock was lost; its connection was closed", "name", name, "lease", l.ID(), "err", lerr)
+			case !g.w.wrote:
+				log.Warn("the request's lock was lost; answering 503", "name", name, "lease", l.ID(), "err", lerr)
+				clear(w.Header()) // the handler's headers (a Content-Length, say) are not the page's
+				unavailable(w, r)
+			default:
+				// Part of the response may be out (or buffered, and sent
+				// once this returns): only an abort keeps the visitor from
+				// taking it for a whole one. http.ErrAbortHandler is
+				// net/http's way for HTTP/1 (the connection is closed
+				// without the buffered rest or the final chunk) and HTTP/2
+				// (the stream is reset) alike, where Hijack exists for
+				// HTTP/1 only and ResponseController has no abort.
+				log.Warn("the request's lock was lost; aborting the response", "name", name, "lease", l.ID(), "err", lerr)
+				panic(http.ErrAbortHandler)
+			}
 		})
 	}
 }
+
+// leaseGuard ends a request whose lease is lost: it cancels the handler's
+// context and stops its writer.
+type leaseGuard struct {
+	l      *Lease
+	ctx    context.Context // the handler's
+	cancel context.CancelCauseFunc
+	w      *leaseWriter
+	timer  *time.Timer   // starts watch
+	done   chan struct{} // closed when the handler returned
+	exited chan struct{} // closed when watch returned
+}
+
+// guardLease guards the request of ctx, served on w, under l.
+func guardLease(ctx context.Context, l *Lease, w http.ResponseWriter) *leaseGuard {
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
+	g := &leaseGuard{l: l, ctx: hctx, cancel: cancel, w: &leaseWriter{ResponseWriter: w},
+		done: make(chan struct{}), exited: make(chan struct{})}
+	delay := watchAfter
+	if time.Until(l.Expires()) <= 2*watchAfter {
+		delay = 0 // a short lease could expire before a late watch
+	}
+	g.timer = time.AfterFunc(delay, g.watch)
+	return g
+}
+
+// watch waits for the lease to end while the handler runs.
+func (g *leaseGuard) watch() {
+	defer close(g.exited)
+	select {
+	case <-g.done:
+		return // no stream for a lease that is being released
+	default:
+	}
+	select {
+	case <-g.l.Done():
+		// A nil Err is a release by the handler itself: its choice.
+		if err := g.l.Err(); err != nil {
+			g.w.lose()
+			g.cancel(err)
+		}
+	case <-g.done:
+	}
+}
+
+// stop ends the guard once the handler returned, and waits for its watch.
+func (g *leaseGuard) stop() {
+	close(g.done)
+	if !g.timer.Stop() {
+		<-g.exited
+	}
+	g.cancel(nil)
+}
+
+// leaseWriter is the handler's ResponseWriter: it refuses writes after
+// the lease was lost and records whether the response was begun.
+type leaseWriter struct {
+	http.ResponseWriter
+	lost atomic.Bool
+	// wrote: a final status or body bytes were passed on. Only the
+	// handler's goroutine writes it, and the middleware reads it after
+	// the handler returned.
+	wrote bool
+
+	mu   sync.Mutex
+	conn net.Conn // hijacked, closed on a loss
+}
+
+// lose stops the writer and closes a hijacked connection.
+func (w *leaseWriter) lose() {
+	w.lost.Store(true)
+	w.mu.Lock()
+	conn := w.conn
+	w.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+func (w *leaseWriter) hijacked() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.conn != nil
+}
+
+func (w *leaseWriter) WriteHeader(code int) {
+	if w.lost.Load() {
+		return // the maintenance page's status goes instead
+	}
+	// An informational status (103 Early Hints) leaves the response open.
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.wrote = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *leaseWriter) Write(b []byte) (int, error) {
+	if w.lost.Load() {
+		return 0, ErrLeaseLost
+	}
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// FlushError is what http.ResponseController.Flush calls.
+func (w *leaseWriter) FlushError() error {
+	if w.lost.Load() {
+		return ErrLeaseLost
+	}
+	w.wrote = true
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Flush is http.Flusher's, for handlers that stream.
+func (w *leaseWriter) Flush() { _ = w.FlushError() }
+
+// Hijack is http.Hijacker's (websockets, say); a loss closes the
+// connection it hands over.
+func (w *leaseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.lost.Load() {
+		return nil, nil, ErrLeaseLost
+	}
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.wrote = true
+	w.mu.Lock()
+	w.conn = conn
+	w.mu.Unlock()
+	if w.lost.Load() { // lost meanwhile: lose may have missed conn
+		_ = conn.Close()
+		return nil, nil, ErrLeaseLost
+	}
+	return conn, rw, nil
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *leaseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/client"
+	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
 type reply struct {
@@ -218,4 +222,206 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// startAgentShare is startAgent with the agent's --share-lease set, so
+// that a request's lease is short and must be renewed.
+func startAgentShare(t *testing.T, share time.Duration) *client.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx := ctxT(t)
+	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, ShareLease: share,
+		API: filepath.Join(dir, "api.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), settle)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	c, err := client.New(client.Config{API: a.APIAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() }) // before the agent stops: cleanups run last first
+	if err := waitReady(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// events is an ordered log of what happened, written from any goroutine.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) add(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, fmt.Sprintf(format, args...))
+}
+
+func (e *events) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+// A request that runs past its lease's first expiry keeps the lease
+// (renewed) and its context, and a writer that asks meanwhile is granted
+// only after the handler returned.
+func TestMiddlewareRenewsLongRequest(t *testing.T) {
+	c := startAgentShare(t, 2*time.Second)
+	ctx := ctxT(t)
+	var log events
+	entered := make(chan *client.Lease, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l := client.LeaseFrom(r.Context())
+		first := l.Expires()
+		entered <- l
+		// Until the lease outlived the expiry it was granted with.
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for !time.Now().After(first) || !l.Expires().After(first) {
+			select {
+			case <-r.Context().Done():
+				log.add("handler cancelled: %v", context.Cause(r.Context()))
+				return
+			case <-tick.C:
+			}
+		}
+		if err := r.Context().Err(); err != nil {
+			log.add("handler cancelled: %v", context.Cause(r.Context()))
+			return
+		}
+		io.WriteString(w, "done")
+		log.add("handler returned")
+	})
+	srv := httptest.NewServer(c.Middleware("/long", client.MiddlewareOptions{})(h))
+	defer srv.Close()
+	replied := make(chan reply, 1)
+	go func() { replied <- get(t, srv, "GET") }()
+	l := <-entered
+	if ttl := time.Until(l.Expires()); ttl > 2*time.Second {
+		t.Fatalf("request lease of %s, over the agent's 2s share", ttl)
+	}
+	granted := make(chan *client.Lease, 1)
+	go func() {
+		w, err := c.Acquire(ctx, "/long", semaphore.ReadWritePriority, client.Options{Timeout: settle})
+		if err != nil {
+			log.add("writer: %v", err)
+		} else {
+			log.add("writer granted")
+		}
+		granted <- w
+	}()
+	if got := <-replied; got.status != 200 || got.body != "done" {
+		t.Fatalf("long request: %+v; events %q", got, log.get())
+	}
+	if w := <-granted; w != nil {
+		w.Release(ctx)
+	}
+	if got, want := log.get(), []string{"handler returned", "writer granted"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+}
+
+// lostReply is what a visitor and the handler saw of a request whose
+// lease was lost.
+type lostReply struct {
+	status  int
+	body    string
+	readErr error    // reading the body to its end
+	events  []string // the handler's
+	logs    string   // the middleware's
+}
+
+// leaseLost serves one request whose handler waits for its context, and
+// force-unlocks the request's lease, as an operator would, once the
+// handler runs; write is what the handler did first.
+func leaseLost(t *testing.T, name string, write func(http.ResponseWriter)) lostReply {
+	t.Helper()
+	_, c := startAgent(t)
+	ctx := ctxT(t)
+	var log events
+	var logs syncBuffer
+	entered := make(chan *client.Lease, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		write(w)
+		entered <- client.LeaseFrom(r.Context())
+		<-r.Context().Done()
+		cause := context.Cause(r.Context())
+		log.add("handler cancelled, lost %v", errors.Is(cause, semaphore.ErrLost))
+		_, err := io.WriteString(w, "late")
+		log.add("late write: lost %v", errors.Is(err, client.ErrLeaseLost))
+	})
+	mw := c.Middleware(name, client.MiddlewareOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	srv := httptest.NewServer(mw(h))
+	defer srv.Close()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	answered := make(chan lostReply, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			answered <- lostReply{readErr: err}
+			return
+		}
+		defer resp.Body.Close()
+		// To its end: the handler has returned by then.
+		body, err := io.ReadAll(resp.Body)
+		answered <- lostReply{status: resp.StatusCode, body: string(body), readErr: err}
+	}()
+	l := <-entered
+	if _, err := c.ForceUnlock(ctx, name, l.ID(), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	got := <-answered
+	if got.status == 0 {
+		t.Fatalf("no answer: %v", got.readErr)
+	}
+	if !closed(l.Done(), settle) || !errors.Is(l.Err(), semaphore.ErrLost) {
+		t.Fatalf("lease after the force-unlock: %v", l.Err())
+	}
+	got.events, got.logs = log.get(), logs.String()
+	return got
+}
+
+// A lease lost mid-request cancels the handler's context; with nothing
+// written yet the visitor gets the maintenance page.
+func TestMiddlewareLeaseLostCancels(t *testing.T) {
+	got := leaseLost(t, "/lost", func(http.ResponseWriter) {})
+	if got.readErr != nil || got.status != 503 || got.body != string(client.DefaultMaintenancePage) {
+		t.Fatalf("answer after the loss: %d %q %v", got.status, got.body, got.readErr)
+	}
+	if want := []string{"handler cancelled, lost true", "late write: lost true"}; !slices.Equal(got.events, want) {
+		t.Fatalf("events %q, want %q", got.events, want)
+	}
+	if !strings.Contains(got.logs, "lock was lost; answering 503") {
+		t.Fatalf("the loss is not logged: %q", got.logs)
+	}
+}
+
+// A lease lost while the body streams aborts the response: the visitor
+// cannot take the part sent for a whole page.
+func TestMiddlewareLeaseLostAbortsStream(t *testing.T) {
+	got := leaseLost(t, "/stream", func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "first part\n")
+		http.NewResponseController(w).Flush()
+	})
+	if got.status != 200 || got.readErr == nil || got.body != "first part\n" {
+		t.Fatalf("answer %d %q, err %v: want the 200 and first part sent, then a broken connection", got.status, got.body, got.readErr)
+	}
+	if want := []string{"handler cancelled, lost true", "late write: lost true"}; !slices.Equal(got.events, want) {
+		t.Fatalf("events %q, want %q", got.events, want)
+	}
+	if !strings.Contains(got.logs, "lock was lost; aborting the response") {
+		t.Fatalf("the loss is not logged: %q", got.logs)
+	}
 }
