@@ -188,6 +188,11 @@ const (
 	// store commits comes back with the ticket, and the forced request's
 	// still running master gets it confirmed.
 	MutantLazyForcedTomb
+	// MutantSoftIgnoresLaterDoorways: an activated soft writer waits only
+	// for the doorways that were there at its first look, as any request
+	// does, so a later reader that decided on a report made before the
+	// activation mark reached it holds beside the writer.
+	MutantSoftIgnoresLaterDoorways
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -49,6 +49,9 @@ import (
 //   - force_release_durable_tomb.txt with a force-unlock's tombstone
 //     written lazily: a leader's crash brings the forced waiter's ticket
 //     back, and the waiter is confirmed and granted beside the next one.
+//   - soft_writer_later_reader.txt with an activated soft writer that
+//     skips doorways newer than its first look: it holds beside a reader
+//     that decided before its mark arrived (checked on its status).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -72,6 +75,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"lost_add_ticket_exit.txt", core.MutantNumberlessChoosing, 1, "4.1.1 choosing ticket=0"},
 		{"try_writer_shared.txt", core.MutantTryDrains, 0, "error=draining"},
 		{"force_release_durable_tomb.txt", core.MutantLazyForcedTomb, 2, ": granted "},
+		{"soft_writer_later_reader.txt", core.MutantSoftIgnoresLaterDoorways, 1, "read-write held"},
 	} {
 		script, err := os.ReadFile("testdata/" + c.file)
 		if err != nil {

@@ -899,10 +899,26 @@ func (n *Node) judge(r *request, dry bool) bool {
 // waitsOnChoosing reports whether a relevant request still choosing may
 // end below r, unless a number it proposed is above r's already:
 // proposals only grow.
+//
+// An activated soft writer also waits for every reader or hard writer
+// still choosing, whatever its number: those keep it out from any place
+// in line, and one of them may decide on reports made before the
+// activation mark reached them (a report lists a ticket as soon as the
+// replica takes it, before the ticket is at a quorum). Such a request set
+// its choosing flag at a quorum before it read anything, so before the
+// mark was at a quorum, and the writer's reports, all made after that,
+// show its flag or its ticket at the replica the two quorums share: the
+// writer waits for the flag to come down, then sees the ticket and backs
+// off. Soft writers among themselves need no more: each reads only after
+// its own mark is at a quorum.
 func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestID, bool) {
+	anyPlace := mayBeActive(r.a.Mode) && r.activated && n.cfg.Mutant&MutantSoftIgnoresLaterDoorways == 0
 	for _, e := range choosing {
+		if e.Req == r.id {
+			continue
+		}
 		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
-		if e.Req != r.id && below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) {
+		if below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) || anyPlace && !mayBeActive(e.Mode) {
 			return e.Req, true
 		}
 	}
