@@ -401,6 +401,8 @@ func (n *Node) Step(m wire.Message) error {
 		n.masterRestarted(m.From, m.Incarnation)
 	case wire.KindFormer:
 		n.onFormer(m)
+	case wire.KindRenew:
+		n.renewStep(m) // adopt.go: an earlier life's lease too
 	case wire.KindSnapshotRequest:
 		n.onSnapshotRequest(m)
 	case wire.KindSnapshot, wire.KindSnapshotTomb, wire.KindSnapshotDone:

@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/core/codes"
@@ -52,6 +54,11 @@ func (p *compactPool) get(ctx context.Context) (*compactConn, error) {
 		return cc, nil
 	default:
 	}
+	return p.dial(ctx)
+}
+
+// dial is a new connection.
+func (p *compactPool) dial(ctx context.Context) (*compactConn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", p.addr)
 	if err != nil {
@@ -98,6 +105,20 @@ func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest
 		return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
 	}
 	reply, err = cc.call(ctx, req)
+	if stale(cc, err, req.Op) && ctx.Err() == nil {
+		// The agent this idle connection led to is gone (it restarted, or
+		// stopped): the call never reached it, and the other idle
+		// connections are as dead. Once more, on a new connection.
+		_ = cc.c.Close()
+		p.close()
+		if cc, err = p.dial(ctx); err != nil {
+			if ctx.Err() != nil {
+				return reply, true, fmt.Errorf("client: %s: %w", op, ctx.Err())
+			}
+			return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+		}
+		reply, err = cc.call(ctx, req)
+	}
 	switch {
 	case errors.Is(err, errSpeaksHTTP):
 		_ = cc.c.Close()
@@ -139,13 +160,37 @@ func (cc *compactConn) call(ctx context.Context, req *api.CompactRequest) (api.C
 	return reply, err
 }
 
+// errUnsent: the call could not be written, so the agent never read it.
+type errUnsent struct{ err error }
+
+func (e *errUnsent) Error() string { return e.err.Error() }
+func (e *errUnsent) Unwrap() error { return e.err }
+
+// stale reports whether err, from a call on cc, says that cc is a pooled
+// connection to an agent that has gone away, and that the call may be
+// made again on a new one: it was never sent, or it is a release or a
+// renewal, which the agent takes twice as once. (An acquire whose answer
+// did not come may have been granted before the agent went: not again.)
+func stale(cc *compactConn, err error, op byte) bool {
+	if err == nil || cc.fresh || errors.Is(err, errSpeaksHTTP) {
+		return false
+	}
+	var unsent *errUnsent
+	if errors.As(err, &unsent) {
+		return true
+	}
+	// Closed before its answer (an agent that stops ends its connections).
+	closed := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return closed && op != api.OpAcquire
+}
+
 // roundTrip writes req and reads its answer.
 func (cc *compactConn) roundTrip(req *api.CompactRequest) (api.CompactReply, error) {
 	cc.buf = api.AppendRequest(cc.buf, req)
 	_, err := cc.c.Write(cc.buf)
 	cc.buf = cc.buf[:0]
 	if err != nil {
-		return api.CompactReply{}, err
+		return api.CompactReply{}, &errUnsent{err}
 	}
 	if cc.fresh {
 		// An agent from before the compact protocol answers the preface

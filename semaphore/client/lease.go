@@ -82,7 +82,7 @@ func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, 
 	if m, err := semaphore.ParseMode(lj.Mode); err == nil {
 		mode = m
 	}
-	return c.newLease(lj, expires, mode, o.AutoRenew), nil
+	return c.newLease(lj, expires, mode, o), nil
 }
 
 // expiresOf is when a lease answered by lj ends, for a call sent at sent:
@@ -103,6 +103,10 @@ type Lease struct {
 	name  string
 	mode  semaphore.Mode
 	token uint64
+	// duration and grace are the acquire's (zero: the agent's defaults):
+	// a renewal through an agent that restarted since the grant sends
+	// them, with the name and mode, to take the lease over.
+	duration, grace time.Duration
 
 	done chan struct{}
 	// ctx bounds the lease's goroutines (watch, renewer); wg counts them.
@@ -110,6 +114,10 @@ type Lease struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	changed chan struct{} // the expiry moved: the renewer plans again
+	// renewing: one renewal at a time (the renewer, the watch and the
+	// caller may each renew; the agent answers one renewal of a lease at
+	// a time).
+	renewing sync.Mutex
 
 	mu        sync.Mutex
 	expires   time.Time
@@ -121,15 +129,15 @@ type Lease struct {
 	renewFail error // the last renewal's error, for the expiry's report
 }
 
-func (c *Client) newLease(lj api.LeaseJSON, expires time.Time, mode semaphore.Mode, autoRenew bool) *Lease {
+func (c *Client) newLease(lj api.LeaseJSON, expires time.Time, mode semaphore.Mode, o Options) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, done: make(chan struct{}),
-		ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), expires: expires}
+	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, duration: o.Duration, grace: o.Grace,
+		done: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), expires: expires}
 	l.mu.Lock()
 	// A local timer, so the lease ends at its expiry even when the agent
 	// says nothing (unreachable, stopped, slow).
 	l.timer = time.AfterFunc(time.Until(expires), l.expire)
-	if autoRenew {
+	if o.AutoRenew {
 		l.wg.Add(1)
 		go l.renewLoop()
 	}
@@ -164,7 +172,11 @@ func (l *Lease) Expires() time.Time {
 // first call starts watching the agent's events for the lease (one
 // streaming request), so that an unlock by the agent is seen at once;
 // leases whose Done is never called rely on renewals and the expiry timer
-// alone, and cost no stream.
+// alone, and cost no stream. A watch that breaks (the agent restarts) is
+// made again, with backoff, while the lease has time left; an agent that
+// no longer knows the lease (it restarted) is asked to renew it, which
+// takes it over when the leaders still keep it and ends it as lost when
+// they do not.
 func (l *Lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -278,8 +290,12 @@ func (l *Lease) Release(ctx context.Context) error {
 // leaders confirmed it. When the agent answers that the lease is lost or
 // unknown, the lease ends: Done closes and Err wraps semaphore.ErrLost.
 // Other errors (agent unreachable, not ready) leave the lease running
-// until its expiry.
+// until its expiry. An agent that restarted since the grant takes the
+// lease over from the leaders, who keep it meanwhile: the renewal sends
+// its name, mode and duration along (on the socket's compact protocol).
 func (l *Lease) Renew(ctx context.Context) error {
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
 	l.mu.Lock()
 	ended, lerr := l.ended, l.err
 	l.mu.Unlock()
@@ -291,7 +307,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	sent := time.Now()
 	op := "renew " + l.id
-	reply, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRenew, Lease: l.id})
+	reply, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRenew, Lease: l.id, Name: l.name,
+		Mode: l.mode.String(), Duration: l.duration, Grace: l.grace})
 	expires := sent.Add(reply.TTLNanos)
 	if !ok {
 		var lj api.LeaseJSON
@@ -313,18 +330,35 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return err
 }
 
-// renewLoop renews at about half the remaining time until the lease ends.
+// Retries of a renewal that failed, and of a broken watch: from
+// retryFirst, doubling up to retryMost, while the lease has time left (an
+// agent restarting takes a second or two).
+const (
+	retryFirst = 50 * time.Millisecond
+	retryMost  = time.Second
+)
+
+// renewLoop renews at about half the remaining time until the lease ends,
+// and sooner again after a failure.
 func (l *Lease) renewLoop() {
 	defer l.wg.Done()
+	retry := retryFirst
 	for {
 		l.mu.Lock()
-		expires := l.expires
+		expires, failing := l.expires, l.renewFail != nil
 		l.mu.Unlock()
 		left := time.Until(expires)
 		if left <= 0 {
 			return // the timer ends the lease
 		}
-		t := time.NewTimer(max(left/2, 10*time.Millisecond))
+		wait := max(left/2, 10*time.Millisecond)
+		if failing {
+			wait = min(wait, retry)
+			retry = min(2*retry, retryMost)
+		} else {
+			retry = retryFirst
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-l.ctx.Done():
 			t.Stop()
@@ -346,25 +380,53 @@ func (l *Lease) renewLoop() {
 	}
 }
 
-// watch follows the agent's events for the lease until it ends.
+// watch follows the agent's events for the lease until it ends. A lost
+// lease ends it by an event, a renewal's answer or the expiry timer; the
+// agent going away does not (it may be restarting).
 func (l *Lease) watch() {
 	defer l.wg.Done()
+	retry := retryFirst
 	for {
 		n, err := l.watchOnce()
 		if l.ctx.Err() != nil {
 			return // ended, by an event or otherwise
 		}
-		if n == 0 {
-			// Not even the state a new watch starts with: the agent does
-			// not have the lease any more, or cannot be asked.
-			if err == nil {
-				err = errors.New("the stream ended")
-			}
-			l.end(fmt.Errorf("%w: %w", l.lost("is no longer reported by the agent"), err))
-			return
+		if n > 0 {
+			// The stream ended without a last event (the agent drops slow
+			// watchers, or stopped): look again at once; a new watch
+			// starts with the state.
+			retry = retryFirst
+			continue
 		}
-		// The stream ended without a last event (the agent drops slow
-		// watchers): look again; a new watch starts with the state.
+		if err == nil || errors.Is(err, ErrUnknownLease) {
+			// Not even the state a new watch starts with: the agent does
+			// not have the lease. A restarted agent lost it from its
+			// memory while the leaders keep it: a renewal takes it over,
+			// or says it is lost (and ends it).
+			l.mu.Lock()
+			expires := l.expires
+			l.mu.Unlock()
+			ctx, cancel := context.WithDeadline(l.ctx, expires)
+			rerr := l.Renew(ctx)
+			cancel()
+			if l.ctx.Err() != nil {
+				return
+			}
+			if rerr == nil {
+				retry = retryFirst
+				continue
+			}
+		}
+		// Unreachable or not ready (restarting): again after a while; the
+		// expiry timer ends the lease if that takes too long.
+		t := time.NewTimer(retry)
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		retry = min(2*retry, retryMost)
 	}
 }
 

@@ -337,7 +337,7 @@ func (a *Agent) startNode(cfg AgentConfig, state store.State, boot, peers []wire
 	node, err := NewNode(NodeConfig{Self: a.host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
 		ElectionTicks: int64(cfg.ElectionTimeout / tick),
 		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, ShareLease: cfg.ShareLease, ShareLinger: cfg.ShareLinger,
-		Logger: cfg.Logger, Broken: cfg.Broken})
+		Logger: cfg.Logger, Broken: cfg.Broken, Cluster: a.host})
 	if err != nil {
 		return err
 	}

@@ -26,8 +26,8 @@ import (
 // on a loopback TCP address with a bearer token.
 //
 //	POST /v1/acquire       {"name","mode","timeout","duration","grace","quiet","limit","try"} → lease
-//	POST /v1/release       {"lease"}
-//	POST /v1/renew         {"lease"} → lease
+//	POST /v1/release       {"lease","name"}
+//	POST /v1/renew         {"lease","name"} → lease (a lease from before the agent restarted too)
 //	GET  /v1/watch?lease=ID   newline-delimited JSON events until the lease ends
 //	GET  /v1/locks?prefix=P   the leader's table and this node's requests
 //	GET  /v1/status        view, epoch, leaders, members, LOCK_READY or NO_LOCK
@@ -204,7 +204,7 @@ func (a *apiServer) renew(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &b) {
 		return
 	}
-	l, err := a.cfg.Node.Renew(r.Context(), b.Lease)
+	l, err := a.cfg.Node.RenewHeld(r.Context(), b.Lease, Held{Name: b.Name})
 	if err != nil {
 		fail(w, err)
 		return

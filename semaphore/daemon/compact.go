@@ -163,7 +163,15 @@ func (m *apiMux) call(ctx context.Context, req api.CompactRequest) api.CompactRe
 		err = m.node.Release(ctx, req.Lease, req.Name)
 		l.ID = req.Lease
 	case api.OpRenew:
-		l, err = m.node.Renew(ctx, req.Lease)
+		// The lease as the client knows it: an agent that restarted since
+		// the grant takes it over with that (Node.RenewHeld).
+		as := Held{Name: req.Name, Duration: req.Duration, Grace: req.Grace}
+		if req.Mode != "" {
+			as.Mode, err = semaphore.ParseMode(req.Mode)
+		}
+		if err == nil {
+			l, err = m.node.RenewHeld(ctx, req.Lease, as)
+		}
 	}
 	if err != nil {
 		return api.CompactReply{Error: codes.Of(err).Code, Message: err.Error()}

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -41,6 +43,9 @@ type lease struct {
 	ttl        time.Duration
 	renewAsked time.Time
 	held       bool
+	// adopting: a lease of an earlier life of this node, taken over by a
+	// renewal (Held) that the leaders have not confirmed yet.
+	adopting bool
 	// acquired gets the first grant or failure; renewed the answer to a
 	// pending renewal. Both have room for one: the loop never blocks.
 	acquired chan error
@@ -243,9 +248,29 @@ func (n *Node) Release(ctx context.Context, id, name string) error {
 		}
 		if l == nil {
 			// A lease granted before this agent restarted: the leaders keep
-			// it for its client, and told this life so; give it back.
-			if h.Node != n.cfg.Self || n.core.Release(h, name) != nil {
+			// it for its client.
+			switch {
+			case !n.earlierLife(h):
 				done <- fmt.Errorf("%w: %s", ErrUnknownLease, id)
+				return
+			case n.core.Release(h, name) == nil:
+				// They told this life so (core.Node.Former): given back.
+			case name == "":
+				done <- errNameNeeded
+				return
+			default:
+				// Their word was lost, or is on its way: drop it on name,
+				// where a quorum of the leaders keeps it if anybody holds
+				// it; unknown_lease when none of them has it.
+				if ready, why := n.readiness(); !ready {
+					done <- fmt.Errorf("%w: release of %s not confirmed: %s", codes.ErrNotReady, id, why)
+					return
+				}
+				if err := n.core.ForceRelease(name, h); err != nil {
+					done <- err
+					return
+				}
+				n.awaitReleaseOn(h, true, done)
 				return
 			}
 		} else {
@@ -265,7 +290,56 @@ func (n *Node) Release(ctx context.Context, id, name string) error {
 	}); err != nil {
 		return err
 	}
-	return n.released(ctx, id, done)
+	err = n.released(ctx, id, done)
+	if errors.Is(err, errNameNeeded) {
+		// An earlier life's lease released by id alone: its name is in
+		// the cluster's table.
+		if name, _, err = n.clusterEntry(ctx, h, ""); err != nil {
+			return err
+		}
+		return n.Release(ctx, id, name)
+	}
+	return err
+}
+
+// errNameNeeded: a lease of an earlier life released without its name,
+// which this life does not know.
+var errNameNeeded = fmt.Errorf("%w: give the lease's name", ErrUnknownLease)
+
+// earlierLife reports whether h is a request of an earlier life of this
+// node: a lease the leaders may keep for a client that outlived it.
+func (n *Node) earlierLife(h wire.RequestID) bool {
+	return h.Node == n.cfg.Self && h.Incarnation() > 0 && h.Incarnation() < n.cfg.State.Incarnation
+}
+
+// clusterEntry finds request h in the cluster's table (a quorum of the
+// leaders' tables, merged), on name or, when name is "", on any name. A
+// lease is in a quorum of the leaders' tables while anybody holds it, so
+// it is in that merge: ErrUnknownLease when it is not.
+func (n *Node) clusterEntry(ctx context.Context, h wire.RequestID, name string) (string, api.Entry, error) {
+	if n.cfg.Cluster == nil {
+		return "", api.Entry{}, fmt.Errorf("%w: %s: a lease of this agent before its restart: give its name", ErrUnknownLease, h)
+	}
+	t, err := n.ClusterLocks(ctx, n.cfg.Cluster, name)
+	if err != nil {
+		return "", api.Entry{}, err
+	}
+	want := h.String()
+	for _, l := range t.Locks {
+		if name != "" && l.Name != name {
+			continue
+		}
+		for _, e := range l.Entries {
+			if e.Request == want {
+				return l.Name, e, nil
+			}
+		}
+	}
+	on := ""
+	if name != "" {
+		on = fmt.Sprintf(" on %q", name)
+	}
+	return "", api.Entry{}, fmt.Errorf("%w: %s%s: no leader of a quorum has it (released, force-unlocked or expired)", ErrUnknownLease, h, on)
 }
 
 // releaseCall names a call waiting for EventReleased: a client's Release
@@ -322,27 +396,126 @@ func (n *Node) onReleased(e core.Event) {
 }
 
 // Renew extends a held lease by its duration, counted from now, and waits
-// for the leaders to confirm it.
+// for the leaders to confirm it. It is RenewHeld without what the client
+// knows of the lease.
 func (n *Node) Renew(ctx context.Context, id string) (Lease, error) {
+	return n.RenewHeld(ctx, id, Held{})
+}
+
+// Held is a lease as its client knows it, sent along with a renewal. An
+// agent that restarted since the grant lost the lease from its memory
+// while the leaders keep its ticket for the client: the renewal takes it
+// over (core.Node.Adopt) with these. Every field is optional.
+type Held struct {
+	// Name is the lease's name; a lease of that id on another name is
+	// not the caller's (unknown_lease). Empty: the name the leaders told
+	// the agent, or the one the cluster's table lists.
+	Name string
+	// Mode is for display: the cluster's table says which it is. Zero:
+	// unknown.
+	Mode wire.Mode
+	// Duration and Grace are the lease's (renewals extend it by
+	// Duration). Zero: the API's default duration, 1m, and no grace.
+	Duration, Grace time.Duration
+}
+
+// RenewHeld extends a held lease by its duration, counted from now, and
+// waits for the leaders to confirm it. A lease granted by an earlier life
+// of this agent is taken over when the cluster's table lists it as
+// held (Held says what the client knows of it): unknown_lease when no
+// quorum of the leaders keeps it, whatever the client says.
+func (n *Node) RenewHeld(ctx context.Context, id string, as Held) (Lease, error) {
 	h, err := ParseLeaseID(id)
 	if err != nil {
 		return Lease{}, err
 	}
 	var l *lease
+	earlier := false
 	if err := n.run(ctx, func() error {
 		l = n.leases[h]
 		switch {
-		case l == nil:
+		case l == nil && n.earlierLife(h) && n.failed == nil:
+			earlier = true
+			if as.Name == "" {
+				as.Name, _ = n.core.Former(h)
+			}
+			return nil
+		case l == nil, as.Name != "" && l.req.Name != as.Name:
 			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
 		case n.failed != nil:
 			return n.failed
 		}
-		select {
-		case <-l.renewed: // an answer nobody waited for
-		default:
+		return n.renewOn(l)
+	}); err != nil {
+		return Lease{}, err
+	}
+	if earlier {
+		return n.adopt(ctx, h, as)
+	}
+	return n.answered(ctx, l, l.renewed)
+}
+
+// renewOn asks the leaders to renew l; on the loop.
+func (n *Node) renewOn(l *lease) error {
+	select {
+	case <-l.renewed: // an answer nobody waited for
+	default:
+	}
+	l.renewAt, l.renewAsked = n.ticks, time.Now()
+	return n.core.Renew(l.handle)
+}
+
+// adopt takes h, a lease of an earlier life of this node, over and renews
+// it: the cluster's table must list it as a holder (a request of that life
+// still waiting in line was never granted, and its id is nobody's lease).
+func (n *Node) adopt(ctx context.Context, h wire.RequestID, as Held) (Lease, error) {
+	if as.Name != "" {
+		if err := validName(as.Name); err != nil {
+			return Lease{}, err
 		}
-		l.renewAt, l.renewAsked = n.ticks, time.Now()
-		return n.core.Renew(h)
+	}
+	req := Request{Name: as.Name, Mode: as.Mode, Duration: cmp.Or(as.Duration, defaultDuration), Grace: as.Grace}
+	var token uint64
+	if n.cfg.Cluster != nil || as.Name == "" {
+		name, e, err := n.clusterEntry(ctx, h, as.Name)
+		if err != nil {
+			return Lease{}, err
+		}
+		if !e.Holder {
+			return Lease{}, fmt.Errorf("%w: %s on %q waits in line: it was never granted", ErrUnknownLease, h, name)
+		}
+		req.Name, token = name, e.Ticket
+		if m, err := semaphore.ParseMode(e.Mode); err == nil {
+			req.Mode = m
+		}
+	}
+	if !req.Mode.Valid() {
+		req.Mode = semaphore.Exclusive // unknown: for display only
+	}
+	if err := req.Validate(); err != nil {
+		return Lease{}, err
+	}
+	var l *lease
+	if err := n.run(ctx, func() error {
+		if n.failed != nil {
+			return n.failed
+		}
+		if l = n.leases[h]; l != nil { // taken over meanwhile, by another call
+			if l.req.Name != req.Name {
+				return fmt.Errorf("%w: %s on %q", ErrUnknownLease, h, req.Name)
+			}
+			return n.renewOn(l)
+		}
+		if err := n.core.Adopt(h, n.coreAcquire(req), token); err != nil {
+			return err
+		}
+		now := time.Now()
+		l = &lease{handle: h, req: req, sent: n.ticks, renewAt: n.ticks, renewAsked: now, token: token, adopting: true,
+			acquired: make(chan error, 1), renewed: make(chan error, 1), asked: now}
+		n.leases[h] = l
+		n.metrics.waiters.Inc()
+		n.log.Info("lease of an earlier life of this agent taken over", "lease", h.String(), "name", req.Name)
+		return nil
 	}); err != nil {
 		return Lease{}, err
 	}
@@ -478,6 +651,14 @@ func (n *Node) onFailed(l *lease, e core.Event, ev api.Event) {
 func (n *Node) onRenewed(l *lease, e core.Event, ev api.Event) {
 	l.expiry = e.ExpiryFrom(l.renewAt)
 	l.ttl = n.ttlFrom(l.renewAsked, l.expiry)
+	if l.adopting {
+		// The leaders keep it: held by this life from now on.
+		l.adopting, l.held, l.granted = false, true, time.Now()
+		mode := l.req.Mode.String()
+		n.metrics.waiters.Dec()
+		n.metrics.active.WithLabelValues(mode).Inc()
+		l.grant = n.leaseOf(l)
+	}
 	ev.Expires = n.wallTime(l.expiry)
 	n.emitTo(l, ev)
 	putLatest(l.renewed, nil)
@@ -487,6 +668,14 @@ func (n *Node) onRenewed(l *lease, e core.Event, ev api.Event) {
 // its expiry.
 func (n *Node) onRenewFailed(l *lease, e core.Event, ev api.Event) {
 	n.emitTo(l, ev)
+	if l.adopting {
+		// Not a lease of the cluster's (any more): nobody's, here too.
+		putLatest(l.renewed, fmt.Errorf("%w: %s on %q: no quorum of the leaders keeps it (released, force-unlocked or expired)",
+			ErrUnknownLease, l.handle, l.req.Name))
+		n.drop(l, false)
+		n.core.Disown(l.handle)
+		return
+	}
 	putLatest(l.renewed, errorOf(e.Code))
 }
 
