@@ -44,6 +44,12 @@ type Decision struct {
 	// entry or the candidate's own. Zero when the wait rests on more than
 	// one entry (a reader limit) or on time.
 	BlockedBy wire.RequestID
+	// Requeue, with a wait, gives the ticket up and takes a new one, behind
+	// every ticket there is now (the same client request, a new doorway):
+	// for a request that lets later ones pass while it waits (a soft
+	// writer), whose place in line would hold up a later request that the
+	// ones it waits for wait for in turn.
+	Requeue bool
 }
 
 // Admit decides whether me may be granted, given every other request of the

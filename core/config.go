@@ -193,6 +193,17 @@ const (
 	// does, so a later reader that decided on a report made before the
 	// activation mark reached it holds beside the writer.
 	MutantSoftIgnoresLaterDoorways
+	// MutantLimitIgnoresShares: a limited reader asks no shared read
+	// ticket ahead of it to go, so it waits while page views keep one busy
+	// (the policy counting a share as full is the safety half; this is
+	// the liveness half).
+	MutantLimitIgnoresShares
+	// MutantSoftKeepsPlace: a waiting soft writer keeps its place in line
+	// when the policy asks it to take a new one behind a later hard
+	// writer, and the three of them (it waiting for a later reader, the
+	// reader for the hard writer, the hard writer for it) stall until
+	// someone's timeout.
+	MutantSoftKeepsPlace
 )
 
 func (c *Config) withDefaults() (Config, error) {

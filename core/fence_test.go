@@ -2,12 +2,15 @@ package core_test
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 )
 
 // TestScenariosCatchMutants replays scenarios on cores broken on purpose:
@@ -49,6 +52,12 @@ import (
 //   - force_release_durable_tomb.txt with a force-unlock's tombstone
 //     written lazily: a leader's crash brings the forced waiter's ticket
 //     back, and the waiter is confirmed and granted beside the next one.
+//   - drain_soft_hard_reader.txt with a soft writer that keeps its place
+//     in line before a hard writer: the three drains wait on each other,
+//     and only the first reader is granted (grants missing).
+//   - limit_counts_shares.txt with a limited reader that does not ask the
+//     shared read ticket ahead of it to go: it waits for the share's
+//     linger after the page views end (its grant is missing).
 //   - soft_writer_later_reader.txt with an activated soft writer that
 //     skips doorways newer than its first look: it holds beside a reader
 //     that decided before its mark arrived (checked on its status).
@@ -76,35 +85,79 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"try_writer_shared.txt", core.MutantTryDrains, 0, "error=draining"},
 		{"force_release_durable_tomb.txt", core.MutantLazyForcedTomb, 2, ": granted "},
 		{"soft_writer_later_reader.txt", core.MutantSoftIgnoresLaterDoorways, 1, "read-write held"},
+		{"drain_soft_hard_reader.txt", core.MutantSoftKeepsPlace, 4, ": granted "},
+		{"limit_counts_shares.txt", core.MutantLimitIgnoresShares, 1, "granted 5.1.2 "},
 	} {
-		script, err := os.ReadFile("testdata/" + c.file)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, mutant := range []core.Mutant{0, c.mutant} {
-			h := &harness{mutant: mutant}
-			var out strings.Builder
-			for _, block := range strings.Split(string(script), "\n\n") {
-				line := ""
-				for _, l := range strings.Split(block, "\n") {
-					if l != "" && !strings.HasPrefix(l, "#") && l != "----" {
-						line = l
-						break
-					}
-				}
-				if line == "" {
-					continue
-				}
-				cmd, args, err := datadriven.ParseLine(line)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out.WriteString(h.run(t, &datadriven.TestData{Cmd: cmd, CmdArgs: args}))
-			}
-			got := strings.Count(out.String(), c.count)
+			out := replay(t, c.file, &harness{mutant: mutant})
+			got := strings.Count(out, c.count)
 			if (got == c.grants) != (mutant == 0) {
-				t.Errorf("%s, mutant %d: %d of %q, the real core has %d:\n%s", c.file, mutant, got, c.count, c.grants, out.String())
+				t.Errorf("%s, mutant %d: %d of %q, the real core has %d:\n%s", c.file, mutant, got, c.count, c.grants, out)
 			}
 		}
 	}
+}
+
+// shareCountsAsOne is the reader limit's old policy: a node's shared read
+// ticket counts as one reader, whatever its page views.
+func shareCountsAsOne(me core.Candidate, others []wire.Entry) core.Decision {
+	if me.Mode == wire.ModeReadOnly && me.Limit > 0 {
+		others = slices.Clone(others)
+		for i := range others {
+			if others[i].Mode == wire.ModeReadOnly {
+				others[i].Active = false
+			}
+		}
+	}
+	return semaphore.Admit(me, others)
+}
+
+// TestScenariosCatchPolicyMutants replays scenarios on broken admission
+// policies, as TestScenariosCatchMutants does on broken cores.
+//   - limit_counts_shares.txt with a shared read ticket counted as one
+//     reader: the limited reader's try is granted beside three page views.
+func TestScenariosCatchPolicyMutants(t *testing.T) {
+	for _, c := range []struct {
+		file   string
+		policy core.Admit
+		grants int
+		count  string
+	}{
+		{"limit_counts_shares.txt", shareCountsAsOne, 0, "granted 5.1.1 "},
+	} {
+		for _, policy := range []core.Admit{nil, c.policy} {
+			got := strings.Count(replay(t, c.file, &harness{policy: policy}), c.count)
+			if (got == c.grants) != (policy == nil) {
+				t.Errorf("%s, broken policy %v: %d of %q, the real policy gives %d", c.file, policy != nil, got, c.count, c.grants)
+			}
+		}
+	}
+}
+
+// replay runs a scenario's commands on h and returns what they printed.
+func replay(t *testing.T, file string, h *harness) string {
+	t.Helper()
+	script, err := os.ReadFile("testdata/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for _, block := range strings.Split(string(script), "\n\n") {
+		line := ""
+		for _, l := range strings.Split(block, "\n") {
+			if l != "" && !strings.HasPrefix(l, "#") && l != "----" {
+				line = l
+				break
+			}
+		}
+		if line == "" {
+			continue
+		}
+		cmd, args, err := datadriven.ParseLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.WriteString(h.run(t, &datadriven.TestData{Cmd: cmd, CmdArgs: args}))
+	}
+	return out.String()
 }

@@ -42,6 +42,7 @@ type hnode struct {
 // until a command delivers, drops or duplicates them.
 type harness struct {
 	mutant   core.Mutant // set by tests that replay a scenario on a broken core
+	policy   core.Admit  // replaces the semaphore's policy (admit=semaphore), to replay on a broken one
 	nodes    []*hnode
 	view     wire.View
 	cfg      core.Config
@@ -225,6 +226,9 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 		CheckIncremental: true, ShareLease: intArg(t, d, "share", 0)}
 	if strArg(d, "admit", "") == "semaphore" {
 		h.cfg.Admit, h.cfg.RefuseEarly = semaphore.Admit, semaphore.RefuseEarly
+		if h.policy != nil {
+			h.cfg.Admit = h.policy
+		}
 	}
 	h.nodes, h.inflight, h.isolated, h.cut = nil, nil, map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
 	for i := range size {

@@ -106,6 +106,9 @@ type waiting struct {
 	// its own.
 	blocked   bool
 	blockedBy wire.RequestID
+	// sharesAsked: the shared read tickets ahead that a limited reader has
+	// asked to yield (askSharesAhead).
+	sharesAsked map[wire.RequestID]bool
 }
 
 // holding is a granted lease's (phaseHeld).
@@ -879,11 +882,14 @@ func (n *Node) judge(r *request, dry bool) bool {
 		d = n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
 			Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, merged.ticketed)
 	}
-	sleeps := !d.Grant && d.Refuse == wire.CodeNone && d.RetryIn == 0
+	sleeps := !d.Grant && d.Refuse == wire.CodeNone && d.RetryIn == 0 && !d.Requeue
 	if dry {
 		return !sleeps || r.activated || r.activating
 	}
 	n.decide(r, d)
+	if !d.Grant && d.Refuse == wire.CodeNone && r.phase == phaseWait {
+		n.askSharesAhead(r, merged.ticketed)
+	}
 	// Asleep until the blocker or our entry changes: only on every leader's
 	// fresh report, so no report yet to come may join the view with an
 	// older copy of the blocker; not while a mark is out, whose
@@ -938,6 +944,9 @@ func (n *Node) decide(r *request, d Decision) {
 		n.grant(r)
 	case d.Refuse != wire.CodeNone:
 		n.fail(r, d.Refuse)
+	case d.Requeue && n.cfg.Mutant&MutantSoftKeepsPlace == 0:
+		n.restartDoorway(r) // its mark, if any, goes with the old ticket
+		return
 	case r.activated || r.activating:
 		n.sendMark(r, false, nil) // back off: others must not see us active
 	}

@@ -29,7 +29,12 @@ import (
 // long ago its last local reader left (Message.ReadersAgo), so a gentle
 // drain's quiet period counts from there. A node that cannot be reached
 // holds a writer only until its share expires. A reader limit is exact
-// only in the table, so limited readers bypass the share.
+// only in the table, so limited readers bypass the share, and the table
+// does not count a share's page views: a limited reader waits until no
+// share is ahead of it (the policy's rule), and asks those ahead to go as
+// soon as they are idle (askSharesAhead), as a soft writer's yield does.
+// Shares taken after it are behind it in line, and its limit is about
+// the readers ahead.
 //
 // The share's cluster request is always a try: it is granted or refused
 // at once, and a local reader that may wait and found no share takes the
@@ -312,4 +317,32 @@ func (n *Node) onYield(r *request, y wire.Yield) {
 	}
 	sh.yield = y
 	n.keepShare(sh)
+}
+
+// askSharesAhead asks the nodes of the shared read tickets ahead of r, a
+// waiting READ_ONLY request with a reader limit, to let them go once idle
+// (YieldIdle): the policy counts such a ticket as full, for its page views
+// are not in the table, so r goes in when none is ahead. The request's own
+// master asks, once per share: the leaders do not know the limit. A share
+// of this node is told at once.
+func (n *Node) askSharesAhead(r *request, ticketed []wire.Entry) {
+	if r.a.Mode != wire.ModeReadOnly || r.a.Limit == 0 || r.phase != phaseWait || n.cfg.Mutant&MutantLimitIgnoresShares != 0 {
+		return
+	}
+	for _, e := range ticketed {
+		if e.Mode != wire.ModeReadOnly || !e.Active || !Earlier(e.Ticket, e.Req, r.ticket, r.id) || r.sharesAsked[e.Req] {
+			continue
+		}
+		if r.sharesAsked == nil {
+			r.sharesAsked = map[wire.RequestID]bool{}
+		}
+		r.sharesAsked[e.Req] = true
+		if e.Req.Node == n.cfg.ID {
+			if sh := n.reqs[e.Req]; sh != nil && sh.share != nil {
+				n.onYield(sh, wire.YieldIdle)
+			}
+			continue
+		}
+		n.send(wire.Message{Kind: wire.KindYield, To: e.Req.Node, Name: r.a.Name, Req: e.Req, Ticket: e.Ticket, Yield: wire.YieldIdle})
+	}
 }

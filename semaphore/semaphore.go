@@ -45,7 +45,8 @@ const (
 	ReadWritePriority = wire.ModeReadWritePriority
 	// ReadWrite is exclusive but lets later readers in while it waits: it
 	// goes in only at a moment no reader is in the table, so it may starve
-	// while readers keep coming. That is the mode's point, not a bug.
+	// while readers keep coming. That is the mode's point, not a bug. It
+	// also lets a later READ_WRITE_PRIORITY or exclusive writer go first.
 	ReadWrite = wire.ModeReadWrite
 	// ReadWriteGentle is ReadWrite that also waits for a quiet period with
 	// no reader in the table, so visitors can finish browsing.
@@ -96,14 +97,17 @@ func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
 
 // Admit is the core.Admit policy of the semaphore. Tickets are in bakery
 // order (number, then request id); others are every other ticket of the
-// name that is not released (an entry of me itself is skipped). Readers never announce themselves, so a soft
-// writer takes every reader ticket in the table as possibly active.
+// name that is not released (an entry of me itself is skipped). Readers
+// never announce themselves, so a soft writer takes every reader ticket in
+// the table as possibly active.
 //
 //   - READ_ONLY waits for every earlier READ_WRITE_PRIORITY or exclusive
 //     ticket, and for any active soft writer; a try is told ErrDraining.
-//     With a limit L it also waits while L reader tickets are ahead of it
-//     (a try is told ErrTimedOut): of L+1 readers holding at once, the last
-//     in line would have seen the L before it, so that cannot happen.
+//     With a limit L it also waits while L reader tickets are ahead of it,
+//     or any node's shared read ticket (a READ_ONLY entry marked Active),
+//     whose page views the table does not count (a try is told
+//     ErrTimedOut): of L+1 readers holding at once, the last in line
+//     would have seen the L before it, so that cannot happen.
 //   - READ_WRITE_PRIORITY and exclusive wait for every earlier ticket and
 //     for any active soft writer; a try is told ErrTimedOut.
 //   - READ_WRITE waits while any reader ticket is in the table, any earlier
@@ -112,6 +116,21 @@ func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
 //   - READ_WRITE_GENTLE is READ_WRITE that also waits until, on the
 //     reports decided on, no reader ticket was in the table for its quiet
 //     period (me.Quiet ticks; the runtime fills in DefaultQuiet).
+//   - A soft writer (READ_WRITE, READ_WRITE_GENTLE) that must wait while a
+//     priority or exclusive ticket is behind it takes a new place in line,
+//     behind that one (Decision.Requeue). Hard writers wait for every
+//     earlier ticket, readers for earlier hard writers, and the soft
+//     writer for any reader: kept, its place would close a cycle (soft
+//     waits for a later reader, the reader for the hard writer, the hard
+//     writer for the soft one) that only a timeout breaks. So soft writers
+//     may starve behind hard writers as behind readers, as their mode
+//     says, and fencing tokens still grow: the soft writer's new ticket is
+//     above the hard writer's.
+//
+// No one waits on a cycle: readers and hard writers wait only for earlier
+// tickets and for an active soft writer, which backs off (clears its
+// mark) as soon as it cannot go in, and a waiting soft writer holds up no
+// hard writer.
 func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	d := admit(me, others)
 	if d.Refuse == wire.CodeNone || !me.Try || !writer(me.Mode) {
@@ -138,6 +157,26 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	return d
 }
 
+// requeueBehindHard turns wait, a soft writer's wait that is not a try,
+// into a new place in line behind the priority and exclusive writers
+// after it: they wait for every earlier ticket, and readers wait for them,
+// while the soft writer waits for those readers: kept, its place would
+// close a cycle that only a timeout breaks.
+func requeueBehindHard(me core.Candidate, others []wire.Entry, wait core.Decision) core.Decision {
+	if !soft(me.Mode) || me.Try {
+		return wait
+	}
+	for _, o := range others {
+		if o.Req != me.Req && writer(o.Mode) && !soft(o.Mode) && !core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req) {
+			return core.Decision{Requeue: true}
+		}
+	}
+	// Not blocked by one entry alone: a hard writer that comes behind
+	// changes the answer.
+	wait.BlockedBy = wire.RequestID{}
+	return wait
+}
+
 // admit is Admit without the wait for shared read tickets to yield.
 func admit(me core.Candidate, others []wire.Entry) core.Decision {
 	wait := core.Decision{}
@@ -150,7 +189,7 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 	if !me.Mode.Valid() {
 		return core.Decision{Refuse: wire.CodeInvalid}
 	}
-	readersAhead := 0
+	readersAhead, sharedAhead := 0, false
 	for _, o := range others {
 		if o.Req == me.Req {
 			continue
@@ -158,12 +197,14 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 		earlier := core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req)
 		if earlier && o.Mode == ReadOnly {
 			readersAhead++
+			sharedAhead = sharedAhead || o.Active
 		}
 		activeSoft := soft(o.Mode) && o.Active
+		hard := writer(o.Mode) && !soft(o.Mode)
 		var blocked bool
 		switch {
 		case me.Mode == ReadOnly:
-			blocked = earlier && writer(o.Mode) && !soft(o.Mode) || activeSoft
+			blocked = earlier && hard || activeSoft
 		case soft(me.Mode):
 			blocked = o.Mode == ReadOnly || earlier && writer(o.Mode) || activeSoft
 		default:
@@ -173,11 +214,11 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 			if wait.Refuse == wire.CodeNone {
 				wait.BlockedBy = o.Req // blocked by o alone, whatever else comes
 			}
-			return wait
+			return requeueBehindHard(me, others, wait)
 		}
 	}
 
-	if me.Mode == ReadOnly && me.Limit > 0 && readersAhead >= me.Limit {
+	if me.Mode == ReadOnly && me.Limit > 0 && (readersAhead >= me.Limit || sharedAhead) {
 		if me.Try {
 			return core.Decision{Refuse: wire.CodeTimedOut} // full, not draining
 		}
@@ -188,7 +229,7 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 	}
 	if me.Mode == ReadWriteGentle && me.SinceReaders < me.Quiet {
 		wait.RetryIn = me.Quiet - me.SinceReaders // ask again when it may be over
-		return wait
+		return requeueBehindHard(me, others, wait)
 	}
 	return core.Decision{Grant: true, Activate: true}
 }

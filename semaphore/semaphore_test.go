@@ -10,30 +10,34 @@ import (
 	"github.com/sluicehq/sluice/semaphore"
 )
 
-// reference decides from DESIGN.md §6's table, phrased as conditions on
-// sets: whether the candidate may go in, and whether it must be announced
-// first. Hard writers (READ_WRITE_PRIORITY, exclusive) block every later
-// ticket, so an earlier one stands for "active or waiting with priority";
-// a soft writer is active only when marked so; readers never announce
+// reference decides from the modes' table, phrased as conditions on sets:
+// whether the candidate may go in, and whether it must be announced first.
+// Hard writers (READ_WRITE_PRIORITY, exclusive) block every later ticket,
+// so an earlier one stands for "active or waiting with priority"; a soft
+// writer is active only when marked so; readers never announce
 // themselves, so any reader ticket may be active.
 func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 	isSoft := func(m wire.Mode) bool { return m == semaphore.ReadWrite || m == semaphore.ReadWriteGentle }
-	var anyEarlier, earlierHard, earlierWriter, anyReader, activeSoft bool
+	var anyEarlier, earlierHard, earlierWriter, anyReader, activeSoft, earlierShared bool
 	readersAhead := 0
 	for _, o := range others {
 		earlier := o.Ticket < me.Ticket || o.Ticket == me.Ticket && o.Req.Compare(me.Req) < 0
+		hard := o.Mode != semaphore.ReadOnly && !isSoft(o.Mode)
 		anyEarlier = anyEarlier || earlier
 		earlierWriter = earlierWriter || earlier && o.Mode != semaphore.ReadOnly
-		earlierHard = earlierHard || earlier && o.Mode != semaphore.ReadOnly && !isSoft(o.Mode)
+		earlierHard = earlierHard || earlier && hard
 		anyReader = anyReader || o.Mode == semaphore.ReadOnly
 		activeSoft = activeSoft || isSoft(o.Mode) && o.Active
 		if earlier && o.Mode == semaphore.ReadOnly {
 			readersAhead++
+			// A node's shared read ticket: its page views are not in
+			// the table, so it may hold any number of readers.
+			earlierShared = earlierShared || o.Active
 		}
 	}
 	switch me.Mode {
 	case semaphore.ReadOnly:
-		return !earlierHard && !activeSoft && (me.Limit == 0 || readersAhead < me.Limit), false
+		return !earlierHard && !activeSoft && (me.Limit == 0 || readersAhead < me.Limit && !earlierShared), false
 	case semaphore.ReadWrite:
 		return !anyReader && !earlierWriter && !activeSoft, true
 	case semaphore.ReadWriteGentle:
@@ -77,7 +81,16 @@ func TestAdmitAgainstReference(t *testing.T) {
 							t.Fatalf("%+v among %+v and itself (active %v): %+v, without itself %+v", me, others, active, got, d)
 						}
 					}
+					// A soft writer that waits with a hard writer behind it
+					// takes a new place behind that one.
+					laterHard := slices.ContainsFunc(others, func(o wire.Entry) bool {
+						return (o.Mode == semaphore.ReadWritePriority || o.Mode == semaphore.Exclusive) &&
+							!core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req)
+					})
+					requeue := !grant && !try && (mm == semaphore.ReadWrite || mm == semaphore.ReadWriteGentle) && laterHard
 					switch {
+					case requeue != d.Requeue:
+						t.Fatalf("%+v among %+v: requeue must be %v, got %+v", me, others, requeue, d)
 					case grant != d.Grant:
 						t.Fatalf("%+v among %+v: reference grant=%v, Admit %+v", me, others, grant, d)
 					case grant && activate != d.Activate:
