@@ -44,6 +44,30 @@ func get(t *testing.T, srv *httptest.Server, method string) reply {
 	return reply{resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), string(body)}
 }
 
+// getAsync is get for a goroutine of its own: the reply arrives on the
+// channel, and a failed request is reported as status 0 with the error
+// as body (t.Fatal belongs to the test's goroutine).
+func getAsync(t *testing.T, srv *httptest.Server) <-chan reply {
+	ctx := ctxT(t)
+	out := make(chan reply, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/page", nil)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			out <- reply{body: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			out <- reply{body: err.Error()}
+			return
+		}
+		out <- reply{resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), string(body)}
+	}()
+	return out
+}
+
 // page is the frontend's handler: it reports the request's lease.
 func page(seen chan<- *client.Lease) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -226,7 +250,7 @@ func (s *syncBuffer) String() string {
 
 // startAgentShare is startAgent with the agent's --share-lease set, so
 // that a request's lease is short and must be renewed.
-func startAgentShare(t *testing.T, share time.Duration) *client.Client {
+func startAgentShare(t *testing.T, share time.Duration) (*daemon.Agent, *client.Client) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sl")
 	if err != nil {
@@ -252,7 +276,7 @@ func startAgentShare(t *testing.T, share time.Duration) *client.Client {
 	if err := waitReady(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return a, c
 }
 
 // events is an ordered log of what happened, written from any goroutine.
@@ -277,7 +301,7 @@ func (e *events) get() []string {
 // (renewed) and its context, and a writer that asks meanwhile is granted
 // only after the handler returned.
 func TestMiddlewareRenewsLongRequest(t *testing.T) {
-	c := startAgentShare(t, 2*time.Second)
+	_, c := startAgentShare(t, 2*time.Second)
 	ctx := ctxT(t)
 	var log events
 	entered := make(chan *client.Lease, 1)
@@ -305,8 +329,7 @@ func TestMiddlewareRenewsLongRequest(t *testing.T) {
 	})
 	srv := httptest.NewServer(c.Middleware("/long", client.MiddlewareOptions{})(h))
 	defer srv.Close()
-	replied := make(chan reply, 1)
-	go func() { replied <- get(t, srv, "GET") }()
+	replied := getAsync(t, srv)
 	l := <-entered
 	if ttl := time.Until(l.Expires()); ttl > 2*time.Second {
 		t.Fatalf("request lease of %s, over the agent's 2s share", ttl)
@@ -423,5 +446,32 @@ func TestMiddlewareLeaseLostAbortsStream(t *testing.T) {
 	}
 	if !strings.Contains(got.logs, "lock was lost; aborting the response") {
 		t.Fatalf("the loss is not logged: %q", got.logs)
+	}
+}
+
+// An agent that stops mid-request cannot renew the lease: the handler's
+// context is cancelled by the lease's expiry at the latest, and the
+// visitor gets the maintenance page.
+func TestMiddlewareAgentGoneCancels(t *testing.T) {
+	a, c := startAgentShare(t, time.Second)
+	var log events
+	entered := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-r.Context().Done()
+		log.add("handler cancelled, lost %v", errors.Is(context.Cause(r.Context()), semaphore.ErrLost))
+	})
+	srv := httptest.NewServer(c.Middleware("/gone", client.MiddlewareOptions{})(h))
+	defer srv.Close()
+	replied := getAsync(t, srv)
+	<-entered
+	if err := a.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-replied; got.status != 503 || got.body != string(client.DefaultMaintenancePage) {
+		t.Fatalf("answer with the agent gone: %+v", got)
+	}
+	if got, want := log.get(), []string{"handler cancelled, lost true"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
 	}
 }
