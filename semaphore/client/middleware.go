@@ -94,7 +94,9 @@ const watchAfter = 100 * time.Millisecond
 // ErrLeaseLost, and once the handler returns the visitor gets the
 // maintenance page (503) when nothing was written yet, or an aborted
 // connection (the handler panics with http.ErrAbortHandler) when the
-// response had begun: never a response completed as a success.
+// response had begun: never a response completed as a success. (A
+// middleware around this one that recovers panics should re-panic
+// http.ErrAbortHandler, as net/http expects.)
 func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler) http.Handler {
 	o.Duration = cmp.Or(o.Duration, time.Minute)
 	o.RetryAfter = cmp.Or(o.RetryAfter, 30*time.Second)
@@ -156,7 +158,9 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			switch {
 			case lerr == nil:
 			case g.w.hijacked():
-				// The handler owns the connection; the guard closed it.
+				// The handler took the connection over: close it, if the
+				// guard has not (a loss found only now).
+				g.w.lose()
 				log.Warn("the request's lock was lost; its connection was closed", "name", name, "lease", l.ID(), "err", lerr)
 			case !g.w.wrote:
 				log.Warn("the request's lock was lost; answering 503", "name", name, "lease", l.ID(), "err", lerr)

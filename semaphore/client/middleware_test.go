@@ -475,3 +475,43 @@ func TestMiddlewareAgentGoneCancels(t *testing.T) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
 }
+
+// A handler that took the connection over (a websocket, say) has it
+// closed when the lease is lost.
+func TestMiddlewareLeaseLostClosesHijacked(t *testing.T) {
+	_, c := startAgent(t)
+	ctx := ctxT(t)
+	var log events
+	entered, finished := make(chan *client.Lease, 1), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(finished)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			log.add("hijack: %v", err)
+			entered <- nil
+			return
+		}
+		defer conn.Close()
+		entered <- client.LeaseFrom(r.Context())
+		<-r.Context().Done()
+		_, err = conn.Write([]byte("HTTP/1.1 200 OK\r\n\r\n"))
+		log.add("write after the loss fails: %v", err != nil)
+	})
+	srv := httptest.NewServer(c.Middleware("/hijack", client.MiddlewareOptions{})(h))
+	defer srv.Close()
+	replied := getAsync(t, srv)
+	l := <-entered
+	if l == nil {
+		t.Fatalf("events %q", log.get())
+	}
+	if _, err := c.ForceUnlock(ctx, "/hijack", l.ID(), 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-replied; got.status != 0 {
+		t.Fatalf("answer on a closed connection: %+v", got)
+	}
+	<-finished // the server does not wait for a hijacked connection's handler
+	if got, want := log.get(), []string{"write after the loss fails: true"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+}
