@@ -182,6 +182,8 @@ func newLockCmd() *cobra.Command {
 		Long: "Take the lock NAME, run CMD while holding it (renewing it), release it.\n" +
 			"CMD gets the fencing token in SLUICE_TOKEN and the name in SLUICE_LOCK.\n" +
 			"If the lease is lost, CMD gets SIGTERM, and SIGKILL after --kill-after.\n" +
+			"A restart of the agent loses nothing: the lease is renewed through the\n" +
+			"restarted agent, as long as it is back before the lease's time is up.\n" +
 			"Signals reach CMD once: without a terminal CMD has a process group of\n" +
 			"its own, to which SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on; on a\n" +
 			"terminal its keys reach CMD directly. A hang-up ends CMD (SIGKILL after\n" +
