@@ -886,6 +886,7 @@ func (n *Node) judge(r *request, dry bool) bool {
 	if dry {
 		return !sleeps || r.activated || r.activating
 	}
+	marked := r.activated || r.activating
 	n.decide(r, d)
 	if !d.Grant && d.Refuse == wire.CodeNone && r.phase == phaseWait {
 		n.askSharesAhead(r, merged.ticketed)
@@ -895,8 +896,10 @@ func (n *Node) judge(r *request, dry bool) bool {
 	// older copy of the blocker; not while a mark is out, whose
 	// acknowledgement decides again. A new watch of its own (rewatchFor)
 	// wakes it: the reports it slept on may stop counting for it.
+	// Nor when it was marked at the decision: what blocked it then (a
+	// reader's doorway at any place in line) does not once it backed off.
 	if sleeps && d.BlockedBy != (wire.RequestID{}) && fresh == len(n.cfg.View.Leaders) &&
-		r.phase == phaseWait && !r.activated && !r.activating && mn.waiters[r.id] == r {
+		r.phase == phaseWait && !marked && !r.activated && !r.activating && mn.waiters[r.id] == r {
 		mn.block(r, d.BlockedBy)
 	}
 	return true
@@ -906,17 +909,18 @@ func (n *Node) judge(r *request, dry bool) bool {
 // end below r, unless a number it proposed is above r's already:
 // proposals only grow.
 //
-// An activated soft writer also waits for every reader or hard writer
-// still choosing, whatever its number: those keep it out from any place
-// in line, and one of them may decide on reports made before the
-// activation mark reached them (a report lists a ticket as soon as the
-// replica takes it, before the ticket is at a quorum). Such a request set
-// its choosing flag at a quorum before it read anything, so before the
-// mark was at a quorum, and the writer's reports, all made after that,
-// show its flag or its ticket at the replica the two quorums share: the
-// writer waits for the flag to come down, then sees the ticket and backs
-// off. Soft writers among themselves need no more: each reads only after
-// its own mark is at a quorum.
+// An activated soft writer also waits for every reader still choosing,
+// whatever its number: readers keep it out from any place in line, and
+// one may decide on reports made before the activation mark reached them
+// (a report lists a ticket as soon as the replica takes it, before the
+// ticket is at a quorum). Such a reader set its choosing flag at a quorum
+// before it read anything, so before the mark was at a quorum, and the
+// writer's reports, all made after that, show its flag or its ticket at
+// the replica the two quorums share: the writer waits for the flag to
+// come down, then sees the ticket and backs off. Hard writers need no
+// such wait: they wait for every earlier ticket, active or not. Soft
+// writers among themselves neither: each reads only after its own mark
+// is at a quorum.
 func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestID, bool) {
 	anyPlace := mayBeActive(r.a.Mode) && r.activated && n.cfg.Mutant&MutantSoftIgnoresLaterDoorways == 0
 	for _, e := range choosing {
@@ -924,7 +928,7 @@ func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestI
 			continue
 		}
 		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
-		if below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) || anyPlace && !mayBeActive(e.Mode) {
+		if below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) || anyPlace && e.Mode == wire.ModeReadOnly {
 			return e.Req, true
 		}
 	}
