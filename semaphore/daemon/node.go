@@ -85,7 +85,7 @@ const (
 	deadTicks         = 150 // a node silent for 1.5 s counts as down
 	electionRetry     = 100 // a stuck election round is retried after a second
 	watcherQueue      = 64
-	maxTicksPerWake   = 10000 // catching up after a long stop is bounded per wake-up
+	maxTicksPerWake   = 10000 // catching up after a long stop flushes its output this often
 	opQueue           = 256
 	inboxBatchPerRun  = 256
 	opsBatchPerRun    = 64 // calls answered by one Ready at most
@@ -116,6 +116,13 @@ type NodeConfig struct {
 	Store     Store
 	// Tick is the length of a core tick. Default DefaultTick.
 	Tick time.Duration
+	// Clock is how long it has been since an arbitrary origin, on a clock
+	// that keeps running while the machine is suspended: the node counts
+	// its ticks on it, since the leaders count a lease in time, whatever
+	// this machine did meanwhile. It must never go back. Nil: the boot
+	// clock (CLOCK_BOOTTIME on Linux; elsewhere Go's monotonic clock,
+	// which a suspend may stop). Tests set a fake one.
+	Clock func() time.Duration
 	// ShareLease turns read-lease aggregation on (core.Config.ShareLease):
 	// the node holds one cluster-wide READ_ONLY ticket per name for its
 	// local readers, asked for this long. Zero: DefaultShareLease;
@@ -159,7 +166,13 @@ type Node struct {
 	elect  *election.Election
 	ops    chan func()
 	done   chan struct{}
-	start  time.Time
+	// origin is the Clock at Run: tick t is due at origin + t*Tick.
+	origin time.Duration
+	// now and nowAt are when the loop last read the Clock, on Go's clock
+	// and on the Clock: wallTime counts from there, so a suspend before
+	// then is no part of a time it gives.
+	now    time.Time
+	nowAt  time.Duration
 	ticks  int64
 	failed error
 
@@ -199,6 +212,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = DefaultTick
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = bootClock()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -240,7 +256,9 @@ func (n *Node) Run(ctx context.Context) error {
 	defer close(n.done)
 	defer n.failAll(ErrStopped)
 	defer n.senders.Wait() // they stop with ctx
-	n.start = time.Now()
+	n.origin, n.now = n.cfg.Clock(), time.Now()
+	// The ticker only wakes the loop up: the Clock says how many ticks
+	// are due, which after a suspend is more than the ticker counted.
 	ticker := time.NewTicker(n.cfg.Tick)
 	defer ticker.Stop()
 	n.drive(ctx)
@@ -253,6 +271,13 @@ func (n *Node) Run(ctx context.Context) error {
 		if len(n.lazy) > 0 {
 			lazy = n.lazy[0]
 		}
+		var (
+			m         wire.Message
+			gotMsg    bool
+			id        wire.NodeID
+			gotJoined bool
+			op        func()
+		)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -270,8 +295,21 @@ func (n *Node) Run(ctx context.Context) error {
 				continue
 			}
 		case <-ticker.C:
-			n.tick()
-		case m := <-n.cfg.Transport.Inbox():
+		case m = <-n.cfg.Transport.Inbox():
+			gotMsg = true
+		case id = <-n.cfg.Transport.Joined():
+			gotJoined = true
+		case op = <-n.ops:
+		}
+		// Whatever woke the loop, the core's clock is caught up with the
+		// Clock before anything is stepped: after a suspend, the first
+		// thing may be a page view, which the node's shared read ticket
+		// must not grant if its lease ran out meanwhile.
+		if !n.catchUp(ctx) {
+			return nil
+		}
+		switch {
+		case gotMsg:
 			n.step(m)
 			// Take what else is already there before driving, so one Ready
 			// (one disk write) serves many messages under load.
@@ -284,13 +322,13 @@ func (n *Node) Run(ctx context.Context) error {
 				}
 				break
 			}
-		case id := <-n.cfg.Transport.Joined():
+		case gotJoined:
 			n.elect.AddPeer(id)
 			// A peer learned late may have missed this node's restart
 			// announcement: replicas drop an old life's requests on it.
 			n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
 				Incarnation: n.cfg.State.Incarnation})
-		case op := <-n.ops:
+		case op != nil:
 			op()
 			// Calls that came meanwhile go in the same turn: one Ready
 			// answers them all (64 frontends' page views on one agent).
@@ -309,11 +347,34 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
-// tick catches the core's clock up with the wall clock: lease lengths are
-// counted in ticks on every node, so a node that fell behind (a GC pause,
-// a loaded machine) must not let its ticks run slower than time.
-func (n *Node) tick() {
-	due := int64(time.Since(n.start) / n.cfg.Tick)
+// catchUp runs every tick the Clock says is due; false if ctx ended first.
+//
+// A node far behind (a long suspend: an hour is 360,000 ticks) keeps at
+// it in the same turn rather than answer anything before it is caught up:
+// until then its timers are stale, and its shared read tickets look held
+// though the leaders dropped them. Refusing calls meanwhile would instead
+// need every call path to say so; catching up is cheap: an idle tick costs
+// about a microsecond (BenchmarkCatchUp), an hour's suspend a fraction of
+// a second. What the ticks produce (a hello every helloTicks, resends) goes
+// out every maxTicksPerWake ticks instead of piling up in memory, and a
+// stop is heard between those batches.
+func (n *Node) catchUp(ctx context.Context) bool {
+	for !n.tick() {
+		n.drive(ctx)
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// tick runs the ticks due by the Clock, at most maxTicksPerWake of them,
+// and says whether it ran them all. Lease lengths are counted in ticks on
+// every node, so a node that fell behind (a GC pause, a loaded machine, a
+// suspend) must not let its ticks run slower than time.
+func (n *Node) tick() bool {
+	n.nowAt, n.now = n.cfg.Clock()-n.origin, time.Now()
+	due := int64(n.nowAt / n.cfg.Tick)
 	for i := 0; n.ticks < due && i < maxTicksPerWake; i++ {
 		n.ticks++
 		n.stats.Ticks++
@@ -322,6 +383,7 @@ func (n *Node) tick() {
 			n.elect.Tick()
 		}
 	}
+	return n.ticks >= due
 }
 
 func (n *Node) step(m wire.Message) {
@@ -634,5 +696,9 @@ func (n *Node) toTicks(d time.Duration) int64 {
 	return int64((d + n.cfg.Tick - 1) / n.cfg.Tick)
 }
 
-// wallTime is when tick t happens.
-func (n *Node) wallTime(t int64) time.Time { return n.start.Add(time.Duration(t) * n.cfg.Tick) }
+// wallTime is when tick t happens, on Go's clock: counted from the last
+// read of the Clock, since Go's monotonic clock may have stood still
+// through a suspend before it (a TTL must not count that time twice).
+func (n *Node) wallTime(t int64) time.Time {
+	return n.now.Add(time.Duration(t)*n.cfg.Tick - n.nowAt)
+}
