@@ -44,9 +44,10 @@ func TestAdopt(t *testing.T) {
 	}
 	rd := drain(n)
 	to := map[wire.NodeID]bool{}
+	var round uint64 // the leaders echo it
 	for _, m := range rd.Messages {
 		if m.Kind == wire.KindRenew && m.Req == earlier && m.Name == "a" && m.Lifetime == 100 {
-			to[m.To] = true
+			to[m.To], round = true, m.Round
 		}
 	}
 	if len(to) != 3 {
@@ -58,7 +59,7 @@ func TestAdopt(t *testing.T) {
 	// The leaders refuse it (they keep no such ticket): renew-failed,
 	// and Disown forgets it without a message.
 	for _, l := range []wire.NodeID{1, 2} {
-		if err := n.Step(wire.Message{Kind: wire.KindRenewAck, From: l, To: 4, Epoch: 3, Name: "a", Req: earlier, Reject: true}); err != nil {
+		if err := n.Step(wire.Message{Kind: wire.KindRenewAck, From: l, To: 4, Epoch: 3, Name: "a", Req: earlier, Reject: true, Round: round}); err != nil {
 			t.Fatal(err)
 		}
 	}

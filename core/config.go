@@ -204,6 +204,10 @@ const (
 	// reader for the hard writer, the hard writer for it) stall until
 	// someone's timeout.
 	MutantSoftKeepsPlace
+	// MutantRenewAnyAck: a master counts any renewal ack of the request
+	// for its current renewal, also a late one of an earlier renewal,
+	// which extended the ticket from that one's time only.
+	MutantRenewAnyAck
 )
 
 func (c *Config) withDefaults() (Config, error) {

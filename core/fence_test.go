@@ -58,6 +58,9 @@ import (
 //   - limit_counts_shares.txt with a limited reader that does not ask the
 //     shared read ticket ahead of it to go: it waits for the share's
 //     linger after the page views end (its grant is missing).
+//   - renew_stale_ack.txt counting a late answer to an earlier renewal
+//     for the current one: node 4's lease runs on past the leaders' copies
+//     (its end is missing) while node 5 is granted.
 //   - soft_writer_later_reader.txt with an activated soft writer that
 //     skips doorways newer than its first look: it holds beside a reader
 //     that decided before its mark arrived (checked on its status).
@@ -87,6 +90,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"soft_writer_later_reader.txt", core.MutantSoftIgnoresLaterDoorways, 1, "read-write held"},
 		{"drain_soft_hard_reader.txt", core.MutantSoftKeepsPlace, 4, ": granted "},
 		{"limit_counts_shares.txt", core.MutantLimitIgnoresShares, 1, "granted 5.1.2 "},
+		{"renew_stale_ack.txt", core.MutantRenewAnyAck, 1, "unlocked 4.1.1 "},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			out := replay(t, c.file, &harness{mutant: mutant})

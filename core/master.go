@@ -145,6 +145,10 @@ type renewal struct {
 	sentAt  int64
 	acks    map[wire.NodeID]bool
 	rejects map[wire.NodeID]bool
+	// round numbers this renewal on the wire (Message.Round), which the
+	// leaders echo: an answer to an earlier renewal of the request, late,
+	// says the ticket was extended from that one's time, not this one's.
+	round uint64
 }
 
 // report is the latest report of one replica about one name: its table,
@@ -564,6 +568,10 @@ func (n *Node) onReleaseAck(r *request, m wire.Message) {
 }
 
 func (n *Node) onRenewAck(r *request, m wire.Message) {
+	if m.Round != r.renew.round && n.cfg.Mutant&MutantRenewAnyAck == 0 {
+		n.stats.StaleReplies++
+		return
+	}
 	if m.Reject {
 		r.renew.rejects[m.From] = true
 		if len(n.cfg.View.Leaders)-len(r.renew.rejects) < n.quorum() {
@@ -1220,8 +1228,17 @@ func (n *Node) tickHeld(r *request) {
 
 func (n *Node) sendRenew(r *request, skip map[wire.NodeID]bool) {
 	r.renew.sentAt = n.now
+	if r.renew.round == 0 {
+		// Unique to this life and above every earlier life's: a later
+		// life may renew an earlier one's lease (Adopt).
+		if n.renewRounds == 0 {
+			n.renewRounds = uint64(n.cfg.Incarnation) << 32
+		}
+		n.renewRounds++
+		r.renew.round = n.renewRounds
+	}
 	n.arm(r)
-	n.toLeaders(wire.Message{Kind: wire.KindRenew, Name: r.a.Name, Req: r.id,
+	n.toLeaders(wire.Message{Kind: wire.KindRenew, Name: r.a.Name, Req: r.id, Round: r.renew.round,
 		Lifetime: uint64(r.a.Duration + r.a.Grace)}, func(l wire.NodeID) bool { return skip[l] })
 }
 

@@ -149,7 +149,10 @@ type Node struct {
 	now   int64
 	clock uint64 // Lamport clock
 	// answers numbers this life's snapshot answers, from Incarnation<<32.
-	answers      uint64
+	answers uint64
+	// renewRounds numbers this life's renewals (renewal.round), from
+	// Incarnation<<32.
+	renewRounds  uint64
 	counter      uint32
 	watchCounter uint64
 	reportSeq    uint64

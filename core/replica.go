@@ -413,6 +413,7 @@ func (n *Node) onActivate(m wire.Message) {
 
 func (n *Node) onRenew(m wire.Message) {
 	reply := n.replyTo(m, wire.KindRenewAck)
+	reply.Round = m.Round // which renewal this answers
 	if t, r, ticketed := n.ticketOf(m); !ticketed {
 		reply.Reject = true
 	} else {

@@ -447,7 +447,8 @@ type Message struct {
 	// a shared read ticket: how many ticks ago, on its master's clock, its
 	// last local reader let go.
 	ReadersAgo uint64
-	// Round numbers a master's activation marks of Req.
+	// Round numbers a master's activation marks of Req, and its renewals
+	// (KindRenew; the KindRenewAck echoes it).
 	Round uint64
 
 	// The election and membership (package election).
