@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -132,21 +134,29 @@ func TestCLILock(t *testing.T) {
 // turned away meanwhile.
 func TestCLIDrain(t *testing.T) {
 	sock := startDev(t)
-	var readers []*proc
+	var readers []*heldProc
 	for range 2 {
-		r := start(t, "lock", "/site", "--mode", "read-only", "--api", sock, "--", "sh", "-c", "echo reading; sleep 2")
+		r := startHeld(t, "lock", "/site", "--mode", "read-only", "--api", sock, "--", "sh", "-c", "echo reading; read -r line || true")
 		r.waitLine(t, "reading")
 		readers = append(readers, r)
 	}
 	drain := start(t, "drain", "/site", "--api", sock, "--", "echo", "maintenance runs")
-	progress := drain.waitLine(t, "draining /site (hard)")
-	if !strings.Contains(progress, "2 readers left") {
+	if progress := drainCount(t, drain, "/site (hard)"); !strings.Contains(progress, ": 2 readers left") {
 		t.Fatalf("progress line %q, want 2 readers left", progress)
 	}
+	// Once the drain's ticket is in line, the readers' agent was told to
+	// drain its shared read ticket: the leaders say so before they answer
+	// the ENTER that the ticket follows.
+	waitLock(t, sock, "/site", "the drain's ticket", func(l api.Lock) bool {
+		return slices.ContainsFunc(l.Entries, func(e api.Entry) bool { return e.Mode == "read-write-priority" && e.Ticket != 0 })
+	})
 	// A new reader is turned away at once while the drain waits.
 	code, _, errs := sluice(t, sock, "lock", "/site", "--mode", "read-only", "--try", "--", "true")
 	if code != 75 || !strings.Contains(errs, "draining") {
 		t.Fatalf("a reader during the drain: exit %d %q", code, errs)
+	}
+	for _, r := range readers {
+		r.let(t)
 	}
 	drain.waitLine(t, "maintenance runs")
 	if code := drain.wait(t); code != 0 {
@@ -155,6 +165,46 @@ func TestCLIDrain(t *testing.T) {
 	for _, r := range readers {
 		if code := r.wait(t); code != 0 {
 			t.Fatalf("a reader exited %d", code)
+		}
+	}
+}
+
+// heldProc is a process whose command holds until the test lets it go:
+// it reads its standard input (sluice lock hands its own to the command),
+// which the test closes.
+type heldProc struct {
+	*proc
+	in io.WriteCloser
+}
+
+// startHeld is start with the standard input held open until let.
+func startHeld(t *testing.T, args ...string) *heldProc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &heldProc{proc: startProc(t, cmd), in: in}
+}
+
+// let closes the process's standard input: its command reads the end.
+func (p *heldProc) let(t *testing.T) {
+	t.Helper()
+	if err := p.in.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// drainCount waits for the first progress line of a drain of what (its
+// name and mode, as the line says them) that counts the readers left:
+// one that could not read the table yet says "unknown".
+func drainCount(t *testing.T, drain *proc, what string) string {
+	t.Helper()
+	for {
+		l := drain.waitLine(t, "draining "+what+": ")
+		if !strings.Contains(l, ": unknown readers left") {
+			return l
 		}
 	}
 }
