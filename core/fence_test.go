@@ -58,6 +58,9 @@ import (
 //   - limit_counts_shares.txt with a limited reader that does not ask the
 //     shared read ticket ahead of it to go: it waits for the share's
 //     linger after the page views end (its grant is missing).
+//   - soft_writer_stale_reports.txt deciding on reports older than the
+//     request's current watch: the activated soft writer is granted on
+//     reports from before a reader that holds (checked on its status).
 //   - renew_stale_ack.txt counting a late answer to an earlier renewal
 //     for the current one: node 4's lease runs on past the leaders' copies
 //     (its end is missing) while node 5 is granted.
@@ -91,6 +94,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"drain_soft_hard_reader.txt", core.MutantSoftKeepsPlace, 4, ": granted "},
 		{"limit_counts_shares.txt", core.MutantLimitIgnoresShares, 1, "granted 5.1.2 "},
 		{"renew_stale_ack.txt", core.MutantRenewAnyAck, 1, "unlocked 4.1.1 "},
+		{"soft_writer_stale_reports.txt", core.MutantStaleReports, 1, "read-write waiting"},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			out := replay(t, c.file, &harness{mutant: mutant})
