@@ -244,16 +244,18 @@ func TestCLILimitAndDrainTry(t *testing.T) {
 		t.Errorf("drain --try on a free name: exit %d %q %q", code, out, errs)
 	}
 	// A gentle drain shows the reader leave, its quiet period's countdown,
-	// then when CMD starts.
+	// then when CMD starts. The countdown is on screen only while the
+	// quiet period runs, and the drain reads the table every 200 ms: the
+	// period is long enough for a loaded machine to show it.
 	reader := start(t, "lock", "/quiet", "--api", sock, "--mode", "read-only", "--", "sh", "-c", "echo reading; exec sleep 30")
 	reader.waitLine(t, "reading")
-	gentle := start(t, "drain", "/quiet", "--api", sock, "--mode", "gentle", "--quiet", "1s", "--", "echo", "quiet now")
+	gentle := start(t, "drain", "/quiet", "--api", sock, "--mode", "gentle", "--quiet", "5s", "--", "echo", "quiet now")
 	gentle.waitLine(t, "draining /quiet (gentle): 1 readers left")
 	if err := reader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	reader.wait(t)
-	if line := gentle.waitLine(t, "0 readers left"); !strings.Contains(line, "; quiet period: ") || !strings.Contains(line, "of 1s to go") {
+	if line := gentle.waitLine(t, "0 readers left"); !strings.Contains(line, "; quiet period: ") || !strings.Contains(line, "of 5s to go") {
 		t.Errorf("gentle drain, once the reader left: %q", line)
 	}
 	gentle.waitLine(t, "running echo quiet now")
