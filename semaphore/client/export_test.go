@@ -1,5 +1,18 @@
 package client
 
+import (
+	"context"
+
+	"github.com/sluicehq/sluice/semaphore"
+)
+
 // UsesCompact reports whether c sends acquire, release and renew over the
 // compact protocol (it falls back to HTTP for an agent without it).
 func UsesCompact(c *Client) bool { return c.compactPool != nil && !c.compactPool.http.Load() }
+
+// AcquireOnClock is Acquire with the lease counted on clk instead of the
+// boot clock: its Now reads Go's clock and, from it, a boot clock, which a
+// test moves on as a suspend does.
+func AcquireOnClock(ctx context.Context, c *Client, clk clock, name string, mode semaphore.Mode, o Options) (*Lease, error) {
+	return c.acquire(ctx, name, mode, o, clk)
+}

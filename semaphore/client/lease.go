@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
+	"github.com/sluicehq/sluice/semaphore/internal/bootclock"
 )
 
 // Options of one Acquire. Zero values are the agent's defaults.
@@ -53,10 +54,43 @@ func span(d time.Duration) string {
 	return d.String()
 }
 
+// clock reads Go's clock and the boot clock at once (bootclock.Clock): a
+// lease is over when the boot clock says so, while its timers follow Go's
+// clock, which stands still while the machine is suspended.
+type clock interface {
+	Now() (time.Time, time.Duration)
+}
+
+// processClock is every lease's clock but tests': made at the first
+// Acquire, so that importing the package costs nothing.
+var processClock = sync.OnceValue(bootclock.New)
+
+// checkEvery bounds how long a live lease goes without a look at the boot
+// clock: a lease that ran out during a suspend ends at most this long after
+// the resume. A lease that ends sooner never has its expiry looked at.
+const checkEvery = time.Second
+
+// instant is a moment on both of a lease's clocks.
+type instant struct {
+	at   time.Time     // Go's clock, with the monotonic reading
+	boot time.Duration // the boot clock
+}
+
+func now(clk clock) instant {
+	at, boot := clk.Now()
+	return instant{at, boot}
+}
+
+func (i instant) add(d time.Duration) instant { return instant{i.at.Add(d), i.boot + d} }
+
 // Acquire asks the agent for name in mode and waits until it is granted,
 // refused, timed out, or ctx ends (which abandons the request).
 func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, o Options) (*Lease, error) {
-	sent := time.Now()
+	return c.acquire(ctx, name, mode, o, processClock())
+}
+
+func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, o Options, clk clock) (*Lease, error) {
+	sent := now(clk)
 	op := "acquire " + name
 	var (
 		reply api.CompactReply
@@ -67,7 +101,7 @@ func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, 
 		reply, ok, err = c.compact(ctx, op, &api.CompactRequest{Op: api.OpAcquire, Name: name, Mode: mode.String(), Try: o.Try,
 			Timeout: o.Timeout, Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
 	}
-	lj, expires := reply.LeaseJSON, sent.Add(reply.TTLNanos)
+	lj, expires := reply.LeaseJSON, sent.add(reply.TTLNanos)
 	switch {
 	case ok && err != nil:
 		return nil, err
@@ -77,23 +111,23 @@ func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, 
 		if err := c.call(ctx, op, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
 			return nil, err
 		}
-		expires = expiresOf(lj, sent)
+		expires = sent.add(ttlOf(lj))
 	}
 	if m, err := semaphore.ParseMode(lj.Mode); err == nil {
 		mode = m
 	}
-	return c.newLease(lj, expires, mode, o), nil
+	return c.newLease(lj, expires, mode, o, clk), nil
 }
 
-// expiresOf is when a lease answered by lj ends, for a call sent at sent:
-// the TTL counted from the send on the monotonic clock (DESIGN.md §4), so
-// neither the call's travel nor a step of the wall clock lengthens it.
-// An agent that gives no TTL is read by its wall-clock expiry.
-func expiresOf(lj api.LeaseJSON, sent time.Time) time.Time {
+// ttlOf is how long a lease answered by lj lasts, counted from its call's
+// send, so that neither the call's travel nor a step of the wall clock
+// lengthens it. An agent that gives no TTL is read by its wall-clock
+// expiry, as from now.
+func ttlOf(lj api.LeaseJSON) time.Duration {
 	if ttl, err := api.ParseSpan(lj.TTL); err == nil && lj.TTL != "" {
-		return sent.Add(ttl)
+		return ttl
 	}
-	return sent.Add(time.Until(lj.Expires))
+	return time.Until(lj.Expires)
 }
 
 // Lease is a granted lock. Its methods are safe for concurrent use.
@@ -119,9 +153,13 @@ type Lease struct {
 	// a time).
 	renewing sync.Mutex
 
-	mu        sync.Mutex
-	expires   time.Time
-	timer     *time.Timer // fires at expires
+	clock clock // the boot clock, or a test's
+
+	mu sync.Mutex
+	// expires is the last grant's or renewal's TTL counted from its send:
+	// its boot reading decides (Go's clock did not count a suspend).
+	expires   instant
+	timer     *time.Timer // looks at the boot clock by the expiry, every checkEvery at least
 	ended     bool
 	err       error
 	watching  bool
@@ -129,14 +167,15 @@ type Lease struct {
 	renewFail error // the last renewal's error, for the expiry's report
 }
 
-func (c *Client) newLease(lj api.LeaseJSON, expires time.Time, mode semaphore.Mode, o Options) *Lease {
+func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode, o Options, clk clock) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, duration: o.Duration, grace: o.Grace,
-		done: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), expires: expires}
+		done: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), clock: clk, expires: expires}
 	l.mu.Lock()
 	// A local timer, so the lease ends at its expiry even when the agent
 	// says nothing (unreachable, stopped, slow).
-	l.timer = time.AfterFunc(time.Until(expires), l.expire)
+	_, left := l.leftLocked()
+	l.timer = time.AfterFunc(wake(left), l.expire)
 	if o.AutoRenew {
 		l.wg.Add(1)
 		go l.renewLoop()
@@ -159,14 +198,30 @@ func (l *Lease) Mode() semaphore.Mode { return l.mode }
 func (l *Lease) Token() uint64 { return l.token }
 
 // Expires is when the lease ends unless renewed: the last grant's or
-// renewal's TTL counted from when its call was sent. It carries the
-// monotonic clock reading, so time.Until(Expires()) is immune to steps of
-// the wall clock.
+// renewal's TTL counted from when its call was sent, on a clock that runs
+// on while the machine is suspended. It carries the monotonic clock
+// reading, so time.Until(Expires()) is immune to steps of the wall clock;
+// as the monotonic clock stands still during a suspend, a later call
+// answers earlier by the time suspended since.
 func (l *Lease) Expires() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.expires
+	at, _ := l.leftLocked()
+	return at
 }
+
+// leftLocked is the expiry on Go's clock, and the time left until it, by
+// the boot clock: Go's clock did not count the time suspended since the
+// send, so it is taken off.
+func (l *Lease) leftLocked() (time.Time, time.Duration) {
+	t := now(l.clock)
+	left := l.expires.boot - t.boot
+	slept := l.expires.at.Sub(t.at) - left // zero until a suspend
+	return l.expires.at.Add(-slept), left
+}
+
+// wake is when the timer of a lease with left to live looks again.
+func wake(left time.Duration) time.Duration { return min(left, checkEvery) }
 
 // Done is closed when the lease is released or lost; Err says which. The
 // first call starts watching the agent's events for the lease (one
@@ -215,19 +270,22 @@ func (l *Lease) lost(format string, args ...any) error {
 	return fmt.Errorf("client: lease %s on %q %s: %w", l.id, l.name, fmt.Sprintf(format, args...), semaphore.ErrLost)
 }
 
-// expire runs on the timer.
+// expire ends the lease if the boot clock says it is over, and else sets
+// the timer to look again. It runs on the timer.
 func (l *Lease) expire() {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
 		return
 	}
-	if left := time.Until(l.expires); left > 0 { // a renewal raced with the timer
-		l.timer.Reset(left)
+	if _, left := l.leftLocked(); left > 0 {
+		l.timer.Reset(wake(left))
 		l.mu.Unlock()
 		return
 	}
-	err := l.lost("expired at %s", l.expires.Format(time.RFC3339Nano))
+	// The wall clock runs on through a suspend: the send's wall time plus
+	// the TTL is the expiry's, but for steps of the wall clock.
+	err := l.lost("expired at %s", l.expires.at.Format(time.RFC3339Nano))
 	if l.renewFail != nil {
 		err = fmt.Errorf("%w; last renewal: %w", err, l.renewFail)
 	}
@@ -237,15 +295,16 @@ func (l *Lease) expire() {
 
 // extend records a later expiry (renewals, watch events); an earlier one
 // is stale news and ignored.
-func (l *Lease) extend(t time.Time) {
+func (l *Lease) extend(t instant) {
 	l.mu.Lock()
-	if l.ended || !t.After(l.expires) {
+	if l.ended || t.boot <= l.expires.boot {
 		l.mu.Unlock()
 		return
 	}
 	l.expires = t
 	l.renewFail = nil
-	l.timer.Reset(time.Until(t))
+	_, left := l.leftLocked()
+	l.timer.Reset(wake(left))
 	l.mu.Unlock()
 	select {
 	case l.changed <- struct{}{}:
@@ -296,6 +355,9 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) Renew(ctx context.Context) error {
 	l.renewing.Lock()
 	defer l.renewing.Unlock()
+	// Run out during a suspend, before the timer's look: a renewal is
+	// worth nothing now, and the loss is known.
+	l.expire()
 	l.mu.Lock()
 	ended, lerr := l.ended, l.err
 	l.mu.Unlock()
@@ -305,15 +367,15 @@ func (l *Lease) Renew(ctx context.Context) error {
 		}
 		return fmt.Errorf("client: renew %s: released: %w", l.id, ErrUnknownLease)
 	}
-	sent := time.Now()
+	sent := now(l.clock)
 	op := "renew " + l.id
 	reply, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRenew, Lease: l.id, Name: l.name,
 		Mode: l.mode.String(), Duration: l.duration, Grace: l.grace})
-	expires := sent.Add(reply.TTLNanos)
+	expires := sent.add(reply.TTLNanos)
 	if !ok {
 		var lj api.LeaseJSON
 		err = l.c.call(ctx, op, http.MethodPost, "/v1/renew", api.LeaseBody{Lease: l.id}, &lj)
-		expires = expiresOf(lj, sent)
+		expires = sent.add(ttlOf(lj))
 	}
 	switch {
 	case err == nil:
@@ -345,11 +407,12 @@ func (l *Lease) renewLoop() {
 	retry := retryFirst
 	for {
 		l.mu.Lock()
-		expires, failing := l.expires, l.renewFail != nil
+		_, left := l.leftLocked()
+		failing := l.renewFail != nil
 		l.mu.Unlock()
-		left := time.Until(expires)
 		if left <= 0 {
-			return // the timer ends the lease
+			l.expire() // over (a suspend, or failed renewals): now, not at the timer's look
+			return
 		}
 		wait := max(left/2, 10*time.Millisecond)
 		if failing {
@@ -368,7 +431,11 @@ func (l *Lease) renewLoop() {
 			continue
 		case <-t.C:
 		}
-		// A renewal is worth nothing after the expiry.
+		// A renewal is worth nothing after the expiry (read again: a
+		// suspend during the wait brought it nearer on Go's clock).
+		l.mu.Lock()
+		expires, _ := l.leftLocked()
+		l.mu.Unlock()
 		ctx, cancel := context.WithDeadline(l.ctx, expires)
 		err := l.Renew(ctx)
 		cancel()
@@ -404,7 +471,7 @@ func (l *Lease) watch() {
 			// memory while the leaders keep it: a renewal takes it over,
 			// or says it is lost (and ends it).
 			l.mu.Lock()
-			expires := l.expires
+			expires, _ := l.leftLocked()
 			l.mu.Unlock()
 			ctx, cancel := context.WithDeadline(l.ctx, expires)
 			rerr := l.Renew(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
+	"github.com/sluicehq/sluice/semaphore/internal/bootclock"
 )
 
 // Transport is what a node needs of the mesh; *p2p.Host satisfies it.
@@ -214,7 +215,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Tick = DefaultTick
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = bootClock()
+		cfg.Clock = bootclock.New().Since
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
