@@ -1,5 +1,5 @@
-// Package client is the Go client of a sluice agent's local API
-// (DESIGN.md §9), and a net/http middleware that puts a web frontend
+// Package client is the Go client of a sluice agent's local API, and a
+// net/http middleware that puts a web frontend
 // behind a READ_ONLY lock so that a writer can drain it.
 //
 // The contract:
@@ -11,20 +11,21 @@
 //     ends; ending ctx abandons the request at the agent.
 //   - A Lease is valid until its Expires: the TTL the agent gave for the
 //     grant (or the last renewal), counted from when this client sent that
-//     call, on the monotonic clock, so neither the call's travel nor a
-//     step of the wall clock lengthens it. Done closes when the lease is
+//     call, on the boot clock (it runs on while the machine is suspended;
+//     a lease looks at it at least once a second), so neither the call's
+//     travel, nor a step of the wall clock, nor a suspend lengthens it. Done closes when the lease is
 //     lost (the agent unlocked it, a renewal found it gone, the agent
 //     stopped reporting it, or its expiry passed: the last holds even when
 //     the agent cannot be reached) or released; Err says which. A holder
 //     must stop acting under the lease when Done closes, and should pass
 //     Token to whatever it writes, so that a late write can be fenced off.
-//   - When the agent is lost (stopped, restarted, unreachable), Done
-//     closes as soon as the watch cannot reach it (if Done was called),
-//     or at the next renewal, or at the expiry. The leaders keep the
-//     lease until its expiry all the same, so nobody else gets the name
-//     meanwhile: stop acting under it, call Release (a restarted agent
-//     gives the lease back for its client; an unreachable one leaves it
-//     to expire), and Acquire again.
+//   - A restart of the agent shorter than the lease loses nothing: the
+//     client redials, watches again and renews the lease by its id and
+//     name through the restarted agent, which takes it over from the
+//     leaders. Done closes only when the lease is really lost: its expiry
+//     passes without a renewal (an agent unreachable that long), or the
+//     cluster no longer keeps it. The leaders keep the lease until its
+//     expiry all the same, so nobody else gets the name meanwhile.
 //   - Release gives the lease back and stops everything the lease runs
 //     (its watch, renewals and timer); call it even after Done closed, to
 //     free the agent's record. It is idempotent.
