@@ -18,6 +18,22 @@ import (
 // interval lies within a READ_ONLY ticket's, and the bakery keeps writers
 // out of those as it does for any reader.
 //
+// What bounds a local grant is this node's clock: a local reader's lease
+// ends, on this node's ticks, no later than the share's, which ends when
+// its master's lease does; the leaders keep the share an eighth longer on
+// their own ticks (keep). So a page view granted on the share is inside
+// the share's life at the leaders as long as this node's ticks run no
+// slower than 8/9 of theirs, and never stand still. The runtime counts
+// ticks on a clock that runs on through a machine's suspend (the boot
+// clock) and catches up before each turn of its loop, so a node that was
+// stopped (SIGSTOP, a long pause, a suspended VM) first sees its share's
+// time run out, then grants nothing on it. The simulator models clocks
+// that drift within ±5 %, agents paused and resumed, machines suspended,
+// and, as a broken variant it must catch, a clock that stops in suspend
+// and never catches up. It does not model a clock that jumps forward
+// (ticks only catch up: a jump ends leases early, which is safe) or one
+// slower than the drift bound.
+//
 // Drains stay exact through yields: a leader that sees a writer's ENTER
 // tells the master of every shared READ_ONLY ticket of the name (KindYield;
 // again when it takes the writer's ticket, and in every renewal's ack).
