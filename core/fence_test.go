@@ -169,3 +169,31 @@ func replay(t *testing.T, file string, h *harness) string {
 	}
 	return out.String()
 }
+
+// TestChoosingRulesBackEachOther: in choosing_late_add_ticket.txt the
+// waiter X sees the earlier request Z only as a choosing flag without a
+// number. Two rules keep X out: it waits for a doorway that was there
+// when it first looked, and a grant needs its own ticket in a quorum of
+// reports made after the leader took it (which any ticket below X's that
+// a quorum holds is also in, for a leader refuses numbers not above its
+// mark). Each alone suffices, so breaking one (MutantIgnoreChoosing, or
+// MutantUncheckedTicketReports, which only lets reports without X's
+// ticket count as fresh) grants nothing more; breaking both grants Z and
+// X at once.
+func TestChoosingRulesBackEachOther(t *testing.T) {
+	for _, c := range []struct {
+		mutant core.Mutant
+		grants int
+	}{
+		{0, 1},
+		{core.MutantIgnoreChoosing, 1},
+		{core.MutantUncheckedTicketReports, 1},
+		{core.MutantNoOwnTicket, 1},
+		{core.MutantIgnoreChoosing | core.MutantNoOwnTicket, 2},
+	} {
+		out := replay(t, "choosing_late_add_ticket.txt", &harness{mutant: c.mutant})
+		if got := strings.Count(out, ": granted "); got != c.grants {
+			t.Errorf("mutant %d: %d grants, want %d:\n%s", c.mutant, got, c.grants, out)
+		}
+	}
+}
