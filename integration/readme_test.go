@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -53,7 +54,10 @@ func TestReadmeExamples(t *testing.T) {
 			}
 			run := func() string {
 				t.Helper()
-				cmd := exec.Command(interp, path)
+				// Bounded, as every wait here: a hung example fails the test.
+				ctx, cancel := context.WithTimeout(context.Background(), bound)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, interp, path)
 				cmd.Env = append(os.Environ(), "SLUICE_API="+sock)
 				out, err := cmd.CombinedOutput()
 				if err != nil {
