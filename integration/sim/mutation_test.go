@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,15 +13,6 @@ import (
 
 // mutationBound is how many seeds a broken core may survive before the
 // mutation test declares the simulator blind to it.
-//
-// A known gap: ignoring choosing flags (MutantIgnoreChoosing) is no longer
-// caught within the bound. Since ENTERING reads the maximum too (one round
-// less), a replica's refusal of numbers not above its mark and the rule
-// that a grant needs its own ticket in a quorum of fresh reports cover
-// nearly all of what the flag did: four clients per node on one name
-// without faults caught it at seed 584, and after releases stopped waiting
-// for their tombstone's fsync not within 1,200 seeds. A scripted scenario
-// that pins the interleaving it still breaks is owed (issue 14's note).
 const mutationBound = 1200
 
 // caughtWithin runs seeds 1..mutationBound until run fails a safety check
@@ -103,6 +95,54 @@ func TestLimitMutantIsCaught(t *testing.T) {
 	requireCaught(t, "readers ignoring their limit", Options{Modes: true, Admit: ignoreLimits})
 }
 
+// shareCountsAsOne is the reader limit's old policy: a node's shared read
+// ticket counts as one reader, whatever its page views.
+func shareCountsAsOne(me core.Candidate, others []wire.Entry) core.Decision {
+	if me.Mode == semaphore.ReadOnly && me.Limit > 0 {
+		others = slices.Clone(others)
+		for i := range others {
+			if others[i].Mode == semaphore.ReadOnly {
+				others[i].Active = false
+			}
+		}
+	}
+	return semaphore.Admit(me, others)
+}
+
+// TestShareLimitMutantIsCaught: a limit that counts a node's shared read
+// ticket as one reader, whatever its page views, must be caught.
+func TestShareLimitMutantIsCaught(t *testing.T) {
+	requireCaught(t, "a shared read ticket counted as one reader", Options{Modes: true, Admit: shareCountsAsOne})
+}
+
+// TestModesStallMutantIsCaught: a soft writer that keeps its place before
+// a later hard writer closes a cycle of waits (it waits for a later
+// reader, the reader for the hard writer, the hard writer for it) that
+// only a timeout breaks; with patient clients and no faults the name then
+// stays free far past the bound TestSimModesLiveness holds the real core to.
+func TestModesStallMutantIsCaught(t *testing.T) {
+	for seed := int64(1); seed <= mutationBound; seed++ {
+		_, err := Run(Options{Seed: seed, Modes: true, NoFaults: true, Patient: true, IdleBound: modesIdleBound,
+			Mutant: core.MutantSoftKeepsPlace})
+		var f *Failure
+		if errors.As(err, &f) && strings.Contains(f.What, "stayed free") {
+			t.Logf("caught at seed %d: %s", seed, f.What)
+			return
+		} else if err != nil {
+			t.Fatalf("seed %d: not the stall: %v", seed, err)
+		}
+	}
+	t.Fatalf("the simulator did not catch the stall in %d seeds", mutationBound)
+}
+
+// TestSuspendClockMutantIsCaught: an agent whose clock stops while its
+// machine is suspended, and never catches up, must be caught: after a
+// resume it grants page views on a shared read ticket the leaders dropped,
+// beside the writer they let in meanwhile.
+func TestSuspendClockMutantIsCaught(t *testing.T) {
+	requireCaught(t, "a clock that stops in suspend", Options{Suspends: true, Modes: true, ReadHeavy: true, MonotonicAgentClock: true})
+}
+
 // TestActivationMutantIsCaught: soft writers granted without being seen
 // first must be caught.
 func TestActivationMutantIsCaught(t *testing.T) {
@@ -117,34 +157,45 @@ func TestActivationMutantIsCaught(t *testing.T) {
 // scenarios in core/testdata as well.
 func TestMutantsAreCaught(t *testing.T) {
 	// One name makes the races of the doorway frequent enough to be caught
-	// within the bound. Deciding on stale reports (MutantStaleReports) is
-	// not here: masters wait for their own ticket at a quorum of fresh
-	// reports, tickets are unique per name, and since grants wait for a
-	// confirmation round, no option set tried (one name, modes, two to
-	// four clients per node) catches it within 2,500 seeds; before that
-	// round the readers-behind-writers invariant caught it about once in
-	// a thousand seeds. No scripted scenario pins it yet. Nor
-	// MutantUncheckedTicketReports (deciding on a report that echoes the
-	// ADD_TICKET's watch without listing the ticket): it needs another
-	// request of the same master whose ticket reached a replica first, and
-	// a third request reading a lower mark there in between; 600 seeds of
-	// six option sets (one or two names, four clients per node, batches,
-	// modes, no faults) did not produce it. The lease mutants of
-	// issue 11: the old renewal arithmetic, dropping a restarted agent's
-	// granted tickets, and granting without the own-ticket check or
-	// without the confirmation round (in a world where the leaders'
-	// revocations are lost, the case the checks are for) are caught by
-	// the clients' own timers and by the force-unlocks' answers (a
-	// request found waiting is never granted); replicas without a
-	// margin for drifting clocks by the worst clocks the drift allows; a
-	// restarted leader that drops a restored ticket as soon as one other
-	// leader lacks it (not when fewer than a quorum can hold it) by the
-	// leader restarts. Tombstones in memory only (MutantMemoryTombs) only
-	// delay a name until the stale ticket expires, within the settle
-	// probe's bound: core/testdata/release_survives_handoff.txt pins it.
-	// Waiters blocked on a holder that are never asked again
-	// (MutantSleepBlocked) are caught by the check of skipped waiters
-	// (Config.CheckIncremental) and by the settle probe.
+	// within the bound. The lease mutants: the old renewal arithmetic,
+	// dropping a restarted agent's granted tickets, and granting without
+	// the own-ticket check or without the confirmation round (in a world
+	// where the leaders' revocations are lost, the case the checks are
+	// for) are caught by the clients' own timers and by the force-unlocks'
+	// answers (a request found waiting is never granted); replicas
+	// without a margin for drifting clocks by the worst clocks the drift
+	// allows; a restarted leader that drops a restored ticket as soon as
+	// one other leader lacks it (not when fewer than a quorum can hold
+	// it) by the leader restarts. Tombstones in memory only
+	// (MutantMemoryTombs) only delay a name until the stale ticket
+	// expires, within the settle probe's bound:
+	// core/testdata/release_survives_handoff.txt pins it. Waiters blocked
+	// on a holder that are never asked again (MutantSleepBlocked) are
+	// caught by the check of skipped waiters (Config.CheckIncremental)
+	// and by the settle probe.
+	//
+	// Caught by scripted scenarios (core.TestScenariosCatchMutants) and
+	// not yet within these seeds, each needing three or four messages to
+	// meet in one order at particular leaders: a soft writer deciding on
+	// reports older than its activation (MutantStaleReports) or skipping
+	// a reader's doorway that began before its mark arrived
+	// (MutantSoftIgnoresLaterDoorways); a renewal completed by a late
+	// answer to an earlier one (MutantRenewAnyAck); a force-unlock's
+	// tombstone written lazily (MutantLazyForcedTomb), which needs the
+	// unlocking agent cut from one leader, another leader to crash in the
+	// millisecond before its store commits, and the forced holder to
+	// renew through both. Options.Hostile makes each of those events
+	// common; their meeting is still rare.
+	//
+	// Not mutants of a rule that stands alone: skipping requests still
+	// choosing (MutantIgnoreChoosing) and deciding on a report that
+	// echoes the ADD_TICKET's watch without listing the ticket
+	// (MutantUncheckedTicketReports). A grant needs the request's own
+	// ticket in a quorum of reports made after each leader took it, and a
+	// leader refuses numbers not above its mark, so any ticket below it
+	// that a quorum holds is in one of those reports; each rule backs the
+	// other up (core.TestChoosingRulesBackEachOther breaks both and gets
+	// two holders).
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant

@@ -60,6 +60,11 @@ type Options struct {
 	// are readers, without reader limits, so nodes keep shared read
 	// tickets and drains must make them yield.
 	ReadHeavy bool
+	// SoftHeavy (with Modes) is a site drained gently while readers keep
+	// coming: requests are readers (8 in 20) and soft writers (12 in
+	// 20, READ_WRITE and READ_WRITE_GENTLE), no hard writer, so soft
+	// writers' activations race readers' doorways.
+	SoftHeavy bool
 	// NoShare turns read-lease aggregation off (core.Config.ShareLease):
 	// every reader then runs the whole bakery. On by default, as in the
 	// agent.
@@ -94,6 +99,27 @@ type Options struct {
 	// its next client's call or the end of the tick, so the core settles
 	// the reports and changes of several messages at once.
 	Batch bool
+	// Hostile makes the world as bad as the model allows, to reach the
+	// schedules that uniform delays rarely line up: one link at a time,
+	// either way between any two nodes, delays its messages 5 to 15 times
+	// the others'; a phase message (ENTERING, ADD_TICKET, EXITING, an
+	// activation mark, a confirmation, a watch) is now and then late at
+	// one leader; a node cannot reach one leader for a while, though
+	// everyone else can; reports are lost more often, so masters rewatch;
+	// and
+	// machines are suspended (Suspends).
+	Hostile bool
+	// Suspends suspends machines now and then (a laptop's lid, a VM its
+	// host pauses), often for longer than a shared read ticket's lease:
+	// the agent and its clients stop, while the machine's boot clock runs
+	// on (see MonotonicAgentClock).
+	Suspends bool
+	// MonotonicAgentClock counts an agent's ticks, and its clients'
+	// leases, on a clock that stops while the machine is suspended
+	// (CLOCK_MONOTONIC) instead of one that runs on (CLOCK_BOOTTIME):
+	// after a suspend the agent stays behind for good. The runtime's old
+	// clock, for the mutation tests only.
+	MonotonicAgentClock bool
 	// LeaveOut leaves known gaps out of the world (see Gap): with
 	// GapNewestLifeRollbacks, a disk is rolled back only to a copy of a
 	// life older than the newest that checked in.
@@ -153,6 +179,15 @@ type Result struct {
 	Pauses, Orphans, Forced, ForcedHolders int
 	// Batched: Readies that settled more than one message (Options.Batch).
 	Batched int
+	// With Hostile or Suspends: Suspends of a machine; with Hostile:
+	// SlowMessages on the slow links;
+	// LateMessages, phase messages late at one leader; LostReports, lost
+	// on top of the usual loss; Rewatches, masters that asked a replica
+	// for a whole table again.
+	Suspends, SlowMessages, LateMessages, LostReports int
+	// LimitedGrants: readers with a limit granted while another reader
+	// held the name (Modes).
+	LimitedGrants int
 	// LazyLost: crashes that lost lazy writes (core.Write.Lazy): released
 	// tickets that came back, and names not forgotten.
 	LazyLost int
@@ -166,6 +201,11 @@ func (r *Result) add(o Result) {
 	r.Forced += o.Forced
 	r.ForcedHolders += o.ForcedHolders
 	r.Batched += o.Batched
+	r.Suspends += o.Suspends
+	r.SlowMessages += o.SlowMessages
+	r.LateMessages += o.LateMessages
+	r.LostReports += o.LostReports
+	r.LimitedGrants += o.LimitedGrants
 	r.LazyLost += o.LazyLost
 	r.Failures += o.Failures
 	r.Crashes += o.Crashes
@@ -295,6 +335,11 @@ type simNode struct {
 	// frozen VM) until this simulated tick: it handles nothing, and its
 	// clients' calls wait.
 	pausedUntil int64
+	// suspendedUntil: the whole machine sleeps until this tick (Hostile):
+	// the agent is paused too, and lag counts the clock ticks that a
+	// clock stopping in suspend (Options.MonotonicAgentClock) missed in
+	// this life of the agent.
+	suspendedUntil, lag int64
 	// stepped: messages stepped since the core's output was last handled
 	// (see Options.Batch).
 	stepped int
@@ -341,6 +386,7 @@ type client struct {
 	handle   wire.RequestID
 	name     string
 	mode     wire.Mode
+	limit    int   // of a READ_ONLY request (0: none)
 	quiet    int64 // of a READ_WRITE_GENTLE request
 	timeout  int64
 	deadline int64 // machine clock: the last a grant may come at
@@ -354,6 +400,8 @@ type client struct {
 	token   uint64
 	epoch   uint64 // of the view its master was in when it was granted
 	renewAt int64  // agent clock of a pending Renew call, -1 if none
+	// renewTick: the simulated tick of the last Renew call.
+	renewTick int64
 	// orphan: its agent crashed or restarted while it held; the client
 	// holds on by its own timer and gives the lease back to the new life.
 	orphan bool
@@ -384,9 +432,20 @@ type Sim struct {
 	// the asymmetric delays that reorder one request's phases across replicas.
 	slowFrom, slowTo wire.NodeID
 	slowUntil        int64
-	clients          []*client
-	names            []string
-	view             wire.View
+	// slowNode (Hostile) is a node whose messages out (or, slowIn, in)
+	// take 4 to 10 times their delay until slowNodeUntil: a loaded or
+	// distant machine, slow on every link at once.
+	slowNode      wire.NodeID
+	slowIn        bool
+	slowNodeUntil int64
+	// cutA and cutB (Hostile) cannot reach each other until cutUntil,
+	// though each reaches everyone else: a broken route or a firewall
+	// rule, a partition that is not a split into two sides.
+	cutA, cutB wire.NodeID
+	cutUntil   int64
+	clients    []*client
+	names      []string
+	view       wire.View
 
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
@@ -490,7 +549,8 @@ func newSim(o Options) *Sim {
 	for i := range o.Names {
 		s.names = append(s.names, fmt.Sprintf("https://site%d.example/", i))
 		if o.Modes && !o.ReadHeavy {
-			s.readerLimit[s.names[i]] = rng.IntN(3)
+			// Half of its readers ask for it (acquire).
+			s.readerLimit[s.names[i]] = 1 + rng.IntN(3)
 		}
 	}
 	for i := range o.Nodes * o.ClientsPerNode {
@@ -555,13 +615,16 @@ func (s *Sim) advanceClock(i int) {
 	k := int64(n.acc)
 	n.acc -= float64(k)
 	n.clock += k
+	if s.tick < n.suspendedUntil {
+		n.lag += k
+	}
 	// A client stops at its timer before anything else happens at this
 	// instant: the history must show the end before any later grant.
 	s.expireLeases(i)
 	if n.core == nil || n.paused(s.tick) || s.tick == n.pausedUntil {
 		return
 	}
-	for n.core != nil && s.agentClock(i) < n.clock {
+	for n.core != nil && s.agentClock(i) < s.machineClock(i) {
 		if n.elect != nil {
 			n.elect.Tick()
 			s.handleElection(i)
@@ -585,6 +648,18 @@ func (s *Sim) advanceClock(i int) {
 // agentClock is node i's agent clock on its machine's scale: the machine
 // clock when the agent's core last caught up (behind it during a pause).
 func (s *Sim) agentClock(i int) int64 { return s.nodes[i].lifeStart + s.nodes[i].ticks }
+
+// machineClock is the clock node i's agent and clients count on, on the
+// machine's scale: its boot clock, which runs through suspends, or with
+// MonotonicAgentClock one that stopped during the suspends of the agent's
+// life. Clients count leases on the same kind of clock as their agent:
+// the Go client checks its leases on the boot clock too.
+func (s *Sim) machineClock(i int) int64 {
+	if s.o.MonotonicAgentClock {
+		return s.nodes[i].clock - s.nodes[i].lag
+	}
+	return s.nodes[i].clock
+}
 
 func (s *Sim) tracef(format string, args ...any) {
 	s.trace[s.traceAt%len(s.trace)] = fmt.Sprintf("t%d ", s.tick) + fmt.Sprintf(format, args...)
@@ -646,7 +721,7 @@ func (s *Sim) start(i int) {
 		return
 	}
 	n.core = c
-	n.lifeStart, n.ticks, n.pausedUntil = n.clock, 0, 0
+	n.lifeStart, n.ticks, n.pausedUntil, n.lag = n.clock, 0, 0, 0
 	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
 	if s.o.Elect {
 		s.nonce++
@@ -771,10 +846,15 @@ func (s *Sim) handle(i int) {
 			n.elect.SetStoreAge(n.disk.age)
 		}
 		msgs := rd.Messages
-		crashing := !s.o.NoFaults && s.tick <= s.o.FaultTicks && len(msgs) > 0 && s.chance(0.002) && s.downCount() < 2
+		faulty := !s.o.NoFaults && s.tick <= s.o.FaultTicks
+		crashing := faulty && len(msgs) > 0 && s.chance(0.002) && s.downCount() < 2
 		if crashing {
 			msgs = msgs[:s.rng.IntN(len(msgs))]
 		}
+		// Hostile: a machine that dies in the millisecond after its
+		// answers left and before its store writer committed the lazy
+		// writes they did not wait for.
+		crashing = crashing || faulty && s.o.Hostile && len(n.disk.lazy) > 0 && len(msgs) > 0 && s.chance(0.01) && s.downCount() < 2
 		for _, m := range msgs {
 			s.post(m)
 		}
@@ -838,10 +918,43 @@ func (s *Sim) post(m wire.Message) {
 	s.res.Messages++
 	s.seq++
 	d := s.delay()
-	if s.tick < s.slowUntil && m.From == s.slowFrom && m.To == s.slowTo {
-		d = 8 + s.rng.Int64N(33)
+	if s.tick < s.slowNodeUntil && (s.slowIn && m.To == s.slowNode || !s.slowIn && m.From == s.slowNode) {
+		d *= 4 + s.rng.Int64N(7)
+		s.res.SlowMessages++
+	}
+	switch {
+	case s.tick < s.slowUntil && m.From == s.slowFrom && m.To == s.slowTo:
+		if s.o.Hostile {
+			d *= 5 + s.rng.Int64N(11) // 5 to 15 times its delay
+		} else {
+			d = 8 + s.rng.Int64N(33)
+		}
+		s.res.SlowMessages++
+	case s.o.Hostile && s.tick <= s.o.FaultTicks && (phaseMessage(m.Kind) || answer(m.Kind)) && s.chance(0.06):
+		d += 10 + s.rng.Int64N(30) // late at this one node only
+		s.res.LateMessages++
 	}
 	s.net = append(s.net, envelope{at: s.tick + d, seq: s.seq, m: m})
+}
+
+// answer: a leader's answer to a master, whose lateness makes it meet a
+// later phase of the same request (a renewal's ack the next renewal).
+func answer(k wire.Kind) bool {
+	switch k {
+	case wire.KindAddTicketAck, wire.KindRenewAck, wire.KindConfirmAck, wire.KindActivateAck, wire.KindReport:
+		return true
+	}
+	return false
+}
+
+// phaseMessage: a master's message of a request's phases to a leader,
+// whose lateness at one leader reorders the phases across the leaders.
+func phaseMessage(k wire.Kind) bool {
+	switch k {
+	case wire.KindEnter, wire.KindAddTicket, wire.KindExit, wire.KindActivate, wire.KindConfirm, wire.KindWatch:
+		return true
+	}
+	return false
 }
 
 // downCount counts the nodes down, stale and dead ones included until
@@ -885,9 +998,21 @@ func (s *Sim) faults() {
 	case s.split && s.chance(0.03):
 		s.split = false
 		s.tracef("heal")
-	case s.tick >= s.slowUntil && s.chance(0.02):
+	case s.o.Hostile && s.tick >= s.cutUntil && s.chance(0.02):
+		s.cutA, s.cutB = wire.NodeID(1+s.rng.IntN(len(s.nodes))), wire.NodeID(1+s.rng.IntN(3))
+		s.cutUntil = s.tick + 50 + s.rng.Int64N(100)
+		s.tracef("link %d-%d cut until %d", s.cutA, s.cutB, s.cutUntil)
+	case s.o.Hostile && s.tick >= s.slowNodeUntil && s.chance(0.02):
+		s.slowNode, s.slowIn = wire.NodeID(1+s.rng.IntN(len(s.nodes))), s.chance(0.5)
+		s.slowNodeUntil = s.tick + 30 + s.rng.Int64N(70)
+		s.tracef("node %d slow (incoming %v) until %d", s.slowNode, s.slowIn, s.slowNodeUntil)
+	case s.tick >= s.slowUntil && s.chance(0.02) || s.o.Hostile && s.tick >= s.slowUntil:
 		s.slowFrom = wire.NodeID(1 + s.rng.IntN(len(s.nodes)))
 		s.slowTo = wire.NodeID(1 + s.rng.IntN(3)) // towards a leader
+		if s.o.Hostile && s.chance(0.5) {
+			// Either way: a leader's reports and acks to a master.
+			s.slowFrom, s.slowTo = s.slowTo, s.slowFrom
+		}
 		s.slowUntil = s.tick + 20 + s.rng.Int64N(60)
 		s.tracef("link %d->%d slow until %d", s.slowFrom, s.slowTo, s.slowUntil)
 	}
@@ -898,6 +1023,20 @@ func (s *Sim) faults() {
 // its client holds on, an operator's force-unlock of a holder or a waiter.
 func (s *Sim) timeFaults() bool {
 	switch {
+	case (s.o.Hostile || s.o.Suspends) && s.chance(0.004):
+		// The machine sleeps: agent and clients stop, the boot clock runs
+		// on. Often about a share's lease, which a clock that stops would
+		// let the agent's page views outlive.
+		i := s.rng.IntN(len(s.nodes))
+		n := s.nodes[i]
+		if n.core == nil || n.paused(s.tick) {
+			return false
+		}
+		n.suspendedUntil = s.tick + 10 + s.rng.Int64N(100)
+		n.pausedUntil = n.suspendedUntil
+		s.res.Suspends++
+		s.tracef("machine %d is suspended until %d", n.id, n.suspendedUntil)
+		return true
 	case s.chance(0.003):
 		i := s.rng.IntN(len(s.nodes))
 		n := s.nodes[i]
@@ -929,10 +1068,12 @@ func (s *Sim) timeFaults() bool {
 type force struct {
 	by int // the node it was called on
 
-	// answered: EventReleased came; waiting: it said that no leader of
-	// its quorum held the request (confirmed, renewed, or restored), or
-	// that none had it: such a request is never granted, before or after.
+	// answered: EventReleased came (at tick answeredAt); waiting: it said
+	// that no leader of its quorum held the request (confirmed, renewed,
+	// or restored), or that none had it: such a request is never granted,
+	// before or after. Nor is a renewal sent after the answer confirmed.
 	answered, waiting bool
+	answeredAt        int64
 	granted           bool // the request was granted (raced the unlock)
 }
 
@@ -1056,9 +1197,10 @@ func (s *Sim) electionFaults() bool {
 }
 
 func (s *Sim) stopFaults() {
-	s.split, s.slowUntil = false, 0
+	s.split, s.slowUntil, s.slowNodeUntil, s.cutUntil = false, 0, 0, 0
 	for _, n := range s.nodes {
 		n.pausedUntil = min(n.pausedUntil, s.tick)
+		n.suspendedUntil = min(n.suspendedUntil, s.tick)
 	}
 	for i, n := range s.nodes {
 		if n.core == nil && !n.gone {
@@ -1149,8 +1291,18 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 		s.res.Drains++
 	}
 	s.nodes[to].stepped++
-	if !s.o.Batch || s.chance(0.5) {
+	// Hostile: a leader that takes an operator's force-unlock dies right
+	// after its answer left, before its store writer commits (the
+	// window in which a write not waited for is lost).
+	forced := m.Kind == wire.KindRelease && m.From != m.Req.Node && err == nil
+	crash := forced && s.o.Hostile && faulty && s.chance(0.3) && s.downCount() < 2
+	if !s.o.Batch || s.chance(0.5) || crash {
 		s.handle(to)
+	}
+	if crash && s.nodes[to].core != nil {
+		s.tracef("node %d crashes after a force-unlock's answer left", to+1)
+		s.crash(to)
+		return true
 	}
 	s.checkInvariants()
 	return true
@@ -1170,6 +1322,14 @@ func (s *Sim) arrives(e envelope, to int, faulty bool) bool {
 	}
 	if faulty && e.m.From != e.m.To {
 		if s.split && s.cut[int(e.m.From)-1] != s.cut[to] || s.chance(0.03) {
+			return false
+		}
+		if s.tick < s.cutUntil && (e.m.From == s.cutA && e.m.To == s.cutB || e.m.From == s.cutB && e.m.To == s.cutA) {
+			return false
+		}
+		if s.o.Hostile && e.m.Kind == wire.KindReport && s.chance(0.1) {
+			// The next report on it does not apply: the master rewatches.
+			s.res.LostReports++
 			return false
 		}
 		if s.chance(0.03) {
@@ -1223,18 +1383,21 @@ func (s *Sim) clientAct(c *client, settling bool) {
 			s.handle(c.node)
 		}
 	case holding:
-		clock := s.nodes[c.node].clock
+		clock := s.machineClock(c.node)
 		// Renewals race the expiry: most come in the lease's last ticks.
 		nearEnd := c.expiry-clock < 6
 		switch {
-		case s.chance(0.06) || c.token == 0 && s.chance(0.2):
+		case s.chance(0.06) || c.token == 0 && !c.forced && s.chance(0.2):
 			s.tracef("client %d releases %s token %d", c.id, c.name, c.token)
 			s.endHold(c, "release")
 			s.release(c, n)
 			s.handle(c.node)
-		case c.renewAt < 0 && c.token != 0 && !c.orphan && s.chance(renewChance(nearEnd)):
+		case c.renewAt < 0 && (c.token != 0 || c.forced) && !c.orphan && s.chance(renewChance(nearEnd)):
+			// A forced holder renews on too until its agent tells it
+			// (its hold ended for the history when the operator took
+			// it): the leaders must refuse it.
 			if err := n.Renew(c.handle); err == nil {
-				c.renewAt = s.agentClock(c.node)
+				c.renewAt, c.renewTick = s.agentClock(c.node), s.tick
 				s.tracef("client %d renews %s token %d at clock %d, expiry %d", c.id, c.name, c.token, clock, c.expiry)
 				s.handle(c.node)
 			}
@@ -1275,6 +1438,17 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
 	if s.o.Modes && !probe {
 		r := s.rng.IntN(20)
+		if s.o.SoftHeavy {
+			// Readers 8 in 20, READ_WRITE 8, READ_WRITE_GENTLE 4.
+			switch {
+			case r < 8:
+				r = 0
+			case r < 16:
+				r = 14
+			default:
+				r = 16
+			}
+		}
 		if s.o.ReadHeavy {
 			// Readers 16 in 20 (not 11), priority writers 2, each soft
 			// writer 1.
@@ -1291,7 +1465,13 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 		}
 		switch {
 		case r < 11:
-			a.Mode, a.Limit = semaphore.ReadOnly, s.readerLimit[name]
+			// Half of the readers of a name with a limit ask for it;
+			// the others go through their node's shared read ticket,
+			// whose page views the limit counts too.
+			a.Mode = semaphore.ReadOnly
+			if l := s.readerLimit[name]; l > 0 && s.chance(0.5) {
+				a.Limit = l
+			}
 		case r < 14:
 			a.Mode = semaphore.ReadWritePriority
 		case r < 16:
@@ -1321,8 +1501,8 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	if wait == 0 {
 		wait = tryTicks
 	}
-	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, mode: a.Mode, quiet: a.Quiet, timeout: a.Timeout,
-		deadline: s.nodes[c.node].clock + wait, renewAt: -1, probe: probe, sent: s.agentClock(c.node)}
+	*c = client{id: c.id, node: c.node, state: waiting, handle: id, name: name, mode: a.Mode, limit: a.Limit, quiet: a.Quiet, timeout: a.Timeout,
+		deadline: s.machineClock(c.node) + wait, renewAt: -1, probe: probe, sent: s.agentClock(c.node)}
 	c.op = s.hist.call(c.id, name, opAcquire, 0, a.Mode != semaphore.ReadOnly)
 	s.tracef("client %d on node %d acquires %s %s as %s (timeout %d, duration %d)", c.id, c.node+1, name, a.Mode, id, a.Timeout, a.Duration)
 	s.handle(c.node)
@@ -1360,6 +1540,13 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		s.finishOp(c, false, 0)
 		c.state = idle
 	case core.EventRenewed:
+		if f := s.forces[s.wireID(node, e.Req)]; f != nil && f.answered && !e.Shared && c.renewTick > f.answeredAt {
+			// A quorum of the leaders dropped the ticket before this
+			// renewal was sent: one of them must refuse it.
+			s.failf("client %d's lease %s on %s renewed by a renewal sent at tick %d, after its force-unlock was answered at tick %d",
+				c.id, e.Req, e.Name, c.renewTick, f.answeredAt)
+			return
+		}
 		// A lease the client already let lapse stays lapsed: it stopped
 		// acting under it, and its history says so.
 		if c.state == holding && c.renewAt >= 0 && c.token != 0 {
@@ -1389,11 +1576,11 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 		s.failf("client %d granted at clock %d after its obtain deadline %d", c.id, at, c.deadline)
 		return
 	}
-	if expiry := e.ExpiryFrom(c.sent); expiry <= s.nodes[node].clock {
+	if expiry := e.ExpiryFrom(c.sent); expiry <= s.machineClock(node) {
 		// Decided by an agent whose clock was behind (it woke from a
 		// pause): the lease is over by the client's timer before the
 		// answer comes, and the agent answers timed out.
-		s.tracef("client %d granted %s token %d already over (expiry %d, clock %d)", c.id, c.name, e.Token, expiry, s.nodes[node].clock)
+		s.tracef("client %d granted %s token %d already over (expiry %d, clock %d)", c.id, c.name, e.Token, expiry, s.machineClock(node))
 		s.res.Failures++
 		s.finishOp(c, false, 0)
 		c.state = idle
@@ -1484,6 +1671,9 @@ func (s *Sim) checkGrantToken(c *client, e core.Event) bool {
 	for _, o := range s.clients {
 		if o != c && o.name == c.name && o.mode == semaphore.ReadOnly && s.holds(o) {
 			s.res.SharedGrants++
+			if c.limit > 0 {
+				s.res.LimitedGrants++
+			}
 			break
 		}
 	}
@@ -1520,7 +1710,7 @@ func (s *Sim) measureIdleWait() {
 func (s *Sim) expireLeases(node int) {
 	for _, c := range s.clients {
 		n := s.nodes[c.node]
-		if c.node != node || c.state != holding || n.clock < c.expiry || c.op >= 0 {
+		if c.node != node || c.state != holding || s.machineClock(node) < c.expiry || c.op >= 0 {
 			continue
 		}
 		if c.token != 0 {
@@ -1586,7 +1776,7 @@ func (s *Sim) wireID(node int, handle wire.RequestID) wire.RequestID {
 // leader of the answering quorum held was waiting: it must never be
 // granted, and a grant already given to it is two holders.
 func (s *Sim) onForceAnswer(e core.Event, f *force) {
-	f.answered = true
+	f.answered, f.answeredAt = true, s.tick
 	f.waiting = !e.Held && (e.Code == wire.CodeNone || e.Code == wire.CodeUnknownLease)
 	s.tracef("node %d answers the force-unlock of %s on %s: code=%s held=%v", f.by+1, e.Req, e.Name, e.Code, e.Held)
 	if f.waiting && f.granted {
@@ -1596,7 +1786,7 @@ func (s *Sim) onForceAnswer(e core.Event, f *force) {
 
 // holds: c holds its lease now by its own timer, on its machine's clock.
 func (s *Sim) holds(c *client) bool {
-	return c.state == holding && c.token != 0 && s.nodes[c.node].clock < c.expiry
+	return c.state == holding && c.token != 0 && s.machineClock(c.node) < c.expiry
 }
 
 // checkInvariants: per name, at most one writer holds, and no reader
@@ -1604,11 +1794,13 @@ func (s *Sim) holds(c *client) bool {
 func (s *Sim) checkInvariants() {
 	for _, name := range s.names {
 		var writers, readers []string
+		var holders []*client // the readers
 		for _, c := range s.clients {
 			if c.name == name && s.holds(c) && !c.forced {
 				who := fmt.Sprintf("client %d (%s, token %d, expiry %d)", c.id, c.mode, c.token, c.expiry)
 				if c.mode == semaphore.ReadOnly {
 					readers = append(readers, who)
+					holders = append(holders, c)
 				} else {
 					writers = append(writers, who)
 				}
@@ -1617,8 +1809,29 @@ func (s *Sim) checkInvariants() {
 		if len(writers) > 1 || len(writers) == 1 && len(readers) > 0 {
 			s.failf("%s held by writers %s and readers %s at once", name, strings.Join(writers, ", "), strings.Join(readers, ", "))
 		}
-		if l := s.readerLimit[name]; l > 0 && len(readers) > l {
-			s.failf("%s held by %d readers, limit %d: %s", name, len(readers), l, strings.Join(readers, ", "))
+		s.checkLimits(name, holders)
+	}
+}
+
+// checkLimits: a reader with a limit L holds with fewer than L readers
+// ahead of it in line (lower tokens), counting every page view on a
+// node's shared read ticket (their token is the share's). Of L+1 limited
+// readers holding at once, the last would have seen the L before it.
+func (s *Sim) checkLimits(name string, readers []*client) {
+	for _, c := range readers {
+		if c.limit == 0 {
+			continue
+		}
+		var ahead []string
+		for _, o := range readers {
+			if o != c && o.token < c.token {
+				ahead = append(ahead, fmt.Sprintf("client %d (token %d, limit %d)", o.id, o.token, o.limit))
+			}
+		}
+		if len(ahead) >= c.limit {
+			s.failf("%s: client %d holds with limit %d, token %d, behind %d readers: %s", name, c.id, c.limit, c.token,
+				len(ahead), strings.Join(ahead, ", "))
+			return
 		}
 	}
 }
@@ -1628,7 +1841,7 @@ func (s *Sim) checkInvariants() {
 // ticket durable at a quorum. Soft writers let readers pass: by design.
 func (s *Sim) checkReaderBehindWriters(c *client, token uint64) {
 	for i, n := range s.nodes {
-		if n.core == nil || s.agentClock(i) < n.clock {
+		if n.core == nil || s.agentClock(i) < s.machineClock(i) {
 			continue // a paused agent's requests may be long expired at the leaders
 		}
 		for _, r := range n.core.Requests() {
@@ -1655,8 +1868,8 @@ func (s *Sim) settle() {
 	since := s.tick - s.o.FaultTicks
 	for _, c := range s.clients {
 		// (An agent that was paused past the deadline answers once awake.)
-		if n := s.nodes[c.node]; c.state == waiting && n.clock > c.deadline+20 && s.tick > n.pausedUntil+20 {
-			clock := n.clock
+		if n := s.nodes[c.node]; c.state == waiting && s.machineClock(c.node) > c.deadline+20 && s.tick > n.pausedUntil+20 {
+			clock := s.machineClock(c.node)
 			s.failf("liveness: client %d still waits on %s %d ticks after its deadline", c.id, c.name, clock-c.deadline)
 			return
 		}

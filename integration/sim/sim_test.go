@@ -146,16 +146,17 @@ var shareSeeds = flag.Int("share-seeds", 100, "how many seeds TestSimShares runs
 // TestSimShares runs the simulator with a web site's load (Options.
 // ReadHeavy): mostly readers, which nodes grant on their shared read
 // tickets, and writers of every mode that drain them; faults on, every
-// other seed with elected leaders, every third with batches, every fifth
-// with the worst clocks the drift allows, every seventh with machines and
-// operators (wiped and rolled-back disks, replaced members).
+// other seed with elected leaders, every third with batches, every fourth
+// with machines suspended, every fifth with the worst clocks the drift
+// allows, every seventh with machines and operators (wiped and
+// rolled-back disks, replaced members).
 func TestSimShares(t *testing.T) {
 	total, summary := runSeeds(t, *shareSeeds, "share-seeds", func(seed int64) Options {
 		// Every seventh: machines and operators too (disks wiped or
 		// rolled back under nodes holding shares, replaced members).
 		ops := seed%7 == 0
 		return Options{Modes: true, ReadHeavy: true, Elect: seed%2 == 0 || ops, Operators: ops, LeaderDiskFaults: ops,
-			Batch: seed%3 == 0, WorstDrift: seed%5 == 0}
+			Batch: seed%3 == 0, WorstDrift: seed%5 == 0, Suspends: seed%4 == 1}
 	})
 	t.Logf("%s: %d grants (%d on a node's shared read ticket), %d drain yields, %d crashes, %d operations checked",
 		summary, total.Grants, total.LocalGrants, total.Drains, total.Crashes, total.Operations)
@@ -163,3 +164,58 @@ func TestSimShares(t *testing.T) {
 		t.Fatal("no shared read ticket was used or drained: the workload exercised nothing")
 	}
 }
+
+var hostileSeeds = flag.Int("hostile-seeds", 100, "how many seeds TestSimHostile runs")
+
+// TestSimHostile runs the simulator in its worst world (Options.Hostile):
+// a slow link at every moment, either way, phase messages late at one
+// leader, reports lost and rewatched, machines suspended. Seeds take
+// turns: exclusive locks, semaphore modes with reader limits, a web
+// site's load on shared read tickets, and one name with four clients per
+// node (masters that already watch the name when another of their
+// requests takes its ticket); every third seed with elected leaders,
+// every odd one in batches.
+func TestSimHostile(t *testing.T) {
+	total, summary := runSeeds(t, *hostileSeeds, "hostile-seeds", func(seed int64) Options {
+		o := Options{Hostile: true, Elect: seed%3 == 0, Batch: seed%2 == 1}
+		switch seed % 4 {
+		case 1:
+			o.Modes = true
+		case 2:
+			o.Modes, o.ReadHeavy = true, true
+		case 3:
+			o.Names, o.ClientsPerNode = 1, 4
+		}
+		return o
+	})
+	t.Logf("%s: %d grants (%d limited readers beside another reader, %d on a shared read ticket), %d crashes; "+
+		"%d suspends, %d messages on a slow link, %d phase messages late, %d reports lost, %d operations checked",
+		summary, total.Grants, total.LimitedGrants, total.LocalGrants, total.Crashes,
+		total.Suspends, total.SlowMessages, total.LateMessages, total.LostReports, total.Operations)
+	if _, n := seedRange(*hostileSeeds, "hostile-seeds"); n >= 20 &&
+		(total.Suspends == 0 || total.SlowMessages == 0 || total.LateMessages == 0 || total.LostReports == 0 || total.LimitedGrants == 0) {
+		t.Fatal("no suspend, slow link, late phase message, lost report or limited reader beside another: the hostile world exercised nothing")
+	}
+}
+
+// TestSimModesLiveness: soft and hard writers, readers with and without
+// limits, all patient, no faults: a name never stays free for long while
+// someone waits for it. A cycle of waits (a soft writer waiting for a
+// later reader, which waits for a hard writer, which waits for the soft
+// writer) would hold the name free until a timeout, 300 ticks or more.
+// The bound leaves room for a gentle drain's quiet period (up to 40
+// ticks) and a hand-over.
+func TestSimModesLiveness(t *testing.T) {
+	for seed := int64(1); seed <= 60; seed++ {
+		res, err := Run(Options{Seed: seed, Modes: true, NoFaults: true, Patient: true, IdleBound: modesIdleBound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Grants == 0 {
+			t.Fatalf("seed %d: nothing granted", seed)
+		}
+	}
+}
+
+// modesIdleBound is TestSimModesLiveness's bound on a free name's wait.
+const modesIdleBound = 120
