@@ -208,6 +208,10 @@ const (
 	// for its current renewal, also a late one of an earlier renewal,
 	// which extended the ticket from that one's time only.
 	MutantRenewAnyAck
+	// MutantNoRestartFromRequests: a replica learns of a node's restart
+	// only from its announcement, so a lost one leaves the earlier life's
+	// choosing flags to hold waiters up until their deadlines.
+	MutantNoRestartFromRequests
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -61,6 +61,9 @@ import (
 //   - soft_writer_stale_reports.txt deciding on reports older than the
 //     request's current watch: the activated soft writer is granted on
 //     reports from before a reader that holds (checked on its status).
+//   - restart_announcement_lost.txt with replicas that learn of a restart
+//     only from its announcement: the waiter waits for the dead life's
+//     doorway until its deadline (its grant is missing).
 //   - renew_stale_ack.txt counting a late answer to an earlier renewal
 //     for the current one: node 4's lease runs on past the leaders' copies
 //     (its end is missing) while node 5 is granted.
@@ -94,6 +97,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"drain_soft_hard_reader.txt", core.MutantSoftKeepsPlace, 4, ": granted "},
 		{"limit_counts_shares.txt", core.MutantLimitIgnoresShares, 1, "granted 5.1.2 "},
 		{"renew_stale_ack.txt", core.MutantRenewAnyAck, 1, "unlocked 4.1.1 "},
+		{"restart_announcement_lost.txt", core.MutantNoRestartFromRequests, 2, ": granted "},
 		{"soft_writer_stale_reports.txt", core.MutantStaleReports, 1, "read-write waiting"},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {

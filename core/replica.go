@@ -165,6 +165,16 @@ func mayBeActive(m wire.Mode) bool {
 
 // replicaStep handles the messages a leader answers: one handler a kind.
 func (n *Node) replicaStep(m wire.Message) {
+	// A node's own message about a request of a newer life than this
+	// replica knows of says that it restarted, as its announcement
+	// (KindRestarted) would: incarnations grow before every start. The
+	// announcement may have been lost, and the earlier life's choosing
+	// flags would then stay until their deadlines, holding up every
+	// waiter that saw them.
+	if inc := uint32(m.Req.Incarnation()); m.Kind != wire.KindRestarted && m.From == m.Req.Node && inc > n.minInc[m.From] &&
+		inc > 1 && n.cfg.Mutant&MutantNoRestartFromRequests == 0 {
+		n.onRestarted(wire.Message{From: m.From, Incarnation: inc})
+	}
 	// A release may name a request of an earlier life: a former ticket
 	// kept after a restart, released by the new life or an operator.
 	if m.Kind != wire.KindRestarted && m.Kind != wire.KindUnwatch && m.Kind != wire.KindWatch && m.Kind != wire.KindRelease &&
