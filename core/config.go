@@ -177,7 +177,7 @@ const (
 	MutantShareIdleFromGrant
 	// MutantNumberlessChoosing: a replica that missed a request's
 	// ADD_TICKET keeps its choosing flag without a number after EXITING,
-	// until the request's deadline (the stale flag of issue 16).
+	// until the request's deadline (a stale flag the operators' view showed).
 	MutantNumberlessChoosing
 	// MutantTryDrains: a writer's try asks shared read tickets to drain
 	// (turn new readers away) as a waiting writer does, and a failed try

@@ -15,7 +15,7 @@
 //     requests against the view's leaders; as a replica (when it is a leader)
 //     it keeps its part of the lock table and answers masters.
 //
-// The phases of one request (DESIGN.md §4):
+// The phases of one request:
 //
 //	ENTERING     choosing flag set at a quorum (not durable)
 //	GET_MAX      high-water ticket read from a quorum, after ENTERING completed

@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/core/wire"
 )
 
-// Leader handoff (DESIGN.md §7). When a view names leaders, each of them
+// Leader handoff. When a view names leaders, each of them
 // takes the lock table over from the previous view's leaders before it
 // serves: it asks them for their tables; each of them first fences (it
 // refuses lock work below the new epoch, durably) and then sends its whole

@@ -73,7 +73,7 @@ type Event struct {
 	Share  wire.RequestID
 }
 
-// ExpiryFrom is the one definition of a lease's end (DESIGN.md §4), for
+// ExpiryFrom is the one definition of a lease's end, for
 // the agent and the simulator alike: the TTL of a grant or renewal counted
 // from sent, the tick its call (Acquire or Renew) was sent on the caller's
 // own clock. It is never later than the master ends the lease, even when

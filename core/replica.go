@@ -607,7 +607,7 @@ func (n *Node) tellFormer(to wire.NodeID, name string, r *record) {
 // keep is how many ticks a replica keeps a request whose master asked for
 // lifetime ticks (counted on the master's clock): an eighth longer, so a
 // replica whose clock runs up to 6 % faster than its master's still keeps
-// every lease as long as its holder counts it (DESIGN.md §4).
+// every lease as long as its holder counts it.
 func (n *Node) keep(lifetime uint64) int64 {
 	l := int64(min(lifetime, maxSpan*4))
 	if n.cfg.Mutant&MutantNoDriftMargin == 0 {
@@ -635,7 +635,7 @@ func shared(e wire.Entry) bool {
 // old leader's faster ticks only shrink what it hands over, and with L the
 // remaining ticks without the margin, the holder's lease ends within L of
 // its master's ticks from the handoff, before the new leader's keep(L) ends
-// (DESIGN.md §4; the proof is in TestHandedOverLifetime).
+// (the proof is in TestHandedOverLifetime).
 func (n *Node) keepHandedOver(remaining uint64) int64 {
 	r := min(remaining, maxSpan*4)
 	if n.cfg.Mutant&MutantNoDriftMargin != 0 {

@@ -5,7 +5,7 @@
 // starts no goroutine, does no I/O, reads no clock and draws no randomness
 // (the random part of an ID is drawn by the caller, once per start).
 //
-// Rules (DESIGN.md §5):
+// Rules:
 //   - Every node has an ID computed once per start: priority | random |
 //     address | pid | name. Smaller IDs win. Priority is 1..14 or Off.
 //     Sitting leaders compete with priority 0, so leadership is sticky: when

@@ -244,7 +244,7 @@ func TestCLIOperator(t *testing.T) {
 	}
 	// The operator's unlock: the leaders tell the holder's agent at once,
 	// the holder stops its command (SIGTERM), and the name is free. The
-	// delay is printed, not asserted (issue 11: under 1 s on loopback).
+	// delay is printed, not asserted (the target: under 1 s on loopback).
 	forced := time.Now()
 	code, out, errs = sluice(t, sock, "unlock", "--force", "/shop/cart", "--json")
 	if code != 0 || !strings.Contains(out, tab.Locks[0].Entries[0].Request) {
@@ -293,8 +293,8 @@ func TestCLINotReady(t *testing.T) {
 }
 
 // TestCLIWaitReadyWaitsForTheSocket: status --wait-ready started before
-// the agent waits for its socket to appear, then for LOCK_READY (issue 11:
-// a script that starts the agent and waits for it in one go).
+// the agent waits for its socket to appear, then for LOCK_READY (as a
+// script that starts the agent and waits for it in one go does).
 func TestCLIWaitReadyWaitsForTheSocket(t *testing.T) {
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "api.sock")

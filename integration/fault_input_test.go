@@ -30,7 +30,7 @@ import (
 	"github.com/sluicehq/sluice/semaphore"
 )
 
-// TestFaultHostileInput is deliverable 5 of issue 12: against the running
+// TestFaultHostileInput: against the running
 // cluster, with the workload on, a peer with the wrong secret, a
 // non-member, a machine added with --initial-members instead of --join,
 // garbage and oversized frames on the mesh port, malformed and oversized

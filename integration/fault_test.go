@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/semaphore/client"
 )
 
-// The fault tests (issue 12): five agents as processes with their own
+// The fault tests: five agents as processes with their own
 // data directories and a cluster secret, a mixed workload through the Go
 // client and the CLI, one fault each, then the checks: porcupine on the
 // client-observed history, exclusion by the clients' own intervals,

@@ -90,7 +90,7 @@ type workload struct {
 // A soft and a hard writer on one name with readers can wait for each
 // other until one times out (the soft writer waits for a reader ticket
 // that waits behind the hard writer, which waits behind the soft one: a
-// liveness gap of the modes, noted on issue 12), which would starve the
+// liveness gap of the modes), which would starve the
 // workload of grants.
 var workloadModes = map[string][]semaphore.Mode{
 	"/a": {semaphore.ReadOnly, semaphore.ReadOnly, semaphore.ReadOnly, semaphore.Exclusive, semaphore.ReadWritePriority},

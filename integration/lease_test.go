@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestFullRestartKeepsLease is issue 11's acceptance test of break 2: five
+// TestFullRestartKeepsLease: five
 // agents, a 120 s lease held through agent 5, all five killed with SIGKILL
 // and restarted from their directories. Tries through every agent are
 // refused while the client still holds the lease (its client outlives the

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestBootstrapFlags: breaks 1 and 3 of issue 10 on the real binary. An
+// TestBootstrapFlags, on the real binary. An
 // agent with peers but no bootstrap used to elect itself alone; now it is
 // a usage error. --in-memory with --data used to bring a persisted
 // identity back without its votes; now it is refused. A node whose store

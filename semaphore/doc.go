@@ -1,5 +1,5 @@
-// Package semaphore is sluice's reader/writer semaphore: the modes of
-// DESIGN.md §6 (Mode, ParseMode, the default quiet period) as an admission
+// Package semaphore is sluice's reader/writer semaphore: the four modes
+// (Mode, ParseMode, the default quiet period) as an admission
 // policy (Admit) plugged into the lock core, and the errors a client may
 // see. Turning requests and grants into ticks and back is the runtime's
 // (semaphore/daemon); validating requests is the agent's edge.

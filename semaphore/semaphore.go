@@ -33,7 +33,7 @@ func CheckName(name string) error {
 // Mode is a semaphore mode.
 type Mode = wire.Mode
 
-// The modes (DESIGN.md §6).
+// The modes.
 const (
 	// ReadOnly is shared with other readers. A reader waits for every
 	// earlier READ_WRITE_PRIORITY or exclusive ticket and for an active soft
@@ -86,7 +86,7 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // DefaultQuiet is READ_WRITE_GENTLE's quiet period when a request names
-// none (DESIGN.md §6). The runtime turns it into ticks; Admit takes the
+// none. The runtime turns it into ticks; Admit takes the
 // period a request carries as it is.
 const DefaultQuiet = 10 * time.Minute
 

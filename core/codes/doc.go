@@ -1,5 +1,5 @@
 // Package codes is the one table of the failures a client of sluice can
-// see (DESIGN.md §4, §9): for each, its stable spelling in JSON and, for
+// see: for each, its stable spelling in JSON and, for
 // the core's, on the wire (wire.Code); its sentinel error; and the HTTP
 // status of the agent's API answer. The core, the agent's API, the Go
 // client and the CLI translate through it and nowhere else: the agent

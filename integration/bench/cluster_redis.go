@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// Redis with go-redsync is the reference of issue 15's W4 target: "64
+// Redis with go-redsync is the reference of the W4 target: "64
 // clients on 64 keys", each client locking and unlocking a key of its
 // own. It is a single redis-server without persistence, so it runs in the
 // memory storage mode only, and only W4.

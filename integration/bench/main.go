@@ -1,9 +1,9 @@
 // Command bench measures sluice against etcd on this machine: it builds
 // the checkout's sluice, starts 3 sluice agents and a 3-member etcd
 // cluster as processes on loopback, durable and in memory, runs the
-// workloads of issue 14 on both, W4 also on a redis-server with
-// go-redsync (issue 15's reference), and sluice's revocation latency and
-// HTTP middleware's cost (issue 15), and writes a Markdown table, the
+// benchmark workloads on both, W4 also on a redis-server with
+// go-redsync (the read path's reference), and sluice's revocation latency and
+// HTTP middleware's cost, and writes a Markdown table, the
 // raw numbers (JSON) and a chart (SVG) to the out directory.
 //
 //	cd integration/bench && go run . -out results

@@ -18,7 +18,7 @@ const maxErrorRate = 0.01
 
 // row is one line of the table: one metric of a workload in one storage
 // mode. Sluice, Etcd and Redis are nil when not measured (Redis is
-// measured for W4 in memory only: issue 15's reference); text cells
+// measured for W4 in memory only: the read path's reference); text cells
 // (SluiceText, EtcdText, RedisText) say what numbers cannot.
 type row struct {
 	Workload   string   `json:"workload"`
@@ -218,7 +218,7 @@ func metrics(w string, st storage) []metric {
 			return fmt.Sprintf("%d / %d", t, d)
 		}}
 		// Redis's figures are its lock+unlock cycles of 64 keys: the
-		// reference issue 15 sets for sluice's readers of one name.
+		// reference the read path's target sets for sluice's readers of one name.
 		rate, lat50, lat99 := rateMetric("grants/s"), acquireMetric("acquire p50", p50), acquireMetric("acquire p99", p99)
 		rate.redis, lat50.redis, lat99.redis = true, true, true
 		if st == memory {

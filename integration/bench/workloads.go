@@ -218,7 +218,7 @@ type workload struct {
 	id    string // W1 ... W5, revoke, middleware, churn
 	title string // for the table's legend
 	// systems are the systems it runs on: sluice and etcd for the
-	// comparisons, redis too for W4 (issue 15's reference), sluice alone
+	// comparisons, redis too for W4 (the read path's reference), sluice alone
 	// for what only sluice has (revocation, the HTTP middleware).
 	systems []string
 	// run measures on sys; prefix keeps its names apart from every
@@ -276,7 +276,7 @@ func lockOwn(p string) cycleOp {
 func workloads() []workload {
 	w4 := loopWorkload("W4", "64 clients, READ_ONLY try+release of one name (etcd: RWMutex RLock, which waits; "+
 		"redis: go-redsync Mutex lock+unlock, a key per client, 64 keys, in the memory mode only: "+
-		"issue 15's reference \"Redis with go-redsync, 64 clients on 64 keys\")", 64, true, func(sys, p string) cycleOp {
+		"the read path's reference \"Redis with go-redsync, 64 clients on 64 keys\")", 64, true, func(sys, p string) cycleOp {
 		if sys == "redis" {
 			return lockOwn(p)
 		}

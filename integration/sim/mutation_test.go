@@ -215,7 +215,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		// takes the number from EXITING, so most tickets have a third
 		// copy, which the safety argument does not count on. These hunt
 		// with that copy off (MutantNumberlessChoosing, which is safe: the
-		// behaviour of every run before issue 16), so the harm shows.
+		// behaviour of every run before EXITING carried the number), so the harm shows.
 		{"renewal counted from the confirmation", core.MutantRenewFromDecision | core.MutantNumberlessChoosing, true, Options{Names: 1},
 			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}},
 		{"drops a restarted agent's granted tickets", core.MutantDropFormerTickets, true, Options{}, nil},

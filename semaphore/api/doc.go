@@ -1,4 +1,4 @@
-// Package api holds the shapes of the agent's local API (DESIGN.md §9): the
+// Package api holds the shapes of the agent's local API: the
 // JSON bodies and answers, and where the API listens by default. The agent
 // (semaphore/daemon) serves these shapes; clients (semaphore/client, the
 // CLI) read them, without pulling in the agent's mesh, store or lock core:

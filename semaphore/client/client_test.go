@@ -371,8 +371,8 @@ func fakeAgent(t *testing.T, duration time.Duration) *client.Client {
 }
 
 // The agent stays silent, and its wall clock is an hour off: the lease
-// still ends at its TTL, counted from the acquire's send (issue 11, break
-// 4: a client that trusted the wall-clock expires held for an hour).
+// still ends at its TTL, counted from the acquire's send (a client that
+// once trusted the wall-clock expiry held for an hour).
 func TestExpiryWithSilentAgent(t *testing.T) {
 	for _, auto := range []bool{false, true} {
 		name := map[bool]string{false: "plain", true: "auto-renew"}[auto]

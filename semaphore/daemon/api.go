@@ -22,7 +22,7 @@ import (
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
-// The local API (DESIGN.md §9): HTTP/JSON, on a Unix socket and optionally
+// The local API: HTTP/JSON, on a Unix socket and optionally
 // on a loopback TCP address with a bearer token.
 //
 //	POST /v1/acquire       {"name","mode","timeout","duration","grace","quiet","limit","try"} → lease

@@ -121,7 +121,7 @@ func TestAPILockCycle(t *testing.T) {
 		t.Fatalf("renew: %d %s", renew.status, renew.raw)
 	}
 	// A renewal lasts the duration from the renew call, not from its
-	// confirmation (issue 11, break 1): never more than the duration.
+	// confirmation: never more than the duration.
 	if ttl, err := time.ParseDuration(fmt.Sprint(renew.body["ttl"])); err != nil || ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("renew's ttl %v (%v): %s", renew.body["ttl"], err, renew.raw)
 	}

@@ -407,7 +407,7 @@ func TestRestartFromDisk(t *testing.T) {
 	}
 	// The leaders stop right after the release: one of them may not have
 	// it yet. The others' tombstones, on disk, keep its ticket from coming
-	// back with the handoff after the restart (issue 11, item 5), or the
+	// back with the handoff after the restart, or the
 	// try on /other below would wait for the lease's minute.
 	for i := range 3 {
 		c.stop(i)
@@ -423,7 +423,7 @@ func TestRestartFromDisk(t *testing.T) {
 		t.Fatalf("renew after the leaders restarted: %v", err)
 	}
 	// Whole cluster, the holder's node included: its client outlives the
-	// node, so the lease stays until released (issue 11, break 2). The
+	// node, so the lease stays until released. The
 	// restarted node 4 learns its former lease from the leaders.
 	heldID, err := daemon.ParseLeaseID(held.ID)
 	if err != nil {
@@ -533,7 +533,7 @@ func TestBigHandoff(t *testing.T) {
 
 // With a quorum of the leaders lost, a request cannot be decided: a try
 // answers not_ready at once, and a waiting request at its deadline, not
-// timedout as if someone held the name (issue 11, break 5).
+// timedout as if someone held the name.
 func TestQuorumLostIsNotReady(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := startMemCluster(t, memClusterOpts{size: 3})
