@@ -17,8 +17,8 @@
 //
 // The phases of one request:
 //
-//	ENTERING     choosing flag set at a quorum (not durable)
-//	GET_MAX      high-water ticket read from a quorum, after ENTERING completed
+//	ENTERING     choosing flag set at a quorum (not durable), and the
+//	             high-water ticket read from the same answers
 //	ADD_TICKET   ticket max+1 written durably at a quorum of the replicas that
 //	             acked ENTERING, each still in the incarnation that acked it,
 //	             and each above its high-water mark (a number refused as too
@@ -28,8 +28,10 @@
 //	             number from it, durably (no flag without a number stays)
 //	ACTIVATE     granted once reports from a quorum, each made after the ticket
 //	             was durable, show no earlier ticket, and no request still
-//	             choosing that was there when the master first looked, and
-//	             Admit says yes
+//	             choosing that was there when the master first looked (for
+//	             an activated soft writer: no reader still choosing at all),
+//	             Admit says yes, and a quorum confirms it still has the
+//	             ticket
 //
 // Waiting never polls: replicas push a report of a name to the masters that
 // watch it whenever the name changes. A slow refresh (RefreshTicks) only
