@@ -60,11 +60,6 @@ type Options struct {
 	// are readers, without reader limits, so nodes keep shared read
 	// tickets and drains must make them yield.
 	ReadHeavy bool
-	// SoftHeavy (with Modes) is a site drained gently while readers keep
-	// coming: requests are readers (8 in 20) and soft writers (12 in
-	// 20, READ_WRITE and READ_WRITE_GENTLE), no hard writer, so soft
-	// writers' activations race readers' doorways.
-	SoftHeavy bool
 	// NoShare turns read-lease aggregation off (core.Config.ShareLease):
 	// every reader then runs the whole bakery. On by default, as in the
 	// agent.
@@ -1438,17 +1433,6 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
 	if s.o.Modes && !probe {
 		r := s.rng.IntN(20)
-		if s.o.SoftHeavy {
-			// Readers 8 in 20, READ_WRITE 8, READ_WRITE_GENTLE 4.
-			switch {
-			case r < 8:
-				r = 0
-			case r < 16:
-				r = 14
-			default:
-				r = 16
-			}
-		}
 		if s.o.ReadHeavy {
 			// Readers 16 in 20 (not 11), priority writers 2, each soft
 			// writer 1.

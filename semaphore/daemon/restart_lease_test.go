@@ -17,12 +17,7 @@ import (
 // node frees it. An id the cluster does not keep is unknown_lease, and
 // takes nothing; a malformed one is refused as invalid.
 func TestRestartedNodeKeepsLease(t *testing.T) {
-	c := startMemCluster(t, memClusterOpts{size: 4, priority: []uint8{1, 2, 3, 9}})
-	c.waitReady()
-	held := mustAcquire(t, c.node(3), "/job", "exclusive", time.Minute)
-	c.stop(3)
-	c.start(3)
-	c.waitReady()
+	c, held := restartUnderLease(t)
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	n := c.node(3)
@@ -96,12 +91,7 @@ func TestRestartedNodeKeepsLease(t *testing.T) {
 // and name, without a renewal first; a second release of it, or a release
 // on another name, is unknown_lease.
 func TestRestartedNodeReleasesLease(t *testing.T) {
-	c := startMemCluster(t, memClusterOpts{size: 4, priority: []uint8{1, 2, 3, 9}})
-	c.waitReady()
-	held := mustAcquire(t, c.node(3), "/job", "exclusive", time.Minute)
-	c.stop(3)
-	c.start(3)
-	c.waitReady()
+	c, held := restartUnderLease(t)
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	n := c.node(3)
@@ -120,4 +110,17 @@ func TestRestartedNodeReleasesLease(t *testing.T) {
 	if _, err := acquire(t, c.node(0), "/job", "exclusive", settle, time.Minute); err != nil {
 		t.Fatalf("acquire after the release: %v", err)
 	}
+}
+
+// restartUnderLease starts a cluster of four, takes a minute's exclusive
+// lease on /job through node 4, and restarts node 4 under it.
+func restartUnderLease(t *testing.T) (*memCluster, daemon.Lease) {
+	t.Helper()
+	c := startMemCluster(t, memClusterOpts{size: 4, priority: []uint8{1, 2, 3, 9}})
+	c.waitReady()
+	held := mustAcquire(t, c.node(3), "/job", "exclusive", time.Minute)
+	c.stop(3)
+	c.start(3)
+	c.waitReady()
+	return c, held
 }
