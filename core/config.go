@@ -212,6 +212,10 @@ const (
 	// only from its announcement, so a lost one leaves the earlier life's
 	// choosing flags to hold waiters up until their deadlines.
 	MutantNoRestartFromRequests
+	// MutantKeepStrays: a master leaves alone a request of its own that
+	// it forgot and a late phase message made a replica take again, so
+	// the replica's choosing flag holds waiters until its deadline.
+	MutantKeepStrays
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -70,6 +70,9 @@ import (
 //   - soft_writer_later_reader.txt with an activated soft writer that
 //     skips doorways newer than its first look: it holds beside a reader
 //     that decided before its mark arrived (checked on its status).
+//   - stray_enter_released.txt with a master that leaves its forgotten
+//     request's stray choosing flag alone: its next request waits for
+//     the flag's deadline (its grant is missing).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -99,6 +102,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"renew_stale_ack.txt", core.MutantRenewAnyAck, 1, "unlocked 4.1.1 "},
 		{"restart_announcement_lost.txt", core.MutantNoRestartFromRequests, 2, ": granted "},
 		{"soft_writer_stale_reports.txt", core.MutantStaleReports, 1, "read-write waiting"},
+		{"stray_enter_released.txt", core.MutantKeepStrays, 2, ": granted "},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			out := replay(t, c.file, &harness{mutant: mutant})

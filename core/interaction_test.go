@@ -47,6 +47,8 @@ type harness struct {
 	view     wire.View
 	cfg      core.Config
 	inflight []wire.Message
+	// held are messages set aside by hold, to arrive late (deliver-held).
+	held     []wire.Message
 	isolated map[wire.NodeID]bool
 	// cut are links that lose every message, both ways.
 	cut map[[2]wire.NodeID]bool
@@ -102,8 +104,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.printf("error: %v\n", err)
 		}
 		h.ready(n)
-	case "deliver", "drop", "dup":
+	case "deliver", "drop", "dup", "hold":
 		h.matching(t, d)
+	case "deliver-held":
+		// The messages set aside by hold, late, in the order they were sent.
+		held := h.held
+		h.held = nil
+		for _, m := range held {
+			h.deliver(m)
+		}
 	case "stabilize":
 		h.stabilize()
 	case "tick":
@@ -199,6 +208,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		st := h.nodes[h.nodeArg(t, d)-1].core.Stats()
 		h.printf("stale-replies=%d stale-incarnation=%d retransmits=%d doorway-restarts=%d ticket-raises=%d expired=%d\n",
 			st.StaleReplies, st.StaleIncarnation, st.Retransmits, st.DoorwayRestarts, st.TicketRaises, st.Expired)
+		if st.StrayReleases > 0 {
+			h.printf("stray-releases=%d\n", st.StrayReleases)
+		}
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
@@ -319,6 +331,13 @@ func (h *harness) matching(t *testing.T, d *datadriven.TestData) {
 		h.inflight = append(h.inflight, picked...)
 		h.inflight = append(h.inflight, picked...)
 		h.printf("duplicated %d\n", len(picked))
+	case "hold":
+		// Late: out of the network (stabilize does not see them) until
+		// deliver-held.
+		h.held = append(h.held, picked...)
+		for _, m := range picked {
+			h.printf("held %s\n", fmtMsg(m))
+		}
 	default:
 		for _, m := range picked {
 			h.deliver(m)

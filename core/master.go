@@ -716,6 +716,27 @@ func (n *Node) onReport(m wire.Message) {
 	mn.reports[m.From] = &report{inc: m.Incarnation, seq: m.ReportSeq, echo: m.WatchSeq, sinceReaders: m.ReadersAgo, entries: entries}
 	mn.merges = nil // merges of the replaced report are dead
 	n.reported.add(m.Name)
+	n.releaseStrays(m.From, m.Name, entries)
+}
+
+// releaseStrays releases again, at the replica that reported them, the
+// requests of this life that this node has already forgotten. A phase
+// message can arrive after the request's release and after its
+// tombstone's keep (a link slow enough, a replica cut off meanwhile): the
+// replica then takes the request again, and its choosing flag or ticket
+// would hold every waiter of the name until the replica's own deadline.
+// A master never grants a request it forgot, so this release is only
+// tidying, and its tombstone may be short: a later stray is released the
+// same way.
+func (n *Node) releaseStrays(leader wire.NodeID, name string, entries []wire.Entry) {
+	for _, e := range entries {
+		if e.Req.Node != n.cfg.ID || e.Req.Incarnation() != n.cfg.Incarnation ||
+			uint32(e.Req.Seq) > n.counter || n.reqs[e.Req] != nil || n.cfg.Mutant&MutantKeepStrays != 0 {
+			continue
+		}
+		n.stats.StrayReleases++
+		n.send(wire.Message{Kind: wire.KindRelease, To: leader, Name: name, Req: e.Req, Lifetime: 1})
+	}
 }
 
 // applyDelta is the table of base with the changes of delta (both in

@@ -139,6 +139,9 @@ type Stats struct {
 	// would have done something (Config.CheckIncremental only): a broken
 	// index of blocked waiters.
 	MissedDecisions uint64
+	// StrayReleases counts releases sent again for requests this node had
+	// forgotten, which a late phase message had made a replica take again.
+	StrayReleases uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica

@@ -11,6 +11,7 @@ import (
 var (
 	seedFlag  = flag.Int64("seed", 0, "replay this one seed (with -seeds: the first of a range)")
 	seedsFlag = flag.Int("seeds", 100, "how many seeds TestSim runs, from seed 1 or from -seed")
+	traceFlag = flag.Int("trace-lines", 0, "how many of the last trace lines a failure shows (0: the simulator's default)")
 )
 
 // seedRange is the seeds a test runs: 1..count, or just -seed, or count
@@ -36,8 +37,11 @@ func runSeeds(t *testing.T, count int, countFlag string, opts func(seed int64) O
 	start := time.Now()
 	for seed := first; seed < first+int64(n); seed++ {
 		o := opts(seed)
-		o.Seed = seed
+		o.Seed, o.TraceLines = seed, *traceFlag
 		res, err := Run(o)
+		if f := (*Failure)(nil); errors.As(err, &f) && f.Test == "" {
+			f.Test = t.Name() // the replay line names the test that failed
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
