@@ -459,6 +459,9 @@ func (n *Node) masterStep(m wire.Message) {
 	}
 	if r == nil || !n.cfg.View.IsLeader(m.From) {
 		n.stats.StaleReplies++
+		if r == nil && !m.Reject && (m.Kind == wire.KindEnterAck || m.Kind == wire.KindAddTicketAck) && n.cfg.View.IsLeader(m.From) {
+			n.releaseStray(m.From, m.Name, m.Req)
+		}
 		return
 	}
 	switch {
@@ -720,23 +723,31 @@ func (n *Node) onReport(m wire.Message) {
 }
 
 // releaseStrays releases again, at the replica that reported them, the
-// requests of this life that this node has already forgotten. A phase
-// message can arrive after the request's release and after its
-// tombstone's keep (a link slow enough, a replica cut off meanwhile): the
-// replica then takes the request again, and its choosing flag or ticket
-// would hold every waiter of the name until the replica's own deadline.
-// A master never grants a request it forgot, so this release is only
-// tidying, and its tombstone may be short: a later stray is released the
-// same way.
+// requests of this life that this node has already forgotten (see
+// releaseStray).
 func (n *Node) releaseStrays(leader wire.NodeID, name string, entries []wire.Entry) {
 	for _, e := range entries {
-		if e.Req.Node != n.cfg.ID || e.Req.Incarnation() != n.cfg.Incarnation ||
-			uint32(e.Req.Seq) > n.counter || n.reqs[e.Req] != nil || n.cfg.Mutant&MutantKeepStrays != 0 {
-			continue
-		}
-		n.stats.StrayReleases++
-		n.send(wire.Message{Kind: wire.KindRelease, To: leader, Name: name, Req: e.Req, Lifetime: 1})
+		n.releaseStray(leader, name, e.Req)
 	}
+}
+
+// releaseStray releases req again at leader if it is a request of this
+// life that this node has already forgotten. A phase message can arrive
+// after the request's release and after its tombstone's keep (a link slow
+// enough, a replica cut off meanwhile): the replica then takes the
+// request again, and its choosing flag or ticket would hold every waiter
+// of the name, at any node, until the replica's own deadline. The
+// replica's answer to that message, or its report, tells the master. A
+// master never grants a request it forgot, so this release is only
+// tidying, and its tombstone may be short: a later stray is released the
+// same way.
+func (n *Node) releaseStray(leader wire.NodeID, name string, req wire.RequestID) {
+	if req.Node != n.cfg.ID || req.Incarnation() != n.cfg.Incarnation || uint32(req.Seq) > n.counter ||
+		n.reqs[req] != nil || n.cfg.Mutant&MutantKeepStrays != 0 {
+		return
+	}
+	n.stats.StrayReleases++
+	n.send(wire.Message{Kind: wire.KindRelease, To: leader, Name: name, Req: req, Lifetime: 1})
 }
 
 // applyDelta is the table of base with the changes of delta (both in

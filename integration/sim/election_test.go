@@ -44,15 +44,17 @@ func TestElection(t *testing.T) {
 	start := time.Now()
 	gaps := leftOut(t)
 	var total ElectionResult
-	for seed := first; seed < first+int64(count); seed++ {
+	results, err := parallelSeeds(first, count, func(seed int64) (ElectionResult, error) {
 		o := ElectionOptions{Seed: seed, LeaveOut: gaps}
 		if *electionTrace {
 			o.Tracef = func(line string) { t.Log(line) }
 		}
-		res, err := RunElection(o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		return RunElection(o)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range results {
 		total.Add(res)
 	}
 	t.Logf("%d seeds in %v: %d valid views, %d crashes, %d continuation rounds; "+

@@ -104,6 +104,11 @@ type Options struct {
 	// and
 	// machines are suspended (Suspends).
 	Hostile bool
+	// Ambush (with Hostile) times faults to the protocol: a message that a
+	// safety rule is for (an activation mark, a renewal, a confirmation,
+	// a force-unlock) may spring an ambush around its node, whose links
+	// then go late or lost in their own ways for a while (see ambush).
+	Ambush bool
 	// Suspends suspends machines now and then (a laptop's lid, a VM its
 	// host pauses), often for longer than a shared read ticket's lease:
 	// the agent and its clients stop, while the machine's boot clock runs
@@ -180,6 +185,8 @@ type Result struct {
 	// on top of the usual loss; Rewatches, masters that asked a replica
 	// for a whole table again.
 	Suspends, SlowMessages, LateMessages, LostReports int
+	// Ambushes sprung (Options.Ambush).
+	Ambushes int
 	// LimitedGrants: readers with a limit granted while another reader
 	// held the name (Modes).
 	LimitedGrants int
@@ -200,6 +207,7 @@ func (r *Result) add(o Result) {
 	r.SlowMessages += o.SlowMessages
 	r.LateMessages += o.LateMessages
 	r.LostReports += o.LostReports
+	r.Ambushes += o.Ambushes
 	r.LimitedGrants += o.LimitedGrants
 	r.LazyLost += o.LazyLost
 	r.Failures += o.Failures
@@ -438,6 +446,13 @@ type Sim struct {
 	// rule, a partition that is not a split into two sides.
 	cutA, cutB wire.NodeID
 	cutUntil   int64
+	// ambushes (Options.Ambush) on now, or yet to come.
+	ambushes []*ambush
+	// renewRound is, per request on the wire, the round of its master's
+	// latest renewal; renewAcks, per request and round, the leaders that
+	// acknowledged that renewal: a renewal completes on a quorum of them.
+	renewRound map[wire.RequestID]uint64
+	renewAcks  map[renewal]map[wire.NodeID]bool
 	clients    []*client
 	names      []string
 	view       wire.View
@@ -516,7 +531,7 @@ func newSim(o Options) *Sim {
 	}
 	s := &Sim{o: o, rng: rng, lastToken: map[string]uint64{}, lastWriterToken: map[string]uint64{}, drained: map[drainKey]bool{}, drainNext: map[int][]drainKey{}, lastReaderEvent: map[string]int64{}, readerLimit: map[string]int{},
 		idleWait: map[string]int64{}, views: map[uint64]string{}, members: map[uint64][]wire.NodeID{}, trace: make([]string, o.TraceLines),
-		forces: map[wire.RequestID]*force{}}
+		forces: map[wire.RequestID]*force{}, renewRound: map[wire.RequestID]uint64{}, renewAcks: map[renewal]map[wire.NodeID]bool{}}
 	leaders := []wire.NodeID{}
 	for i := range o.Nodes {
 		if i < 3 {
@@ -911,6 +926,7 @@ func (s *Sim) delay() int64 {
 
 func (s *Sim) post(m wire.Message) {
 	s.res.Messages++
+	s.noteRenewal(m)
 	s.seq++
 	d := s.delay()
 	if s.tick < s.slowNodeUntil && (s.slowIn && m.To == s.slowNode || !s.slowIn && m.From == s.slowNode) {
@@ -929,7 +945,48 @@ func (s *Sim) post(m wire.Message) {
 		d += 10 + s.rng.Int64N(30) // late at this one node only
 		s.res.LateMessages++
 	}
+	if s.o.Ambush && s.tick <= s.o.FaultTicks {
+		s.springAmbush(m)
+		d += s.ambushDelay(m)
+	}
 	s.net = append(s.net, envelope{at: s.tick + d, seq: s.seq, m: m})
+}
+
+// renewal is one renewal of a request: its round.
+type renewal struct {
+	req   wire.RequestID
+	round uint64
+}
+
+// noteRenewal keeps what renewedByQuorum checks: the rounds masters send,
+// and which leaders said yes to which.
+func (s *Sim) noteRenewal(m wire.Message) {
+	switch {
+	case m.Kind == wire.KindRenew:
+		s.renewRound[m.Req] = max(s.renewRound[m.Req], m.Round)
+	case m.Kind == wire.KindRenewAck && !m.Reject:
+		k := renewal{m.Req, m.Round}
+		if s.renewAcks[k] == nil {
+			s.renewAcks[k] = map[wire.NodeID]bool{}
+		}
+		s.renewAcks[k][m.From] = true
+	}
+}
+
+// renewedByQuorum checks a renewal that completed at node for client c:
+// a quorum of the leaders must have extended their copies of the ticket
+// for this very renewal (its latest round), since the lease is counted
+// from its start. Answers to an earlier renewal extended the copies from
+// that one's time only.
+func (s *Sim) renewedByQuorum(node int, c *client, id wire.RequestID) bool {
+	round := s.renewRound[id]
+	acks := len(s.renewAcks[renewal{id, round}])
+	if q := s.nodes[node].core.View().Quorum(); acks < q {
+		s.failf("client %d's lease %s on %s renewed on %d leaders' acknowledgements of its renewal (round %d); a quorum is %d",
+			c.id, id, c.name, acks, round, q)
+		return false
+	}
+	return true
 }
 
 // answer: a leader's answer to a master, whose lateness makes it meet a
@@ -1192,7 +1249,7 @@ func (s *Sim) electionFaults() bool {
 }
 
 func (s *Sim) stopFaults() {
-	s.split, s.slowUntil, s.slowNodeUntil, s.cutUntil = false, 0, 0, 0
+	s.split, s.slowUntil, s.slowNodeUntil, s.cutUntil, s.ambushes = false, 0, 0, 0, nil
 	for _, n := range s.nodes {
 		n.pausedUntil = min(n.pausedUntil, s.tick)
 		n.suspendedUntil = min(n.suspendedUntil, s.tick)
@@ -1290,7 +1347,7 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 	// after its answer left, before its store writer commits (the
 	// window in which a write not waited for is lost).
 	forced := m.Kind == wire.KindRelease && m.From != m.Req.Node && err == nil
-	crash := forced && s.o.Hostile && faulty && s.chance(0.3) && s.downCount() < 2
+	crash := forced && (s.o.Hostile || s.o.Ambush) && faulty && s.chance(0.3) && s.downCount() < 2
 	if !s.o.Batch || s.chance(0.5) || crash {
 		s.handle(to)
 	}
@@ -1320,6 +1377,9 @@ func (s *Sim) arrives(e envelope, to int, faulty bool) bool {
 			return false
 		}
 		if s.tick < s.cutUntil && (e.m.From == s.cutA && e.m.To == s.cutB || e.m.From == s.cutB && e.m.To == s.cutA) {
+			return false
+		}
+		if s.o.Ambush && s.ambushLost(e.m) {
 			return false
 		}
 		if s.o.Hostile && e.m.Kind == wire.KindReport && s.chance(0.1) {
@@ -1529,6 +1589,9 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			// renewal was sent: one of them must refuse it.
 			s.failf("client %d's lease %s on %s renewed by a renewal sent at tick %d, after its force-unlock was answered at tick %d",
 				c.id, e.Req, e.Name, c.renewTick, f.answeredAt)
+			return
+		}
+		if !e.Shared && !s.renewedByQuorum(node, c, s.wireID(node, e.Req)) {
 			return
 		}
 		// A lease the client already let lapse stays lapsed: it stopped

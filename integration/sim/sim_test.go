@@ -30,21 +30,24 @@ func seedRange(count int, countFlag string) (int64, int) {
 }
 
 // runSeeds runs the simulator over the seeds a test was asked for, with
-// the options opts gives each seed, and returns the sums and the timing.
+// the options opts gives each seed (on every core: see parallelSeeds),
+// and returns the sums and the timing.
 func runSeeds(t *testing.T, count int, countFlag string, opts func(seed int64) Options) (total Result, summary string) {
 	t.Helper()
 	first, n := seedRange(count, countFlag)
 	start := time.Now()
-	for seed := first; seed < first+int64(n); seed++ {
+	results, err := parallelSeeds(first, n, func(seed int64) (Result, error) {
 		o := opts(seed)
 		o.Seed, o.TraceLines = seed, *traceFlag
-		res, err := Run(o)
-		if f := (*Failure)(nil); errors.As(err, &f) && f.Test == "" {
-			f.Test = t.Name() // the replay line names the test that failed
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		return Run(o)
+	})
+	if f := (*Failure)(nil); errors.As(err, &f) && f.Test == "" {
+		f.Test = t.Name() // the replay line names the test that failed
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range results {
 		total.add(res)
 	}
 	return total, fmt.Sprintf("%d seeds from %d in %v", n, first, time.Since(start).Round(time.Millisecond))
