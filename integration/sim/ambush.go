@@ -121,3 +121,38 @@ func (s *Sim) ambushDelay(m wire.Message) int64 {
 func (s *Sim) ambushLost(m wire.Message) bool { return s.linkFault(m, s.tick) == linkLost }
 
 func (f linkFault) String() string { return [...]string{"fine", "late", "lost"}[f] }
+
+// rates are the chances, per tick or per message, of the faults and of
+// a holder's release (Options.Swarm draws them per seed).
+type rates struct {
+	crash, crashSending, partition, pause, agentRestart, force float64
+	loss, dup, reportLoss                                      float64
+	release                                                    float64
+	// loseRevocations: every KindRevoked is lost (Options.LoseRevocations).
+	loseRevocations bool
+}
+
+// defaultRates are the rates of every world but a swarm's.
+var defaultRates = rates{crash: 0.006, crashSending: 0.002, partition: 0.004, pause: 0.003, agentRestart: 0.004, force: 0.004,
+	loss: 0.03, dup: 0.03, reportLoss: 0.1, release: 0.06}
+
+// swarmRates draws a swarm's rates: each fault off in half of the seeds,
+// and at a half to three times its usual rate in the others; force-unlocks
+// up to ten times as often, and holders that let go at a sixth to once
+// their usual rate (longer holds: more renewals for faults to meet); in
+// a quarter of the seeds the leaders' word of a force-unlock to the
+// request's master is lost, which leaves the master to learn it from
+// its renewals and reports.
+func (s *Sim) swarmRates() rates {
+	some := func(p float64) float64 {
+		if s.chance(0.5) {
+			return 0
+		}
+		return p * (0.5 + 2.5*s.rng.Float64())
+	}
+	r := rates{crash: some(0.006), crashSending: some(0.002), partition: some(0.004), pause: some(0.003),
+		agentRestart: some(0.004), force: some(0.04), loss: some(0.03), dup: some(0.03), reportLoss: some(0.1),
+		release: 0.01 + 0.05*s.rng.Float64(), loseRevocations: s.chance(0.25)}
+	s.tracef("swarm: %+v", r)
+	return r
+}

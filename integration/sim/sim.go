@@ -109,6 +109,12 @@ type Options struct {
 	// a force-unlock) may spring an ambush around its node, whose links
 	// then go late or lost in their own ways for a while (see ambush).
 	Ambush bool
+	// Swarm draws the world's make-up from the seed (swarm testing): each
+	// kind of fault is on or off, at a rate of its own, and holders keep
+	// their leases longer or shorter. A fault that is always on can keep
+	// a schedule away (crashes end the holds a force-unlock must meet);
+	// seeds without it reach that schedule. Traced at the run's start.
+	Swarm bool
 	// Suspends suspends machines now and then (a laptop's lid, a VM its
 	// host pauses), often for longer than a shared read ticket's lease:
 	// the agent and its clients stop, while the machine's boot clock runs
@@ -448,6 +454,9 @@ type Sim struct {
 	cutUntil   int64
 	// ambushes (Options.Ambush) on now, or yet to come.
 	ambushes []*ambush
+	// rates are the chances of the faults and of a holder's release, per
+	// tick or message (see Options.Swarm).
+	rates rates
 	// renewRound is, per request on the wire, the round of its master's
 	// latest renewal; renewAcks, per request and round, the leaders that
 	// acknowledged that renewal: a renewal completes on a quorum of them.
@@ -567,6 +576,10 @@ func newSim(o Options) *Sim {
 		s.clients = append(s.clients, &client{id: i, node: i % o.Nodes, renewAt: -1, op: -1})
 	}
 	s.cut = make([]bool, o.Nodes)
+	s.rates = defaultRates
+	if o.Swarm {
+		s.rates = s.swarmRates()
+	}
 	return s
 }
 
@@ -857,7 +870,7 @@ func (s *Sim) handle(i int) {
 		}
 		msgs := rd.Messages
 		faulty := !s.o.NoFaults && s.tick <= s.o.FaultTicks
-		crashing := faulty && len(msgs) > 0 && s.chance(0.002) && s.downCount() < 2
+		crashing := faulty && len(msgs) > 0 && s.chance(s.rates.crashSending) && s.downCount() < 2
 		if crashing {
 			msgs = msgs[:s.rng.IntN(len(msgs))]
 		}
@@ -1032,7 +1045,7 @@ func (s *Sim) faults() {
 		return
 	}
 	switch {
-	case s.chance(0.006) && s.downCount() < 2:
+	case s.chance(s.rates.crash) && s.downCount() < 2:
 		s.crash(s.rng.IntN(len(s.nodes)))
 	case s.chance(0.03):
 		for i, n := range s.nodes {
@@ -1041,7 +1054,7 @@ func (s *Sim) faults() {
 				break
 			}
 		}
-	case !s.split && s.chance(0.004):
+	case !s.split && s.chance(s.rates.partition):
 		s.split = true
 		for i := range s.cut {
 			s.cut[i] = s.chance(0.5)
@@ -1089,7 +1102,7 @@ func (s *Sim) timeFaults() bool {
 		s.res.Suspends++
 		s.tracef("machine %d is suspended until %d", n.id, n.suspendedUntil)
 		return true
-	case s.chance(0.003):
+	case s.chance(s.rates.pause):
 		i := s.rng.IntN(len(s.nodes))
 		n := s.nodes[i]
 		if n.core == nil || n.paused(s.tick) {
@@ -1099,7 +1112,7 @@ func (s *Sim) timeFaults() bool {
 		s.res.Pauses++
 		s.tracef("node %d pauses until %d", n.id, n.pausedUntil)
 		return true
-	case s.chance(0.004) && s.downCount() == 0:
+	case s.chance(s.rates.agentRestart) && s.downCount() == 0:
 		for _, k := range s.rng.Perm(len(s.clients)) {
 			c := s.clients[k]
 			if n := s.nodes[c.node]; c.state == holding && c.token != 0 && n.core != nil && !n.paused(s.tick) {
@@ -1109,7 +1122,7 @@ func (s *Sim) timeFaults() bool {
 				return true
 			}
 		}
-	case s.chance(0.004):
+	case s.chance(s.rates.force):
 		s.forceUnlock()
 		return true
 	}
@@ -1126,6 +1139,10 @@ type force struct {
 	// before or after. Nor is a renewal sent after the answer confirmed.
 	answered, waiting bool
 	answeredAt        int64
+	// dropped: the answer said a quorum of the leaders dropped the
+	// request (or none had it); one that says the leaders could not be
+	// reached (not ready) took nothing, and the lease may go on.
+	dropped bool
 	granted           bool // the request was granted (raced the unlock)
 }
 
@@ -1369,11 +1386,11 @@ func (s *Sim) arrives(e envelope, to int, faulty bool) bool {
 		s.net = append(s.net, e)
 		return false
 	}
-	if e.m.Kind == wire.KindRevoked && s.o.LoseRevocations {
+	if e.m.Kind == wire.KindRevoked && (s.o.LoseRevocations || s.rates.loseRevocations) {
 		return false
 	}
 	if faulty && e.m.From != e.m.To {
-		if s.split && s.cut[int(e.m.From)-1] != s.cut[to] || s.chance(0.03) {
+		if s.split && s.cut[int(e.m.From)-1] != s.cut[to] || s.chance(s.rates.loss) {
 			return false
 		}
 		if s.tick < s.cutUntil && (e.m.From == s.cutA && e.m.To == s.cutB || e.m.From == s.cutB && e.m.To == s.cutA) {
@@ -1382,12 +1399,12 @@ func (s *Sim) arrives(e envelope, to int, faulty bool) bool {
 		if s.o.Ambush && s.ambushLost(e.m) {
 			return false
 		}
-		if s.o.Hostile && e.m.Kind == wire.KindReport && s.chance(0.1) {
+		if s.o.Hostile && e.m.Kind == wire.KindReport && s.chance(s.rates.reportLoss) {
 			// The next report on it does not apply: the master rewatches.
 			s.res.LostReports++
 			return false
 		}
-		if s.chance(0.03) {
+		if s.chance(s.rates.dup) {
 			s.seq++
 			s.net = append(s.net, envelope{at: s.tick + s.delay(), seq: s.seq, m: e.m})
 		}
@@ -1442,7 +1459,7 @@ func (s *Sim) clientAct(c *client, settling bool) {
 		// Renewals race the expiry: most come in the lease's last ticks.
 		nearEnd := c.expiry-clock < 6
 		switch {
-		case s.chance(0.06) || c.token == 0 && !c.forced && s.chance(0.2):
+		case s.chance(s.rates.release) || c.token == 0 && !c.forced && s.chance(0.2):
 			s.tracef("client %d releases %s token %d", c.id, c.name, c.token)
 			s.endHold(c, "release")
 			s.release(c, n)
@@ -1584,7 +1601,7 @@ func (s *Sim) onEvent(node int, e core.Event) {
 		s.finishOp(c, false, 0)
 		c.state = idle
 	case core.EventRenewed:
-		if f := s.forces[s.wireID(node, e.Req)]; f != nil && f.answered && !e.Shared && c.renewTick > f.answeredAt {
+		if f := s.forces[s.wireID(node, e.Req)]; f != nil && f.dropped && !e.Shared && c.renewTick > f.answeredAt {
 			// A quorum of the leaders dropped the ticket before this
 			// renewal was sent: one of them must refuse it.
 			s.failf("client %d's lease %s on %s renewed by a renewal sent at tick %d, after its force-unlock was answered at tick %d",
@@ -1824,7 +1841,8 @@ func (s *Sim) wireID(node int, handle wire.RequestID) wire.RequestID {
 // granted, and a grant already given to it is two holders.
 func (s *Sim) onForceAnswer(e core.Event, f *force) {
 	f.answered, f.answeredAt = true, s.tick
-	f.waiting = !e.Held && (e.Code == wire.CodeNone || e.Code == wire.CodeUnknownLease)
+	f.dropped = e.Code == wire.CodeNone || e.Code == wire.CodeUnknownLease
+	f.waiting = !e.Held && f.dropped
 	s.tracef("node %d answers the force-unlock of %s on %s: code=%s held=%v", f.by+1, e.Req, e.Name, e.Code, e.Held)
 	if f.waiting && f.granted {
 		s.failf("force-unlock of %s on %s found it waiting, but it was granted", e.Req, e.Name)

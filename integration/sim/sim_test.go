@@ -172,7 +172,10 @@ func TestSimShares(t *testing.T) {
 	}
 }
 
-var hostileSeeds = flag.Int("hostile-seeds", 100, "how many seeds TestSimHostile runs")
+var (
+	hostileSeeds = flag.Int("hostile-seeds", 100, "how many seeds TestSimHostile runs")
+	swarmSeeds   = flag.Int("swarm-seeds", 100, "how many seeds TestSimSwarm runs")
+)
 
 // TestSimHostile runs the simulator in its worst world (Options.Hostile):
 // a slow link at every moment, either way, phase messages late at one
@@ -226,3 +229,29 @@ func TestSimModesLiveness(t *testing.T) {
 
 // modesIdleBound is TestSimModesLiveness's bound on a free name's wait.
 const modesIdleBound = 120
+
+// TestSimSwarm runs the simulator in swarms (Options.Swarm): each seed
+// draws which faults are on and how often, and ambushes (Options.Ambush)
+// time faults to activation marks, renewals, confirmations and
+// force-unlocks. Seeds take turns as in TestSimHostile: exclusive locks,
+// semaphore modes, a web site's load on shared read tickets, and one
+// name with four clients per node; every odd one in batches.
+func TestSimSwarm(t *testing.T) {
+	total, summary := runSeeds(t, *swarmSeeds, "swarm-seeds", func(seed int64) Options {
+		o := Options{Swarm: true, Ambush: true, Batch: seed%2 == 1}
+		switch seed % 4 {
+		case 1:
+			o.Modes = true
+		case 2:
+			o.Modes, o.ReadHeavy = true, true
+		case 3:
+			o.Names, o.ClientsPerNode = 1, 4
+		}
+		return o
+	})
+	t.Logf("%s: %d grants, %d failed requests, %d crashes, %d ambushes, %d force-unlocks (%d of holders), %d operations checked",
+		summary, total.Grants, total.Failures, total.Crashes, total.Ambushes, total.Forced, total.ForcedHolders, total.Operations)
+	if _, n := seedRange(*swarmSeeds, "swarm-seeds"); n >= 100 && (total.Grants == 0 || total.Ambushes == 0 || total.ForcedHolders == 0) {
+		t.Fatal("no grant, ambush or force-unlocked holder: the swarm exercised nothing")
+	}
+}
