@@ -1143,7 +1143,7 @@ type force struct {
 	// request (or none had it); one that says the leaders could not be
 	// reached (not ready) took nothing, and the lease may go on.
 	dropped bool
-	granted           bool // the request was granted (raced the unlock)
+	granted bool // the request was granted (raced the unlock)
 }
 
 // forceUnlock is an operator's `sluice unlock --force`: read a name's
