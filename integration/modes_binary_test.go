@@ -93,3 +93,49 @@ func TestSoftHardDrainsAndPatientReaderDoNotStall(t *testing.T) {
 	}
 	t.Logf("runs in order:\n%s", b)
 }
+
+// TestLimitCountsAnotherAgentsPageViews: three page views hold /page on
+// agent A's shared read ticket (one ticket in the table for all three). A
+// reader limited to 2 through agent B is refused at once: it would be the
+// fourth. A shared ticket's page views come and go on A without asking
+// the leaders, so a limited reader takes the ticket as full whatever its
+// count (--limit 4 --try is refused too), asks A to let it go once idle,
+// and is granted, waiting, as soon as the page views end.
+func TestLimitCountsAnotherAgentsPageViews(t *testing.T) {
+	c := newFaultCluster(t, 3, false)
+	c.startAll()
+	defer c.stopAll()
+	a, b := c.nodes[0], c.nodes[1]
+	var views []*proc
+	for range 3 {
+		v := start(t, "lock", "/page", "--mode", "read-only", "--api", a.sock, "--", "sh", "-c", "echo viewing; exec sleep 30")
+		v.waitLine(t, "viewing")
+		views = append(views, v)
+	}
+	// The three are on A's shared read ticket, as B's view of the table
+	// tells.
+	waitLock(t, b.sock, "/page", "A's shared read ticket with 3 readers", func(l api.Lock) bool {
+		return len(l.Entries) == 1 && l.Entries[0].Active && l.Entries[0].Readers != nil && *l.Entries[0].Readers == 3
+	})
+
+	if code, out, errs := sluice(t, b.sock, "lock", "/page", "--mode", "read-only", "--limit", "2", "--try", "--", "echo", "in"); code != 75 {
+		t.Errorf("--limit 2 --try through B while 3 page views hold through A: exit %d %q %q, want 75", code, out, errs)
+	}
+	if code, out, errs := sluice(t, b.sock, "lock", "/page", "--mode", "read-only", "--limit", "4", "--try", "--", "echo", "in"); code != 75 {
+		t.Errorf("--limit 4 --try through B while page views hold A's shared read ticket: exit %d %q %q, want 75", code, out, errs)
+	}
+	limited := start(t, "lock", "/page", "--mode", "read-only", "--limit", "4", "--timeout", "60s", "--api", b.sock, "--", "echo", "limited in")
+	waitLock(t, b.sock, "/page", "the limited reader waiting behind the shared ticket", func(l api.Lock) bool {
+		return len(l.Entries) == 2
+	})
+	for _, v := range views {
+		if err := v.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		v.wait(t)
+	}
+	limited.waitLine(t, "limited in")
+	if code := limited.wait(t); code != 0 {
+		t.Errorf("--limit 4 through B once the page views ended: exit %d, want 0", code)
+	}
+}
