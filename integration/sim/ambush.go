@@ -34,6 +34,10 @@ const (
 	linkFine linkFault = iota
 	linkLate           // messages arrive 10 to 40 ticks late
 	linkLost           // messages are lost
+	// linkReportsLost: a leader's reports to the node are lost, its
+	// answers go through. A full send queue drops whatever frame meets
+	// it, and reports are most of a busy leader's frames.
+	linkReportsLost
 )
 
 // maxAmbushes bounds the ambushes on at once.
@@ -70,7 +74,7 @@ func (s *Sim) springAmbush(m wire.Message) {
 		for i := range s.nodes {
 			if other := wire.NodeID(i + 1); other != node {
 				a.to[other] = linkFault(s.rng.IntN(3))
-				a.back[other] = linkFault(s.rng.IntN(3))
+				a.back[other] = linkFault(s.rng.IntN(4))
 			}
 		}
 		s.ambushes = append(s.ambushes, a)
@@ -101,7 +105,7 @@ func (s *Sim) linkFault(m wire.Message, tick int64) linkFault {
 		case m.To:
 			f = a.back[m.From]
 		}
-		if f == linkLost && tick < a.lostFrom {
+		if f == linkReportsLost && m.Kind != wire.KindReport || (f == linkLost || f == linkReportsLost) && tick < a.lostFrom {
 			f = linkFine
 		}
 		worst = max(worst, f)
@@ -118,9 +122,12 @@ func (s *Sim) ambushDelay(m wire.Message) int64 {
 }
 
 // ambushLost says whether the ambushes lose m, arriving now.
-func (s *Sim) ambushLost(m wire.Message) bool { return s.linkFault(m, s.tick) == linkLost }
+func (s *Sim) ambushLost(m wire.Message) bool {
+	f := s.linkFault(m, s.tick)
+	return f == linkLost || f == linkReportsLost
+}
 
-func (f linkFault) String() string { return [...]string{"fine", "late", "lost"}[f] }
+func (f linkFault) String() string { return [...]string{"fine", "late", "lost", "reports lost"}[f] }
 
 // rates are the chances, per tick or per message, of the faults and of
 // a holder's release (Options.Swarm draws them per seed).
