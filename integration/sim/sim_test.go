@@ -188,15 +188,7 @@ var (
 func TestSimHostile(t *testing.T) {
 	total, summary := runSeeds(t, *hostileSeeds, "hostile-seeds", func(seed int64) Options {
 		o := Options{Hostile: true, Elect: seed%3 == 0, Batch: seed%2 == 1}
-		switch seed % 4 {
-		case 1:
-			o.Modes = true
-		case 2:
-			o.Modes, o.ReadHeavy = true, true
-		case 3:
-			o.Names, o.ClientsPerNode = 1, 4
-		}
-		return o
+		return takeTurns(o, seed)
 	})
 	t.Logf("%s: %d grants (%d limited readers beside another reader, %d on a shared read ticket), %d crashes; "+
 		"%d suspends, %d messages on a slow link, %d phase messages late, %d reports lost, %d operations checked",
@@ -239,19 +231,26 @@ const modesIdleBound = 120
 func TestSimSwarm(t *testing.T) {
 	total, summary := runSeeds(t, *swarmSeeds, "swarm-seeds", func(seed int64) Options {
 		o := Options{Swarm: true, Ambush: true, Batch: seed%2 == 1}
-		switch seed % 4 {
-		case 1:
-			o.Modes = true
-		case 2:
-			o.Modes, o.ReadHeavy = true, true
-		case 3:
-			o.Names, o.ClientsPerNode = 1, 4
-		}
-		return o
+		return takeTurns(o, seed)
 	})
 	t.Logf("%s: %d grants, %d failed requests, %d crashes, %d ambushes, %d force-unlocks (%d of holders), %d operations checked",
 		summary, total.Grants, total.Failures, total.Crashes, total.Ambushes, total.Forced, total.ForcedHolders, total.Operations)
 	if _, n := seedRange(*swarmSeeds, "swarm-seeds"); n >= 100 && (total.Grants == 0 || total.Ambushes == 0 || total.ForcedHolders == 0) {
 		t.Fatal("no grant, ambush or force-unlocked holder: the swarm exercised nothing")
 	}
+}
+
+// takeTurns gives seeds their turn of workload: exclusive locks, semaphore
+// modes, a web site's load on shared read tickets, and one name with four
+// clients per node (masters that already watch the name).
+func takeTurns(o Options, seed int64) Options {
+	switch seed % 4 {
+	case 1:
+		o.Modes = true
+	case 2:
+		o.Modes, o.ReadHeavy = true, true
+	case 3:
+		o.Names, o.ClientsPerNode = 1, 4
+	}
+	return o
 }
