@@ -50,6 +50,22 @@ func (h *history) ret(i int, ok bool, token uint64) {
 	h.ops[i].Return = h.clock
 }
 
+// mark is a point in the history between observations: the call of an
+// operator's force-unlock, from which a hold it took may have ended.
+func (h *history) mark() int64 {
+	h.clock++
+	return h.clock
+}
+
+// endSince records c's hold ending somewhere between since and now: a
+// grant that raced an operator's force-unlock reaches its client after
+// the operator took it, so its end may linearize from the unlock on.
+func (h *history) endSince(since int64, client int, name string, token uint64, write bool) {
+	h.clock++
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: opInput{client, name, opEnd, token, write},
+		Call: since, Return: h.clock, Output: opOutput{true, token}})
+}
+
 func (h *history) instant(client int, name string, k opKind, token uint64, write bool) {
 	h.ret(h.call(client, name, k, token, write), true, token)
 }

@@ -52,7 +52,10 @@ func TestCheckInMutantIsCaught(t *testing.T) {
 // by hellos let a leader restored from a copy of its running life serve
 // a table that lost tickets.
 func TestStoreAgeMutantIsCaught(t *testing.T) {
-	requireCaught(t, "ages of stores ignored", Options{Elect: true, Operators: true, LeaderDiskFaults: true,
+	// Swarms (faults drawn per seed) reach the rolled-back leader with the
+	// lost tickets still wanted: the plain members world no longer does
+	// within the bound since masters release their strays at once.
+	requireCaught(t, "ages of stores ignored", Options{Elect: true, Operators: true, LeaderDiskFaults: true, Swarm: true,
 		ElectionMutant: election.MutantNoWriteMarks, LeaveOut: KnownGaps &^ GapNewestLifeRollbacks,
 		// Tickets at a bare quorum of leaders (see TestMutantsAreCaught):
 		// a third copy hides most rolled-back stores' losses.

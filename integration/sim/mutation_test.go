@@ -218,7 +218,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"grants without its own ticket", core.MutantNoOwnTicket, true, Options{LoseRevocations: true}, nil},
 		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil},
 		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true, Options{WorstDrift: true, Names: 1, Batch: true},
-			[]Options{{WorstDrift: true, Names: 2, ClientsPerNode: 4}}},
+			[]Options{{WorstDrift: true, Names: 2, ClientsPerNode: 4}, {WorstDrift: true, Swarm: true, Names: 1}}},
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil},

@@ -420,6 +420,9 @@ type client struct {
 	// after the next one's, with a lower token: fencing stops its writes.
 	// Its force-unlock then answers that it took a holder (onForceAnswer).
 	forced bool
+	// forcedSince: the history's mark of the force-unlock a grant raced
+	// (0: none): the hold the client learns of late ended from there on.
+	forcedSince int64
 	// share: the node's shared read ticket (its request on the wire) the
 	// lease was granted on; zero for a lease of its own.
 	share wire.RequestID
@@ -1144,6 +1147,9 @@ type force struct {
 	// reached (not ready) took nothing, and the lease may go on.
 	dropped bool
 	granted bool // the request was granted (raced the unlock)
+	// calledAt is the history's mark of the call: a hold it took ends
+	// from there on (history.endSince).
+	calledAt int64
 }
 
 // forceUnlock is an operator's `sluice unlock --force`: read a name's
@@ -1172,7 +1178,7 @@ func (s *Sim) forceUnlock() {
 		return
 	}
 	if s.forces[e.Req] == nil {
-		s.forces[e.Req] = &force{by: byIdx}
+		s.forces[e.Req] = &force{by: byIdx, calledAt: s.hist.mark()}
 	}
 	s.res.Forced++
 	s.endForcedHold(name, e)
@@ -1698,7 +1704,7 @@ func (s *Sim) grantRacedForce(node int, c *client, e core.Event) bool {
 	// that dropped it had confirmed its grant: the unlock took a
 	// holder, whose token may be below the next grant's.
 	f.granted = true
-	c.forced = true
+	c.forced, c.forcedSince = true, f.calledAt
 	s.res.ForcedHolders++
 	return true
 }
@@ -1800,10 +1806,13 @@ func (s *Sim) closeHold(c *client) {
 	if c.token != 0 && c.mode == semaphore.ReadOnly {
 		s.lastReaderEvent[c.name] = s.tick
 	}
-	if c.token != 0 {
+	switch {
+	case c.token != 0 && c.forcedSince != 0:
+		s.hist.endSince(c.forcedSince, c.id, c.name, c.token, c.mode != semaphore.ReadOnly)
+	case c.token != 0:
 		s.hist.instant(c.id, c.name, opEnd, c.token, c.mode != semaphore.ReadOnly)
-		c.token = 0
 	}
+	c.token, c.forcedSince = 0, 0
 }
 
 func (s *Sim) clientGone(c *client, why string) {
