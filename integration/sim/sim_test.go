@@ -186,10 +186,7 @@ var (
 // requests takes its ticket); every third seed with elected leaders,
 // every odd one in batches.
 func TestSimHostile(t *testing.T) {
-	total, summary := runSeeds(t, *hostileSeeds, "hostile-seeds", func(seed int64) Options {
-		o := Options{Hostile: true, Elect: seed%3 == 0, Batch: seed%2 == 1}
-		return takeTurns(o, seed)
-	})
+	total, summary := runSeeds(t, *hostileSeeds, "hostile-seeds", hostileWorld)
 	t.Logf("%s: %d grants (%d limited readers beside another reader, %d on a shared read ticket), %d crashes; "+
 		"%d suspends, %d messages on a slow link, %d phase messages late, %d reports lost, %d operations checked",
 		summary, total.Grants, total.LimitedGrants, total.LocalGrants, total.Crashes,
@@ -238,6 +235,12 @@ func TestSimSwarm(t *testing.T) {
 	if _, n := seedRange(*swarmSeeds, "swarm-seeds"); n >= 100 && (total.Grants == 0 || total.Ambushes == 0 || total.ForcedHolders == 0) {
 		t.Fatal("no grant, ambush or force-unlocked holder: the swarm exercised nothing")
 	}
+}
+
+// hostileWorld is TestSimHostile's world for a seed: elected leaders on
+// every third seed, batches on odd ones, and the workload's turn.
+func hostileWorld(seed int64) Options {
+	return takeTurns(Options{Hostile: true, Elect: seed%3 == 0, Batch: seed%2 == 1}, seed)
 }
 
 // takeTurns gives seeds their turn of workload: exclusive locks, semaphore
