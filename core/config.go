@@ -91,7 +91,7 @@ type Config struct {
 const DefaultMaxWaiters = 1000
 
 // Mutant names a deliberate bug, for mutation testing of the simulator.
-type Mutant uint32
+type Mutant uint64
 
 const (
 	// MutantQuorumOfOne: every phase completes with a single ack.
@@ -216,6 +216,10 @@ const (
 	// it forgot and a late phase message made a replica take again, so
 	// the replica's choosing flag holds waiters until its deadline.
 	MutantKeepStrays
+	// MutantRestoreSharesAsReaders: a restarted leader restores a node's
+	// shared read ticket as a plain reader's, so a limited reader counts
+	// its page views as one.
+	MutantRestoreSharesAsReaders
 )
 
 func (c *Config) withDefaults() (Config, error) {

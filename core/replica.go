@@ -145,9 +145,12 @@ func (n *Node) restore(d *Durable) {
 			}
 			// A stored ticket comes back as exited: its choosing flag is not
 			// durable, and its number can only be lower than the final one.
+			// A node's shared read ticket stays one (its mark is stored
+			// with it): a limited reader counts it as full, for the table
+			// does not count its page views.
 			e := dt.Entry
 			e.State = wire.StateTicket
-			e.Active = mayBeActive(e.Mode)
+			e.Active = mayBeActive(e.Mode) || shared(dt.Entry) && n.cfg.Mutant&MutantRestoreSharesAsReaders == 0
 			t.putRec(req, &record{entry: e, deadline: n.now + dt.Lifetime, since: n.now, restored: true})
 			if dt.Entry.Ticket > t.highWater {
 				t.highWater = dt.Entry.Ticket
