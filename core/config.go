@@ -216,9 +216,9 @@ const (
 	// it forgot and a late phase message made a replica take again, so
 	// the replica's choosing flag holds waiters until its deadline.
 	MutantKeepStrays
-	// MutantRestoreSharesAsReaders: a restarted leader restores a node's
-	// shared read ticket as a plain reader's, so a limited reader counts
-	// its page views as one.
+	// MutantRestoreSharesAsReaders: a restarted leader, or a new one
+	// taking the table over, restores a node's shared read ticket as a
+	// plain reader's, so a limited reader counts its page views as one.
 	MutantRestoreSharesAsReaders
 )
 

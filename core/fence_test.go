@@ -99,6 +99,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"soft_writer_later_reader.txt", core.MutantSoftIgnoresLaterDoorways, 1, "read-write held"},
 		{"drain_soft_hard_reader.txt", core.MutantSoftKeepsPlace, 4, ": granted "},
 		{"limit_counts_restored_shares.txt", core.MutantRestoreSharesAsReaders, 3, ": granted "},
+		{"limit_counts_handed_over_shares.txt", core.MutantRestoreSharesAsReaders, 3, ": granted "},
 		{"limit_counts_shares.txt", core.MutantLimitIgnoresShares, 1, "granted 5.1.2 "},
 		{"renew_stale_ack.txt", core.MutantRenewAnyAck, 1, "unlocked 4.1.1 "},
 		{"restart_announcement_lost.txt", core.MutantNoRestartFromRequests, 2, ": granted "},

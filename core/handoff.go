@@ -254,7 +254,8 @@ func (a *SnapshotAnswer) Name(name string, highWater uint64, tickets []DurableTi
 		if t.Entry.State == wire.StateReleased {
 			m.Kind = wire.KindSnapshotTomb
 		} else {
-			m.Ticket, m.Mode = t.Entry.Ticket, t.Entry.Mode
+			// A node's shared read ticket goes over as one.
+			m.Ticket, m.Mode, m.Shared = t.Entry.Ticket, t.Entry.Mode, shared(t.Entry)
 		}
 		if err := a.send(m, send); err != nil {
 			return err
@@ -401,7 +402,8 @@ func (n *Node) mergeEntry(m wire.Message) {
 		n.restoredNames.add(m.Name)
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
-	r.entry.Active = r.entry.Active || mayBeActive(m.Mode)
+	r.entry.Active = r.entry.Active || mayBeActive(m.Mode) ||
+		m.Shared && m.Mode == wire.ModeReadOnly && n.cfg.Mutant&MutantRestoreSharesAsReaders == 0
 	r.deadline = max(r.deadline, n.now+n.keepHandedOver(m.Lifetime))
 	n.schedule(t, r.deadline)
 	t.highWater, t.stored = max(t.highWater, m.Ticket), true
