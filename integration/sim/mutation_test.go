@@ -196,14 +196,16 @@ func TestMutantsAreCaught(t *testing.T) {
 	// restart); the scenarios limit_counts_restored_shares.txt and
 	// limit_counts_handed_over_shares.txt pin it.
 	//
-	// Liveness mutants pinned by scenarios only, whose harm ends when a
-	// stale entry's lifetime runs out, before the settle probe looks:
-	// MutantKeepStrays, MutantNoRestartFromRequests, MutantDeltaAnyBase,
-	// MutantTryDrains, MutantLimitIgnoresShares, and MutantNoFence (an old
-	// leader serving only until it hears of the new view). The hostile
-	// world found the first two once each in 20,000 seeds (probe
-	// timeouts); a bound on how long a name may stay free while faults
-	// are healed, which would catch them all, is not modelled yet.
+	// Pinned by scenarios only, for their harm ends before the settle
+	// probe looks: stale entries that hold waiters until their lifetime
+	// runs out (MutantKeepStrays, MutantNoRestartFromRequests,
+	// MutantDeltaAnyBase), readers turned away or a limited reader kept
+	// waiting until the page views end (MutantTryDrains,
+	// MutantLimitIgnoresShares), and an old leader that serves until it
+	// hears of the new view (MutantNoFence). The hostile world found the
+	// first two once each in 20,000 seeds (probe timeouts); a bound on
+	// how long a name may stay free once the faults are healed is not
+	// modelled yet.
 	//
 	// Not mutants of a rule that stands alone: skipping requests still
 	// choosing (MutantIgnoreChoosing) and deciding on a report that
