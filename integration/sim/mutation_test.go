@@ -245,8 +245,11 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"drops a restarted agent's granted tickets", core.MutantDropFormerTickets, true, Options{}, nil, nil},
 		{"grants without its own ticket", core.MutantNoOwnTicket, true, Options{LoseRevocations: true}, nil, nil},
 		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil, nil},
-		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true, Options{WorstDrift: true, Names: 1, Batch: true},
-			[]Options{{WorstDrift: true, Names: 2, ClientsPerNode: 4}, {WorstDrift: true, Swarm: true, Names: 1}}, nil},
+		// The worst clocks in a swarm: the plain worlds no longer lose a
+		// lease this way within the bound since masters release their
+		// strays at once.
+		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true,
+			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil},
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil},
