@@ -53,6 +53,9 @@ type harness struct {
 	// cut are links that lose every message, both ways.
 	cut map[[2]wire.NodeID]bool
 	out strings.Builder
+	// onEvent, when set, sees every client event as it is applied (the
+	// schedule explorer checks its invariants there).
+	onEvent func(node int, e core.Event)
 }
 
 func (h *harness) lost(m wire.Message) bool {
@@ -286,6 +289,9 @@ func (h *harness) ready(id int) {
 		}
 		h.inflight = append(h.inflight, rd.Messages...)
 		for _, e := range rd.Events {
+			if h.onEvent != nil {
+				h.onEvent(id, e)
+			}
 			h.printf("node %d: %s %s %s", id, e.Kind, e.Req, e.Name)
 			if e.Code != wire.CodeNone {
 				h.printf(" error=%s", e.Code)

@@ -1,0 +1,559 @@
+package core_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
+)
+
+// The schedule explorer drives the scripted scenarios' cluster (harness)
+// with random schedules instead of a script: at each step it delivers,
+// drops or duplicates one in-flight message picked at random, ticks the
+// clocks, starts a request, releases a holder, or crashes and restarts a
+// leader. The integration simulator draws delays and faults per link and
+// per tick, so the messages of one request mostly arrive in the order
+// they were sent; here any message may wait for any number of others, so
+// the orders the doorway rules guard (a mark that arrives after a
+// reader's ticket at one leader and before it at another, reports lost
+// to one master and not another, a phase message that arrives after the
+// request moved on) come up within a few hundred seeds. It checks what a
+// client sees, on every grant: at most one writer and no reader beside
+// it, readers' limits counted with every page view, and fencing tokens
+// above every earlier writer's (above every earlier grant's for a hard
+// writer).
+//
+// What it does not model: elections and handoffs (the view is fixed),
+// clocks that drift apart, crashes of the clients' own agents, a disk
+// that loses lazy writes, force-unlocks, and renewals (leases outlast the
+// run, page views excepted). The integration simulator covers those.
+
+var (
+	exploreSeeds = flag.Int("explore-seeds", 2000, "seeds of the schedule explorer (TestExplore)")
+	exploreSeed  = flag.Int64("explore-seed", 0, "replay this seed of the schedule explorer, with its trace")
+)
+
+// exploreOptions are one explorer world.
+type exploreOptions struct {
+	seed   int64
+	mutant core.Mutant
+	// steps is how many actions a run takes (default 3000).
+	steps int
+	// requests is how many requests the clients make in a run (default 5).
+	requests int
+	// share turns shared read tickets on (Config.ShareLease ticks).
+	share int64
+	// restarts lets leaders crash and restart from their disks.
+	restarts bool
+	// readers: every request is a reader's (a third of them limited).
+	readers bool
+	// trace records every action, for a failure's report.
+	trace bool
+}
+
+// exploreHold is a grant a client still holds.
+type exploreHold struct {
+	req    wire.RequestID
+	node   int
+	mode   wire.Mode
+	limit  int
+	token  uint64
+	expiry int64
+}
+
+// explorer is one run.
+type explorer struct {
+	o   exploreOptions
+	h   *harness
+	rng *rand.Rand
+	// tick is every node's clock: the nodes tick together.
+	tick int64
+	// asked are the requests made, by id: their mode, limit, and the tick
+	// of the Acquire call.
+	asked    map[wire.RequestID]exploreAsk
+	holds    []exploreHold
+	lastTok  uint64 // the highest token granted
+	lastWTok uint64 // the highest writer's token granted
+	failure  string
+	trace    []string
+	// at is, for each in-flight message (in the harness's order), the
+	// step it arrives after; slow are the links slow until linksUntil,
+	// and by how much.
+	at         []int
+	slow       map[[2]wire.NodeID]int
+	linksUntil int
+	// reportLoss are the links on which reports are lost until
+	// linksUntil, and how often (percent): a leader's full send queue to
+	// one master drops whatever frame meets it, and reports are most of
+	// its frames.
+	reportLoss map[[2]wire.NodeID]int
+	race       markRace
+	// modes are the modes this seed's requests take.
+	modes []wire.Mode
+	// releaseRate is how likely a step releases a holder (per 1000).
+	releaseRate int
+	// restartRate is how likely a step crashes a leader or restarts
+	// the one that is down (per 1000, with Options.restarts).
+	restartRate int
+}
+
+type exploreAsk struct {
+	mode  wire.Mode
+	limit int
+	at    int64
+}
+
+// clientNodes host the clients: the two nodes that do not lead, and one
+// leader (a master whose own replica answers at once).
+var clientNodes = []int{4, 5, 1}
+
+func explore(t *testing.T, o exploreOptions) (failure string, trace []string) {
+	t.Helper()
+	if o.steps == 0 {
+		o.steps = 5000
+	}
+	x := &explorer{o: o, h: &harness{mutant: o.mutant}, rng: rand.New(rand.NewPCG(uint64(o.seed), 0x5eed)),
+		asked: map[wire.RequestID]exploreAsk{}, slow: map[[2]wire.NodeID]int{},
+		reportLoss: map[[2]wire.NodeID]int{}}
+	x.h.onEvent = x.event
+	// Swarm: each seed has its own few requests and modes. Few requests
+	// meet in more ways: a crowd's stray flags keep each other in line.
+	if x.o.requests == 0 {
+		x.o.requests = 2 + x.rng.IntN(6)
+	}
+	if x.o.readers {
+		x.modes = []wire.Mode{wire.ModeReadOnly}
+	}
+	for len(x.modes) == 0 {
+		for _, m := range exploreModes {
+			if x.rng.IntN(2) == 0 {
+				x.modes = append(x.modes, m)
+			}
+		}
+	}
+	// Holders let go at a rate of their own: long holds are what a
+	// late mark or a late report must meet.
+	x.releaseRate = []int{3, 10, 50}[x.rng.IntN(3)]
+	x.restartRate = []int{10, 40}[x.rng.IntN(2)]
+	o = x.o
+	x.setup(t)
+	started := 0
+	for step := 0; step < o.steps && x.failure == ""; step++ {
+		if len(x.h.inflight) == 0 && started == o.requests && len(x.holds) == 0 {
+			break
+		}
+		x.stamp(step)
+		busy := len(x.h.inflight) > 0
+		switch r := x.rng.IntN(1000); {
+		case x.race.arrive && step < x.race.until && x.rng.IntN(10) == 0:
+			x.race.arrive = false
+			x.tracef("a client arrives in the race")
+			x.acquire(x.race.node, true)
+		case r < 800 && busy:
+			m := x.take()
+			if m.Kind == wire.KindReport && x.rng.IntN(100) < x.reportLoss[[2]wire.NodeID{m.From, m.To}] || x.raceLost(m, step) {
+				x.tracef("lose %s", fmtMsg(m))
+				break
+			}
+			x.tracef("deliver %s", fmtMsg(m))
+			x.h.deliver(m)
+		case r < 830 && busy:
+			x.tracef("drop %s", fmtMsg(x.take()))
+		case r < 840 && busy:
+			m := x.h.inflight[x.rng.IntN(len(x.h.inflight))]
+			x.tracef("duplicate %s", fmtMsg(m))
+			x.h.inflight = append(x.h.inflight, m)
+			x.stamp(step)
+		case r < 870 || !busy && r < 900:
+			x.tick++
+			x.tracef("tick %d", x.tick)
+			for i, n := range x.h.nodes {
+				if n.core != nil {
+					n.core.Tick()
+					x.h.ready(i + 1)
+				}
+			}
+		case r < 930 && started < o.requests:
+			started++
+			x.acquire(0, false)
+		case r >= 930 && r < 930+x.releaseRate && len(x.holds) > 0:
+			x.release()
+		case r >= 1000-x.restartRate && o.restarts:
+			x.crashOrRestart(t)
+		}
+		x.h.out.Reset()
+	}
+	return x.failure, x.trace
+}
+
+func (x *explorer) setup(t *testing.T) {
+	h := x.h
+	h.view = wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}
+	peers := []wire.NodeID{1, 2, 3, 4, 5}
+	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: 20, Mutant: x.o.mutant, CheckIncremental: true,
+		ShareLease: x.o.share, Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly}
+	h.isolated, h.cut = map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
+	for i := range peers {
+		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
+		h.start(t, i+1)
+	}
+	h.inflight = nil
+}
+
+func (x *explorer) tracef(format string, args ...any) {
+	if x.o.trace {
+		x.trace = append(x.trace, fmt.Sprintf(format, args...))
+	}
+}
+
+// stamp gives each message sent since the last step its arrival: the
+// step after which it is delivered. Most take a few steps; a link may be
+// slow for a while (ten or a hundred times), and any message may be late
+// on its own, so one of a request's messages can arrive after the
+// request moved on, or after another's whole doorway.
+func (x *explorer) stamp(step int) {
+	if step >= x.linksUntil {
+		x.linksUntil = step + 200 + x.rng.IntN(800)
+		clear(x.slow)
+		clear(x.reportLoss)
+		for range x.rng.IntN(4) {
+			from, to := wire.NodeID(1+x.rng.IntN(5)), wire.NodeID(1+x.rng.IntN(5))
+			x.slow[[2]wire.NodeID{from, to}] = []int{10, 100}[x.rng.IntN(2)]
+		}
+		if x.rng.IntN(2) == 0 {
+			to := wire.NodeID(1 + x.rng.IntN(5))
+			for from := range wire.NodeID(3) {
+				if x.rng.IntN(3) != 0 {
+					x.reportLoss[[2]wire.NodeID{from + 1, to}] = 50 + x.rng.IntN(50)
+				}
+			}
+		}
+	}
+	for _, m := range x.h.inflight[len(x.at):] {
+		x.springRace(m, step)
+		d := 1 + x.rng.IntN(5)
+		if x.raceLate(m, step) {
+			d += 20 + x.rng.IntN(80)
+		}
+		switch r := x.rng.IntN(100); {
+		case r < 10:
+			d += x.rng.IntN(300)
+		case r < 30:
+			d += x.rng.IntN(30)
+		}
+		if f := x.slow[[2]wire.NodeID{m.From, m.To}]; f > 0 {
+			d *= f
+		}
+		x.at = append(x.at, step+d)
+	}
+}
+
+// A markRace is faults sprung by a soft writer's activation mark, the
+// meeting its rules are for: a reader's doorway that goes through
+// between the writer's look and its mark. Until until: the writer's
+// messages to some leaders are late (its mark arrives after a reader's
+// ticket there), some leaders' reports to it are lost (it decides on
+// what it read before, or on the others), and everyone else's messages
+// to one leader, odd, are late (odd hears of a reader after the mark).
+// A client arrives while it is on: the reader the mark must meet.
+type markRace struct {
+	node, odd wire.NodeID
+	until     int
+	// late and deaf are the leaders the writer's messages to are late
+	// and whose reports to it are lost.
+	late, deaf [4]bool
+	// arrive: a client is yet to arrive.
+	arrive bool
+}
+
+// springRace may spring a mark race at m, sent at step.
+func (x *explorer) springRace(m wire.Message, step int) {
+	if m.Kind != wire.KindActivate || m.Reject || step < x.race.until || x.rng.IntN(2) != 0 {
+		return
+	}
+	r := markRace{node: m.From, odd: wire.NodeID(1 + x.rng.IntN(3)), until: step + 100 + x.rng.IntN(300), arrive: true}
+	for l := 1; l <= 3; l++ {
+		r.late[l] = wire.NodeID(l) != r.odd && x.rng.IntN(4) != 0 || x.rng.IntN(4) == 0
+		r.deaf[l] = x.rng.IntN(2) == 0
+	}
+	x.race = r
+	x.tracef("mark race around node %d, leader %d odd, until step %d, late %v, deaf %v", r.node, r.odd, r.until,
+		r.late[1:], r.deaf[1:])
+}
+
+func (x *explorer) raceLate(m wire.Message, step int) bool {
+	r := x.race
+	switch {
+	case step >= r.until:
+		return false
+	case m.From == r.node:
+		return m.To <= 3 && r.late[m.To]
+	default:
+		return m.To == r.odd
+	}
+}
+
+func (x *explorer) raceLost(m wire.Message, step int) bool {
+	r := x.race
+	return step < r.until && m.Kind == wire.KindReport && m.To == r.node && m.From <= 3 && r.deaf[m.From]
+}
+
+// take removes the in-flight message due first and returns it.
+func (x *explorer) take() wire.Message {
+	i := 0
+	for j, at := range x.at {
+		if at < x.at[i] {
+			i = j
+		}
+	}
+	m := x.h.inflight[i]
+	x.h.inflight = slices.Delete(x.h.inflight, i, i+1)
+	x.at = slices.Delete(x.at, i, i+1)
+	return m
+}
+
+// exploreModes are the modes a request takes, readers twice as often.
+var exploreModes = []wire.Mode{wire.ModeReadOnly, wire.ModeReadOnly, wire.ModeReadWritePriority, wire.ModeReadWrite,
+	wire.ModeReadWriteGentle, wire.ModeExclusive}
+
+// acquire starts a request on a client node other than not; a reader's
+// if reader, else in one of the seed's modes.
+func (x *explorer) acquire(not wire.NodeID, reader bool) {
+	node := clientNodes[x.rng.IntN(len(clientNodes))]
+	for wire.NodeID(node) == not {
+		node = clientNodes[x.rng.IntN(len(clientNodes))]
+	}
+	n := x.h.nodes[node-1]
+	if n.core == nil {
+		return
+	}
+	a := core.Acquire{Name: "a", Mode: x.modes[x.rng.IntN(len(x.modes))], Duration: 1 << 30, Grace: 10}
+	if reader {
+		a.Mode = wire.ModeReadOnly
+	}
+	switch x.rng.IntN(8) {
+	case 0:
+		a.Timeout = 0 // a try
+	case 1:
+		a.Timeout = 5 + x.rng.Int64N(60) // may give up while in line
+	default:
+		// Patient, yet not for ever: a choosing flag a lost message left
+		// at a replica holds everyone up until its deadline.
+		a.Timeout = 100 + x.rng.Int64N(200)
+	}
+	if a.Mode == wire.ModeReadOnly && x.rng.IntN(3) == 0 {
+		a.Limit = 1 + x.rng.IntN(2)
+	}
+	if a.Mode == wire.ModeReadWriteGentle {
+		a.Quiet = x.rng.Int64N(5)
+	}
+	id, err := n.core.Acquire(a)
+	if err != nil {
+		x.tracef("acquire on node %d: %v", node, err)
+		return
+	}
+	x.asked[id] = exploreAsk{mode: a.Mode, limit: a.Limit, at: x.tick}
+	x.tracef("node %d acquires %s: %s limit %d timeout %d", node, id, a.Mode, a.Limit, a.Timeout)
+	x.h.ready(node)
+}
+
+func (x *explorer) release() {
+	i := x.rng.IntN(len(x.holds))
+	hd := x.holds[i]
+	x.holds = slices.Delete(x.holds, i, i+1)
+	n := x.h.nodes[hd.node-1]
+	x.tracef("node %d releases %s", hd.node, hd.req)
+	if n.core == nil {
+		return
+	}
+	_ = n.core.Release(hd.req, "a")
+	x.h.ready(hd.node)
+}
+
+// crashOrRestart crashes a leader that is up (one at a time) or restarts
+// the one that is down, from its disk.
+func (x *explorer) crashOrRestart(t *testing.T) {
+	for i := range 3 {
+		if x.h.nodes[i].core == nil {
+			x.tracef("leader %d restarts", i+1)
+			x.h.start(t, i+1)
+			return
+		}
+	}
+	if x.rng.IntN(4) != 0 {
+		return
+	}
+	i := x.rng.IntN(3)
+	// A leader that hosts clients would take their leases down with it;
+	// the explorer does not model the clients' own agents' crashes.
+	if slices.Contains(clientNodes, i+1) {
+		for _, hd := range x.holds {
+			if hd.node == i+1 {
+				return
+			}
+		}
+		if len(x.h.nodes[i].core.Requests()) > 0 {
+			return
+		}
+	}
+	x.tracef("leader %d crashes", i+1)
+	x.h.nodes[i].core = nil
+}
+
+// event keeps the holds and checks every grant against them.
+func (x *explorer) event(node int, e core.Event) {
+	x.tracef("node %d: %s %s token=%d shared=%v code=%s", node, e.Kind, e.Req, e.Token, e.Shared, e.Code)
+	switch e.Kind {
+	case core.EventGranted:
+		ask, ok := x.asked[e.Req]
+		if !ok {
+			x.fail("grant of %s, a request nobody made", e.Req)
+			return
+		}
+		x.grant(exploreHold{req: e.Req, node: node, mode: ask.mode, limit: ask.limit, token: e.Token,
+			expiry: ask.at + e.TTL})
+	case core.EventUnlocking, core.EventUnlocked:
+		x.holds = slices.DeleteFunc(x.holds, func(hd exploreHold) bool { return hd.req == e.Req })
+	}
+}
+
+func (x *explorer) fail(format string, args ...any) {
+	if x.failure == "" {
+		x.failure = fmt.Sprintf(format, args...)
+		x.tracef("FAIL: %s", x.failure)
+	}
+}
+
+func (x *explorer) grant(g exploreHold) {
+	// Holds whose lease ran out on the clock are over.
+	x.holds = slices.DeleteFunc(x.holds, func(hd exploreHold) bool { return hd.expiry <= x.tick })
+	hard := g.mode == wire.ModeExclusive || g.mode == wire.ModeReadWritePriority
+	last := x.lastWTok
+	if hard {
+		last = x.lastTok
+	}
+	if g.token <= last {
+		x.fail("%s granted %s token %d, not above the previous %d", g.req, g.mode, g.token, last)
+	}
+	x.lastTok = max(x.lastTok, g.token)
+	if g.mode != wire.ModeReadOnly {
+		x.lastWTok = g.token
+	}
+	x.holds = append(x.holds, g)
+	var writers, readers []string
+	for _, hd := range x.holds {
+		who := fmt.Sprintf("%s (%s, token %d)", hd.req, hd.mode, hd.token)
+		if hd.mode == wire.ModeReadOnly {
+			readers = append(readers, who)
+		} else {
+			writers = append(writers, who)
+		}
+	}
+	if len(writers) > 1 || len(writers) == 1 && len(readers) > 0 {
+		x.fail("held by writers %s and readers %s at once", strings.Join(writers, ", "), strings.Join(readers, ", "))
+	}
+	// A limited reader holds with fewer than its limit of readers ahead
+	// of it (lower tokens; page views carry their share's).
+	for _, c := range x.holds {
+		if c.mode != wire.ModeReadOnly || c.limit == 0 {
+			continue
+		}
+		ahead := 0
+		for _, o := range x.holds {
+			if o.req != c.req && o.mode == wire.ModeReadOnly && o.token < c.token {
+				ahead++
+			}
+		}
+		if ahead >= c.limit {
+			x.fail("%s holds with limit %d, token %d, behind %d readers", c.req, c.limit, c.token, ahead)
+		}
+	}
+}
+
+// exploreWorlds are the explorer's worlds a seed cycles through.
+func exploreWorld(seed int64) exploreOptions {
+	o := exploreOptions{seed: seed}
+	switch seed % 5 {
+	case 1:
+		o.share = 40
+	case 2:
+		o.restarts = true
+	case 3:
+		o.share, o.restarts = 40, true
+	case 4:
+		// A web site: page views on shared read tickets, limited
+		// readers, and leaders that restart.
+		o.share, o.restarts, o.readers, o.requests = 40, true, true, 6+int(seed%7)
+	}
+	return o
+}
+
+// TestExplore runs the schedule explorer on the real core: no seed may
+// break an invariant. Replay one with -explore-seed N (prints its trace).
+func TestExplore(t *testing.T) {
+	if *exploreSeed != 0 {
+		failure, trace := explore(t, withTrace(exploreWorld(*exploreSeed)))
+		t.Logf("seed %d:\n%s", *exploreSeed, strings.Join(trace, "\n"))
+		if failure != "" {
+			t.Fatal(failure)
+		}
+		return
+	}
+	for seed := int64(1); seed <= int64(*exploreSeeds); seed++ {
+		if failure, _ := explore(t, exploreWorld(seed)); failure != "" {
+			t.Fatalf("seed %d: %s (replay: go test ./core -run TestExplore -explore-seed %d)", seed, failure, seed)
+		}
+	}
+}
+
+func withTrace(o exploreOptions) exploreOptions { o.trace = true; return o }
+
+// exploreBound is how many seeds a broken core may survive before the
+// explorer is declared blind to it.
+const exploreBound = 20000
+
+// TestExploreCatchesMutants: each safety mutant must break an invariant
+// of the schedule explorer within exploreBound seeds.
+func TestExploreCatchesMutants(t *testing.T) {
+	for _, m := range []struct {
+		name   string
+		mutant core.Mutant
+	}{
+		{"stale reports", core.MutantStaleReports},
+		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways},
+		{"restore shares as readers", core.MutantRestoreSharesAsReaders},
+		{"ignore choosing", core.MutantIgnoreChoosing},
+		{"unchecked ticket reports", core.MutantUncheckedTicketReports},
+		{"quorum of one", core.MutantQuorumOfOne},
+		{"not durable", core.MutantNotDurable},
+		{"shared tickets", core.MutantSharedTickets},
+		{"no own ticket", core.MutantNoOwnTicket},
+		{"unconfirmed grant", core.MutantUnconfirmedGrant},
+		{"no confirm", core.MutantNoConfirm},
+		{"forget marks", core.MutantForgetMarks},
+		{"memory tombs", core.MutantMemoryTombs},
+		{"drop restored at once", core.MutantDropRestoredAtOnce},
+		{"admit after yield", core.MutantAdmitAfterYield},
+		{"yield with holders", core.MutantYieldWithHolders},
+		{"delta any base", core.MutantDeltaAnyBase},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			for seed := int64(1); seed <= exploreBound; seed++ {
+				o := exploreWorld(seed)
+				o.mutant = m.mutant
+				if failure, _ := explore(t, o); failure != "" {
+					t.Logf("caught at seed %d: %s", seed, failure)
+					return
+				}
+			}
+			t.Fatalf("the explorer did not catch the mutant in %d seeds", exploreBound)
+		})
+	}
+}
