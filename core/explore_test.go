@@ -4,9 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
@@ -35,8 +38,10 @@ import (
 // run, page views excepted). The integration simulator covers those.
 
 var (
-	exploreSeeds = flag.Int("explore-seeds", 2000, "seeds of the schedule explorer (TestExplore)")
-	exploreSeed  = flag.Int64("explore-seed", 0, "replay this seed of the schedule explorer, with its trace")
+	exploreSeeds    = flag.Int("explore-seeds", 2000, "seeds of the schedule explorer (TestExplore)")
+	exploreSeed     = flag.Int64("explore-seed", 0, "replay this seed of the schedule explorer, with its trace")
+	exploreMutant   = flag.Uint64("explore-mutant", 0, "with -explore-seed: replay on this mutant (core.Mutant bits)")
+	exploreScenario = flag.String("explore-scenario", "", "with -explore-seed: write the failure, cut to the steps it needs, to this scenario file")
 )
 
 // exploreOptions are one explorer world.
@@ -82,6 +87,10 @@ type explorer struct {
 	lastWTok uint64 // the highest writer's token granted
 	failure  string
 	trace    []string
+	// script replays the run in the scenario language (with trace).
+	script []string
+	// pending is the request being made while a script replays.
+	pending *exploreAsk
 	// at is, for each in-flight message (in the harness's order), the
 	// step it arrives after; slow are the links slow until linksUntil,
 	// and by how much.
@@ -114,6 +123,13 @@ type exploreAsk struct {
 var clientNodes = []int{4, 5, 1}
 
 func explore(t *testing.T, o exploreOptions) (failure string, trace []string) {
+	t.Helper()
+	x := run(t, o)
+	return x.failure, x.trace
+}
+
+// run is one run of the explorer.
+func run(t *testing.T, o exploreOptions) *explorer {
 	t.Helper()
 	if o.steps == 0 {
 		o.steps = 5000
@@ -159,20 +175,26 @@ func explore(t *testing.T, o exploreOptions) (failure string, trace []string) {
 			m := x.take()
 			if m.Kind == wire.KindReport && x.rng.IntN(100) < x.reportLoss[[2]wire.NodeID{m.From, m.To}] || x.raceLost(m, step) {
 				x.tracef("lose %s", fmtMsg(m))
+				x.record("drop %s", msgFilter(m))
 				break
 			}
 			x.tracef("deliver %s", fmtMsg(m))
+			x.record("deliver %s", msgFilter(m))
 			x.h.deliver(m)
 		case r < 830 && busy:
-			x.tracef("drop %s", fmtMsg(x.take()))
+			m := x.take()
+			x.tracef("drop %s", fmtMsg(m))
+			x.record("drop %s", msgFilter(m))
 		case r < 840 && busy:
 			m := x.h.inflight[x.rng.IntN(len(x.h.inflight))]
 			x.tracef("duplicate %s", fmtMsg(m))
+			x.record("dup %s", msgFilter(m))
 			x.h.inflight = append(x.h.inflight, m)
 			x.stamp(step)
 		case r < 870 || !busy && r < 900:
 			x.tick++
 			x.tracef("tick %d", x.tick)
+			x.record("tick")
 			for i, n := range x.h.nodes {
 				if n.core != nil {
 					n.core.Tick()
@@ -189,7 +211,7 @@ func explore(t *testing.T, o exploreOptions) (failure string, trace []string) {
 		}
 		x.h.out.Reset()
 	}
-	return x.failure, x.trace
+	return x
 }
 
 func (x *explorer) setup(t *testing.T) {
@@ -204,6 +226,35 @@ func (x *explorer) setup(t *testing.T) {
 		h.start(t, i+1)
 	}
 	h.inflight = nil
+}
+
+// record adds a command of the scenario language that replays the step.
+func (x *explorer) record(format string, args ...any) {
+	if x.o.trace {
+		x.script = append(x.script, fmt.Sprintf(format, args...))
+	}
+}
+
+// msgFilter is the scenario filter that picks m out of the in-flight
+// messages (one like it, if it was sent twice).
+func msgFilter(m wire.Message) string {
+	s := fmt.Sprintf("from=%d to=%d kind=%s", m.From, m.To, m.Kind)
+	if m.Req != (wire.RequestID{}) {
+		s += " req=" + m.Req.String()
+	}
+	if m.Ticket != 0 {
+		s += fmt.Sprintf(" t=%d", m.Ticket)
+	}
+	if m.WatchSeq != 0 {
+		s += fmt.Sprintf(" watch=%d", m.WatchSeq)
+	}
+	if m.Kind == wire.KindReport {
+		s += fmt.Sprintf(" since=%d", m.BaseSeq)
+	}
+	if strings.HasSuffix(m.Kind.String(), "-ack") {
+		s += fmt.Sprintf(" inc=%d high-water=%d reject=%d", m.Incarnation, m.HighWater, map[bool]int{true: 1}[m.Reject])
+	}
+	return s + " count=1"
 }
 
 func (x *explorer) tracef(format string, args ...any) {
@@ -295,7 +346,9 @@ func (x *explorer) raceLate(m wire.Message, step int) bool {
 	case m.From == r.node:
 		return m.To <= 3 && r.late[m.To]
 	default:
-		return m.To == r.odd
+		// And now and then any other phase message: a reader's ticket
+		// that reaches one leader after its doorway reached another.
+		return m.To == r.odd || m.To <= 3 && x.rng.IntN(4) == 0
 	}
 }
 
@@ -360,6 +413,8 @@ func (x *explorer) acquire(not wire.NodeID, reader bool) {
 	}
 	x.asked[id] = exploreAsk{mode: a.Mode, limit: a.Limit, at: x.tick}
 	x.tracef("node %d acquires %s: %s limit %d timeout %d", node, id, a.Mode, a.Limit, a.Timeout)
+	x.record("acquire node=%d name=a mode=%s timeout=%d duration=%d grace=%d quiet=%d limit=%d", node, a.Mode,
+		a.Timeout, a.Duration, a.Grace, a.Quiet, a.Limit)
 	x.h.ready(node)
 }
 
@@ -372,6 +427,7 @@ func (x *explorer) release() {
 	if n.core == nil {
 		return
 	}
+	x.record("release node=%d req=%s name=a", hd.node, hd.req)
 	_ = n.core.Release(hd.req, "a")
 	x.h.ready(hd.node)
 }
@@ -382,6 +438,7 @@ func (x *explorer) crashOrRestart(t *testing.T) {
 	for i := range 3 {
 		if x.h.nodes[i].core == nil {
 			x.tracef("leader %d restarts", i+1)
+			x.record("restart node=%d", i+1)
 			x.h.start(t, i+1)
 			return
 		}
@@ -403,6 +460,7 @@ func (x *explorer) crashOrRestart(t *testing.T) {
 		}
 	}
 	x.tracef("leader %d crashes", i+1)
+	x.record("crash node=%d", i+1)
 	x.h.nodes[i].core = nil
 }
 
@@ -412,6 +470,10 @@ func (x *explorer) event(node int, e core.Event) {
 	switch e.Kind {
 	case core.EventGranted:
 		ask, ok := x.asked[e.Req]
+		if !ok && x.pending != nil {
+			ask, ok = *x.pending, true
+			x.asked[e.Req] = ask
+		}
 		if !ok {
 			x.fail("grant of %s, a request nobody made", e.Req)
 			return
@@ -498,10 +560,15 @@ func exploreWorld(seed int64) exploreOptions {
 // break an invariant. Replay one with -explore-seed N (prints its trace).
 func TestExplore(t *testing.T) {
 	if *exploreSeed != 0 {
-		failure, trace := explore(t, withTrace(exploreWorld(*exploreSeed)))
-		t.Logf("seed %d:\n%s", *exploreSeed, strings.Join(trace, "\n"))
-		if failure != "" {
-			t.Fatal(failure)
+		o := withTrace(exploreWorld(*exploreSeed))
+		o.mutant = core.Mutant(*exploreMutant)
+		x := run(t, o)
+		t.Logf("seed %d:\n%s", *exploreSeed, strings.Join(x.trace, "\n"))
+		if x.failure != "" && *exploreScenario != "" {
+			writeScenario(t, *exploreScenario, x, minimize(t, x))
+		}
+		if x.failure != "" {
+			t.Fatal(x.failure)
 		}
 		return
 	}
@@ -556,4 +623,107 @@ func TestExploreCatchesMutants(t *testing.T) {
 			t.Fatalf("the explorer did not catch the mutant in %d seeds", exploreBound)
 		})
 	}
+}
+
+// scriptFails replays cmds (scenario commands) on a cluster with the
+// mutant and reports the invariant it breaks, or "".
+func scriptFails(t *testing.T, o exploreOptions, cmds []string) (string, []string) {
+	t.Helper()
+	x := &explorer{o: o, h: &harness{mutant: o.mutant}, asked: map[wire.RequestID]exploreAsk{}}
+	x.h.onEvent = x.event
+	var outs []string
+	for _, c := range append([]string{clusterCmd(o)}, cmds...) {
+		cmd, args, err := datadriven.ParseLine(c)
+		if err != nil {
+			t.Fatalf("%q: %v", c, err)
+		}
+		d := &datadriven.TestData{Cmd: cmd, CmdArgs: args}
+		var ask exploreAsk
+		switch cmd {
+		case "acquire":
+			mode, _ := semaphore.ParseMode(strArg(d, "mode", ""))
+			ask = exploreAsk{mode: mode, limit: int(intArg(t, d, "limit", 0)), at: x.tick}
+		case "tick":
+			x.tick++
+		case "release":
+			req := reqArg(t, d)
+			x.holds = slices.DeleteFunc(x.holds, func(hd exploreHold) bool { return hd.req == req })
+		}
+		if cmd == "acquire" {
+			x.pending = &ask // the request's id is known at its first event
+		}
+		out := x.h.run(t, d)
+		var id string
+		if _, err := fmt.Sscanf(out, "handle %s", &id); cmd == "acquire" && err == nil {
+			x.asked[parseReq(t, id)] = ask
+		}
+		outs = append(outs, out)
+		x.pending = nil
+	}
+	return x.failure, outs
+}
+
+// failureKind is which invariant a failure broke ("" for none).
+func failureKind(failure string) string {
+	for _, k := range []string{"nobody made", "not above", "at once", "holds with limit"} {
+		if strings.Contains(failure, k) {
+			return k
+		}
+	}
+	return failure
+}
+
+// clusterCmd is the scenario command that sets up o's cluster.
+func clusterCmd(o exploreOptions) string {
+	return fmt.Sprintf("cluster nodes=5 leaders=1,2,3 admit=semaphore try=20 share=%d", o.share)
+}
+
+// minimize cuts x's script to the commands its failure needs: it drops
+// runs of commands, then single ones, as long as the replay still
+// breaks an invariant.
+func minimize(t *testing.T, x *explorer) []string {
+	t.Helper()
+	cmds := x.script
+	kind := failureKind(x.failure)
+	if f, _ := scriptFails(t, x.o, cmds); failureKind(f) != kind {
+		t.Fatalf("the script does not replay the failure %q: %q", x.failure, f)
+	}
+	for size := len(cmds) / 2; size >= 1; size /= 2 {
+		for i := 0; i+size <= len(cmds); {
+			try := slices.Concat(cmds[:i], cmds[i+size:])
+			if f, _ := scriptFails(t, x.o, try); failureKind(f) == kind {
+				cmds = try
+				continue
+			}
+			i += size
+		}
+	}
+	return cmds
+}
+
+// writeScenario writes cmds, with what the mutant's cluster answers, as
+// a scenario file: the start of a scripted scenario for the failure.
+func writeScenario(t *testing.T, path string, x *explorer, cmds []string) {
+	t.Helper()
+	failure, outs := scriptFails(t, x.o, cmds)
+	cmds = append([]string{clusterCmd(x.o)}, cmds...)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Explorer seed %d, mutant %d: %s\n\n", x.o.seed, x.o.mutant, failure)
+	for i, c := range cmds {
+		fmt.Fprintf(&b, "%s\n----\n%s\n", c, outs[i])
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s: %d commands", path, len(cmds))
+}
+
+// parseReq reads a request id as the scenarios print it.
+func parseReq(t *testing.T, s string) wire.RequestID {
+	t.Helper()
+	var node, inc, n uint64
+	if _, err := fmt.Sscanf(s, "%d.%d.%d", &node, &inc, &n); err != nil {
+		t.Fatalf("request id %q: %v", s, err)
+	}
+	return wire.RequestID{Node: wire.NodeID(node), Seq: inc<<32 | n}
 }

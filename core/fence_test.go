@@ -105,6 +105,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"restart_announcement_lost.txt", core.MutantNoRestartFromRequests, 2, ": granted "},
 		{"soft_writer_stale_reports.txt", core.MutantStaleReports, 1, "read-write waiting"},
 		{"stray_enter_released.txt", core.MutantKeepStrays, 2, ": granted "},
+		{"limit_waits_for_choosing_share.txt", core.MutantIgnoreChoosing, 1, "read-only held ticket=2"},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			out := replay(t, c.file, &harness{mutant: mutant})

@@ -315,7 +315,8 @@ func (h *harness) ready(id int) {
 }
 
 // matching delivers, drops or duplicates the in-flight messages that match
-// every filter given: from, to, kind, req; count limits how many.
+// every filter given: from, to, kind, req, t (ticket), watch, since (a
+// report's base), inc, high-water, reject (0 or 1); count limits how many.
 func (h *harness) matching(t *testing.T, d *datadriven.TestData) {
 	limit := int(intArg(t, d, "count", -1))
 	var keep, picked []wire.Message
@@ -354,7 +355,13 @@ func (h *harness) matching(t *testing.T, d *datadriven.TestData) {
 func (h *harness) matches(t *testing.T, d *datadriven.TestData, m wire.Message) bool {
 	if d.HasArg("from") && wire.NodeID(intArg(t, d, "from", 0)) != m.From ||
 		d.HasArg("to") && wire.NodeID(intArg(t, d, "to", 0)) != m.To ||
-		d.HasArg("kind") && strArg(d, "kind", "") != m.Kind.String() {
+		d.HasArg("kind") && strArg(d, "kind", "") != m.Kind.String() ||
+		d.HasArg("t") && uint64(intArg(t, d, "t", 0)) != m.Ticket ||
+		d.HasArg("watch") && uint64(intArg(t, d, "watch", 0)) != m.WatchSeq ||
+		d.HasArg("since") && uint64(intArg(t, d, "since", 0)) != m.BaseSeq ||
+		d.HasArg("inc") && uint32(intArg(t, d, "inc", 0)) != m.Incarnation ||
+		d.HasArg("high-water") && uint64(intArg(t, d, "high-water", 0)) != m.HighWater ||
+		d.HasArg("reject") && (intArg(t, d, "reject", 0) != 0) != m.Reject {
 		return false
 	}
 	return !d.HasArg("req") || reqArg(t, d) == m.Req
