@@ -187,10 +187,11 @@ func replay(t *testing.T, file string, h *harness) string {
 // when it first looked, and a grant needs its own ticket in a quorum of
 // reports made after the leader took it (which any ticket below X's that
 // a quorum holds is also in, for a leader refuses numbers not above its
-// mark). Each alone suffices, so breaking one (MutantIgnoreChoosing, or
-// MutantUncheckedTicketReports, which only lets reports without X's
+// mark). Here each alone suffices, so breaking one (MutantIgnoreChoosing,
+// or MutantUncheckedTicketReports, which only lets reports without X's
 // ticket count as fresh) grants nothing more; breaking both grants Z and
-// X at once.
+// X at once. Elsewhere the choosing wait stands alone:
+// limit_waits_for_choosing_share.txt (TestScenariosCatchMutants).
 func TestChoosingRulesBackEachOther(t *testing.T) {
 	for _, c := range []struct {
 		mutant core.Mutant
