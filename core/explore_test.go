@@ -581,8 +581,12 @@ func TestExplore(t *testing.T) {
 		}
 		return
 	}
+	seeds := int64(*exploreSeeds)
+	if raceDetector {
+		seeds = min(seeds, 100)
+	}
 	var longest, seedOf int64
-	for seed := int64(1); seed <= int64(*exploreSeeds); seed++ {
+	for seed := int64(1); seed <= seeds; seed++ {
 		x := run(t, exploreWorld(seed))
 		if x.failure != "" {
 			t.Fatalf("seed %d: %s (replay: go test ./core -run TestExplore -explore-seed %d)", seed, x.failure, seed)
@@ -591,7 +595,7 @@ func TestExplore(t *testing.T) {
 			longest, seedOf = x.settleTicks, seed
 		}
 	}
-	t.Logf("%d seeds; the longest settle took %d ticks (seed %d)", *exploreSeeds, longest, seedOf)
+	t.Logf("%d seeds; the longest settle took %d ticks (seed %d)", seeds, longest, seedOf)
 }
 
 func withTrace(o exploreOptions) exploreOptions { o.trace = true; return o }
@@ -606,6 +610,9 @@ const exploreBound = 5000
 // integration simulator does not catch within its seeds are here; the
 // others it catches there.
 func TestExploreCatchesMutants(t *testing.T) {
+	if raceDetector {
+		t.Skip("the explorer runs on one goroutine: its mutants run in the plain test run, not under -race")
+	}
 	site := func(seed int64) exploreOptions { return exploreWorld(5*seed - 1) }
 	for _, m := range []struct {
 		name   string
