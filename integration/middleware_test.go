@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,7 +64,15 @@ func TestMiddlewareKeepsDrainOut(t *testing.T) {
 	var log eventLog
 	entered := make(chan *client.Lease, 1)
 	finish := make(chan struct{}) // the test ends the first page view
+	var views atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if views.Add(1) > 1 {
+			// A visitor admitted before the drain's word reached the
+			// agent's shared read ticket: a short page view.
+			log.add("visitor admitted")
+			io.WriteString(w, "visitor")
+			return
+		}
 		log.add("handler started")
 		entered <- client.LeaseFrom(r.Context())
 		select {
@@ -127,8 +136,19 @@ func TestMiddlewareKeepsDrainOut(t *testing.T) {
 	case <-time.After(bound):
 		t.Fatalf("the drain never reported the reader; events %q", log.get())
 	}
-	if s, b, err := get(); err != nil || s != http.StatusServiceUnavailable || b != string(client.DefaultMaintenancePage) {
-		t.Fatalf("a visitor during the drain: %d %q %v", s, b, err)
+	// The drain reports the reader from the table, which may be before
+	// its word to let the agent's shared read ticket go reached the
+	// agent (a loaded machine widens that gap): visitors until then are
+	// admitted, and one after it gets the maintenance page.
+	for deadline := time.Now().Add(bound); ; {
+		s, b, err := get()
+		if err == nil && s == http.StatusServiceUnavailable && b == string(client.DefaultMaintenancePage) {
+			break
+		}
+		if err != nil || s != http.StatusOK || b != "visitor" || time.Now().After(deadline) {
+			t.Fatalf("a visitor during the drain: %d %q %v; events %q", s, b, err, log.get())
+		}
+		time.Sleep(10 * time.Millisecond) // polling: the agent signals nothing to a visitor
 	}
 	log.add("visitor turned away")
 
@@ -156,7 +176,8 @@ func TestMiddlewareKeepsDrainOut(t *testing.T) {
 		t.Fatalf("the drain's output is still open; events %q", log.get())
 	}
 	want := []string{"handler started", "drain waiting", "visitor turned away", "handler returned", "drain command runs"}
-	if got := log.get(); !slices.Equal(got, want) {
+	got := slices.DeleteFunc(log.get(), func(e string) bool { return e == "visitor admitted" })
+	if !slices.Equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
 }
