@@ -557,7 +557,8 @@ func (x *explorer) grant(g exploreHold) {
 	}
 }
 
-// exploreWorlds are the explorer's worlds a seed cycles through.
+// exploreWorld is seed's world: the seeds cycle through plain runs,
+// shared read tickets, leader restarts, both, and a web site.
 func exploreWorld(seed int64) exploreOptions {
 	o := exploreOptions{seed: seed}
 	switch seed % 5 {
@@ -616,9 +617,10 @@ const exploreBound = 5000
 
 // TestExploreCatchesMutants: each mutant must fail the explorer within
 // exploreBound seeds of its world: a safety mutant by an invariant of
-// what clients see, a liveness mutant by the settle. The mutants the
-// integration simulator does not catch within its seeds are here; the
-// others it catches there.
+// what clients see, a liveness mutant by the settle. Here are the
+// mutants the integration simulator's seeds miss (the stale reports, the
+// skipped choosing share, the shares restored as readers, the strays),
+// and two it catches too, as a check on the settle.
 func TestExploreCatchesMutants(t *testing.T) {
 	if raceDetector {
 		t.Skip("the explorer runs on one goroutine: its mutants run in the plain test run, not under -race")
