@@ -83,6 +83,10 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	cmd.Stdout, cmd.Stderr = pw, pw
 	p := &proc{cmd: cmd, lines: make(chan string, 1000), output: &strings.Builder{}, done: make(chan error, 1)}
 	dieWithTest(cmd)
+	// Wait returns at most this long after the process ended, even while
+	// a child it left behind (a lock's command killed with it) still
+	// holds its output open: a cleanup must not hang the test binary.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
