@@ -441,7 +441,11 @@ func (l *Lease) renewLoop() {
 		cancel()
 		if err != nil && l.ctx.Err() == nil {
 			l.mu.Lock()
-			l.renewFail = err
+			// A renewal the expiry cut short says less than an earlier
+			// one the agent answered (not ready, unknown lease): keep that.
+			if l.renewFail == nil || !errors.Is(err, context.DeadlineExceeded) {
+				l.renewFail = err
+			}
 			l.mu.Unlock()
 		}
 	}
