@@ -62,8 +62,6 @@ type exploreOptions struct {
 	restarts bool
 	// readers: every request is a reader's (a third of them limited).
 	readers bool
-	// modesOverride, when set, are the modes of the requests.
-	modesOverride []wire.Mode
 	// trace records every action, for a failure's report.
 	trace bool
 }
@@ -156,9 +154,6 @@ func run(t *testing.T, o exploreOptions) *explorer {
 	}
 	if x.o.readers {
 		x.modes = []wire.Mode{wire.ModeReadOnly}
-	}
-	if x.o.modesOverride != nil {
-		x.modes = x.o.modesOverride
 	}
 	for len(x.modes) == 0 {
 		for _, m := range exploreModes {
