@@ -73,6 +73,12 @@ import (
 //   - stray_enter_released.txt with a master that leaves its forgotten
 //     request's stray choosing flag alone: its next request waits for
 //     the flag's deadline (its grant is missing).
+//   - limit_waits_for_choosing_share.txt with a master that does not wait
+//     for a choosing flag below its request: the limited reader holds
+//     beside the share's page view (checked on its status).
+//   - rewatch_report_without_ticket.txt with a master that decides on a
+//     report echoing its ADD_TICKET's watch that lacks its ticket: X holds
+//     with token 3, then Z with token 2 (checked on both statuses).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -106,6 +112,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"soft_writer_stale_reports.txt", core.MutantStaleReports, 1, "read-write waiting"},
 		{"stray_enter_released.txt", core.MutantKeepStrays, 2, ": granted "},
 		{"limit_waits_for_choosing_share.txt", core.MutantIgnoreChoosing, 1, "read-only held ticket=2"},
+		{"rewatch_report_without_ticket.txt", core.MutantUncheckedTicketReports, 1, "exclusive held"},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			out := replay(t, c.file, &harness{mutant: mutant})
@@ -190,8 +197,9 @@ func replay(t *testing.T, file string, h *harness) string {
 // mark). Here each alone suffices, so breaking one (MutantIgnoreChoosing,
 // or MutantUncheckedTicketReports, which only lets reports without X's
 // ticket count as fresh) grants nothing more; breaking both grants Z and
-// X at once. Elsewhere the choosing wait stands alone:
-// limit_waits_for_choosing_share.txt (TestScenariosCatchMutants).
+// X at once. Elsewhere each stands alone (TestScenariosCatchMutants):
+// the choosing wait in limit_waits_for_choosing_share.txt, the ticket
+// check in rewatch_report_without_ticket.txt.
 func TestChoosingRulesBackEachOther(t *testing.T) {
 	for _, c := range []struct {
 		mutant core.Mutant
