@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"math"
@@ -27,7 +28,10 @@ import (
 // the orders the doorway rules guard (a mark that arrives after a
 // reader's ticket at one leader and before it at another, reports lost
 // to one master and not another, a phase message that arrives after the
-// request moved on) come up within a few hundred or thousand seeds. It
+// request moved on) come up within a few hundred or thousand seeds. Two
+// kinds of race line up the rarer ones on purpose: a markRace around a
+// soft writer's activation, a watchRace around a master's new watch of a
+// leader while a request of it adds its ticket. It
 // checks what a client sees, on every grant: at most one writer and no
 // reader beside it, readers' limits counted with every page view, and
 // fencing tokens above every earlier writer's (above every earlier
@@ -62,6 +66,12 @@ type exploreOptions struct {
 	restarts bool
 	// readers: every request is a reader's (a third of them limited).
 	readers bool
+	// modes, when set, are the modes requests take (default: a subset
+	// drawn from the seed).
+	modes []wire.Mode
+	// clients, when set, are the nodes clients ask on (default
+	// clientNodes).
+	clients []int
 	// trace records every action, for a failure's report.
 	trace bool
 }
@@ -111,6 +121,7 @@ type explorer struct {
 	// its frames.
 	reportLoss map[[2]wire.NodeID]int
 	race       markRace
+	wrace      watchRace
 	// modes are the modes this seed's requests take.
 	modes []wire.Mode
 	// releaseRate is how likely a step releases a holder (per 1000).
@@ -155,6 +166,7 @@ func run(t *testing.T, o exploreOptions) *explorer {
 	if x.o.readers {
 		x.modes = []wire.Mode{wire.ModeReadOnly}
 	}
+	x.modes = append(x.modes, x.o.modes...)
 	for len(x.modes) == 0 {
 		for _, m := range exploreModes {
 			if x.rng.IntN(2) == 0 {
@@ -180,9 +192,14 @@ func run(t *testing.T, o exploreOptions) *explorer {
 			x.race.arrive = false
 			x.tracef("a client arrives in the race")
 			x.acquire(x.race.node, true)
+		case x.wrace.arrive && step < x.wrace.until && x.rng.IntN(10) == 0:
+			x.wrace.arrive = false
+			x.tracef("a client arrives in the watch race")
+			x.acquire(x.wrace.node, false)
 		case r < 800 && busy:
 			m := x.take()
-			if m.Kind == wire.KindReport && x.rng.IntN(100) < x.reportLoss[[2]wire.NodeID{m.From, m.To}] || x.raceLost(m, step) {
+			if m.Kind == wire.KindReport && x.rng.IntN(100) < x.reportLoss[[2]wire.NodeID{m.From, m.To}] || x.raceLost(m, step) ||
+				x.wraceLost(m, step) {
 				x.tracef("lose %s", fmtMsg(m))
 				x.record("drop %s", msgFilter(m))
 				break
@@ -295,9 +312,14 @@ func (x *explorer) stamp(step int) {
 	}
 	for _, m := range x.h.inflight[len(x.at):] {
 		x.springRace(m, step)
-		d := 1 + x.rng.IntN(5)
-		if x.raceLate(m, step) {
+		x.springWatchRace(m, step)
+		d := 1 + x.rng.IntN(5) + x.raceDelay(m, step)
+		if x.wraceLate(m, step) {
 			d += 20 + x.rng.IntN(80)
+		}
+		if x.wraceFast(m, step) {
+			x.at = append(x.at, step+1)
+			continue
 		}
 		switch r := x.rng.IntN(1000); {
 		case r < 5:
@@ -324,9 +346,14 @@ func (x *explorer) stamp(step int) {
 // what it read before, or on the others), and everyone else's messages
 // to one leader, odd, are late (odd hears of a reader after the mark).
 // A client arrives while it is on: the reader the mark must meet.
+//
+// Half the races deal the leaders three roles in one draw instead: one
+// the writer is deaf to and whose mark is late, one the reader reaches
+// late (odd), and one, slow, where the writer's messages are late and
+// the reader's flag arrives on time but its ticket later still.
 type markRace struct {
-	node, odd wire.NodeID
-	until     int
+	node, odd, slow wire.NodeID
+	until           int
 	// late and deaf are the leaders the writer's messages to are late
 	// and whose reports to it are lost.
 	late, deaf [4]bool
@@ -340,32 +367,171 @@ func (x *explorer) springRace(m wire.Message, step int) {
 		return
 	}
 	r := markRace{node: m.From, odd: wire.NodeID(1 + x.rng.IntN(3)), until: step + 100 + x.rng.IntN(300), arrive: true}
-	for l := 1; l <= 3; l++ {
-		r.late[l] = wire.NodeID(l) != r.odd && x.rng.IntN(4) != 0 || x.rng.IntN(4) == 0
-		r.deaf[l] = x.rng.IntN(2) == 0
+	if x.rng.IntN(2) == 0 {
+		roles := x.rng.Perm(3)
+		deaf, odd, slow := wire.NodeID(roles[0]+1), wire.NodeID(roles[1]+1), wire.NodeID(roles[2]+1)
+		r.odd, r.slow = odd, slow
+		r.late[deaf], r.deaf[deaf], r.late[slow] = true, true, true
+	} else {
+		for l := 1; l <= 3; l++ {
+			r.late[l] = wire.NodeID(l) != r.odd && x.rng.IntN(4) != 0 || x.rng.IntN(4) == 0
+			r.deaf[l] = x.rng.IntN(2) == 0
+		}
 	}
 	x.race = r
-	x.tracef("mark race around node %d, leader %d odd, until step %d, late %v, deaf %v", r.node, r.odd, r.until,
-		r.late[1:], r.deaf[1:])
+	x.tracef("mark race around node %d, leader %d odd, leader %d slow, until step %d, late %v, deaf %v", r.node,
+		r.odd, r.slow, r.until, r.late[1:], r.deaf[1:])
 }
 
-func (x *explorer) raceLate(m wire.Message, step int) bool {
+// raceDelay is how much later than its draw m arrives in a mark race.
+func (x *explorer) raceDelay(m wire.Message, step int) int {
 	r := x.race
 	switch {
 	case step >= r.until:
-		return false
+		return 0
 	case m.From == r.node:
-		return m.To <= 3 && r.late[m.To]
-	default:
+		if m.To <= 3 && r.late[m.To] {
+			return 20 + x.rng.IntN(80)
+		}
+	case m.To == r.slow:
+		// The reader's flag on time, its ticket after the writer's
+		// watch there.
+		if m.Kind != wire.KindEnter {
+			return 100 + x.rng.IntN(100)
+		}
+	case m.To == r.odd || m.To <= 3 && x.rng.IntN(4) == 0:
 		// And now and then any other phase message: a reader's ticket
 		// that reaches one leader after its doorway reached another.
-		return m.To == r.odd || m.To <= 3 && x.rng.IntN(4) == 0
+		return 20 + x.rng.IntN(80)
 	}
+	return 0
 }
 
 func (x *explorer) raceLost(m wire.Message, step int) bool {
 	r := x.race
 	return step < r.until && m.Kind == wire.KindReport && m.To == r.node && m.From <= 3 && r.deaf[m.From]
+}
+
+// A watchRace is faults sprung by a master's new watch of one leader
+// (rewatch: a report came as changes to one it never had), the meeting
+// the ticket check of fresh is for. The leader's answer echoes the
+// master's latest watch number, which a request of it still adding its
+// ticket also carries: a report that may lack that ticket, and a doorway
+// that enters the leader after it. Until until: the rewatch and its
+// answer arrive at once, and the leader's later reports to the master
+// are lost, so the master keeps the answer; the other leaders' reports
+// to it are late, as are its messages to some leaders (its ticket
+// reaches one late); and another client arrives, whose messages to one
+// other leader, odd, are late (its doorway is missing there).
+type watchRace struct {
+	node, leader, odd wire.NodeID
+	seq               uint64
+	until             int
+	answered          bool
+	answer            uint64 // the answer's report sequence
+	late              [4]bool
+	arrive            bool
+}
+
+// springWatchRace may spring a watch race at m, sent at step: a watch
+// of a leader whose mark is below the number of a request of the
+// master's that is adding its ticket (so a doorway that reads there may
+// draw a lower one). The roles follow the leaders' marks: the leaders
+// with lower marks than the ticket, other than the watched one, get the
+// master's messages late (its ticket arrives after another's); one with
+// a mark as high as the ticket is odd (the arriving client's doorway
+// reaches it late, after its report to the master).
+func (x *explorer) springWatchRace(m wire.Message, step int) {
+	if m.Kind != wire.KindWatch || m.To > 3 || m.To == m.From || step < x.wrace.until {
+		return
+	}
+	ticket := x.addingTicket(m.From)
+	var marks [4]uint64
+	for l := 1; l <= 3; l++ {
+		if n := x.h.nodes[l-1].core; n != nil {
+			_, marks[l] = n.Table("a")
+		}
+	}
+	if ticket == 0 || marks[m.To]+1 >= ticket || x.rng.IntN(2) != 0 {
+		return
+	}
+	r := watchRace{node: m.From, leader: m.To, seq: m.WatchSeq, until: step + 100 + x.rng.IntN(300), arrive: true}
+	for l := 1; l <= 3; l++ {
+		switch {
+		case wire.NodeID(l) == r.leader:
+		case marks[l]+1 < ticket:
+			r.late[l] = true
+		case r.odd == 0:
+			r.odd = wire.NodeID(l)
+		}
+	}
+	x.wrace = r
+	// What is already on its way goes late too: the master's tickets to
+	// the late leaders, the other leaders' reports to it.
+	for i, f := range x.h.inflight[:len(x.at)] {
+		if x.at[i] < heldBack && (f.From == r.node && f.To <= 3 && (r.late[f.To] || x.wraceTicket(f)) ||
+			f.To == r.node && f.Kind == wire.KindReport && f.From != r.leader) {
+			x.at[i] += 20 + x.rng.IntN(80)
+		}
+	}
+	x.tracef("watch race around node %d and leader %d, leader %d odd, until step %d, late %v (ticket %d, marks %v)",
+		r.node, r.leader, r.odd, r.until, r.late[1:], ticket, marks[1:])
+}
+
+// addingTicket is the number of a request of node adding its ticket (0:
+// none).
+func (x *explorer) addingTicket(node wire.NodeID) uint64 {
+	if n := x.h.nodes[node-1].core; n != nil {
+		for _, r := range n.Requests() {
+			if r.Phase == "add-ticket" {
+				return r.Ticket
+			}
+		}
+	}
+	return 0
+}
+
+// wraceFast: m is the rewatch, or the leader's answer to it.
+func (x *explorer) wraceFast(m wire.Message, step int) bool {
+	r := &x.wrace
+	switch {
+	case step >= r.until:
+		return false
+	case m.Kind == wire.KindWatch && m.From == r.node && m.To == r.leader && m.WatchSeq == r.seq:
+		return true
+	case m.Kind == wire.KindReport && m.From == r.leader && m.To == r.node && !r.answered && m.WatchSeq >= r.seq &&
+		m.BaseSeq == 0:
+		r.answered, r.answer = true, m.ReportSeq
+		return true
+	}
+	return false
+}
+
+func (x *explorer) wraceLate(m wire.Message, step int) bool {
+	r := x.wrace
+	switch {
+	case step >= r.until:
+		return false
+	case m.From == r.node:
+		return m.To <= 3 && (r.late[m.To] || x.wraceTicket(m))
+	case m.To == r.node:
+		return m.Kind == wire.KindReport && m.From != r.leader
+	default:
+		return m.To == r.odd
+	}
+}
+
+// wraceTicket: m is the master's ticket to the watched leader, which
+// arrives after the leader's answer.
+func (x *explorer) wraceTicket(m wire.Message) bool {
+	return m.Kind == wire.KindAddTicket && m.From == x.wrace.node && m.To == x.wrace.leader
+}
+
+// wraceLost: a report of the leader to the master, after its answer.
+func (x *explorer) wraceLost(m wire.Message, step int) bool {
+	r := x.wrace
+	return step < r.until && r.answered && m.Kind == wire.KindReport && m.From == r.leader && m.To == r.node &&
+		m.ReportSeq > r.answer
 }
 
 // heldBack is the arrival of a message held until the settle.
@@ -397,9 +563,13 @@ var exploreModes = []wire.Mode{wire.ModeReadOnly, wire.ModeReadOnly, wire.ModeRe
 // acquire starts a request on a client node other than not; a reader's
 // if reader, else in one of the seed's modes.
 func (x *explorer) acquire(not wire.NodeID, reader bool) {
-	node := clientNodes[x.rng.IntN(len(clientNodes))]
+	clients := clientNodes
+	if len(x.o.clients) > 0 {
+		clients = x.o.clients
+	}
+	node := clients[x.rng.IntN(len(clients))]
 	for wire.NodeID(node) == not {
-		node = clientNodes[x.rng.IntN(len(clientNodes))]
+		node = clients[x.rng.IntN(len(clients))]
 	}
 	n := x.h.nodes[node-1]
 	if n.core == nil {
@@ -621,38 +791,64 @@ func TestExploreCatchesMutants(t *testing.T) {
 		t.Skip("the explorer runs on one goroutine: its mutants run in the plain test run, not under -race")
 	}
 	site := func(seed int64) exploreOptions { return exploreWorld(5*seed - 1) }
+	watched := func(seed int64) exploreOptions {
+		return exploreOptions{seed: seed, modes: []wire.Mode{wire.ModeReadOnly, wire.ModeExclusive}, clients: []int{4, 5}}
+	}
+	soft := func(seed int64) exploreOptions {
+		return exploreOptions{seed: seed, modes: []wire.Mode{wire.ModeReadOnly, wire.ModeReadWrite}}
+	}
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant
 		safety bool
 		world  func(seed int64) exploreOptions
+		// bound, when set, replaces exploreBound.
+		bound int64
 	}{
 		// A soft writer deciding on reports made before its mark: a
 		// mark race (markRace) lines it up.
-		{"stale reports", core.MutantStaleReports, true, exploreWorld},
+		{"stale reports", core.MutantStaleReports, true, exploreWorld, 0},
 		// A limited reader skipping a share's doorway below it, and a
 		// share restored as a plain reader's: the web site's world.
-		{"ignore choosing", core.MutantIgnoreChoosing, true, site},
-		{"restore shares as readers", core.MutantRestoreSharesAsReaders, true, site},
-		{"soft keeps place", core.MutantSoftKeepsPlace, false, exploreWorld},
-		{"sleep blocked", core.MutantSleepBlocked, false, exploreWorld},
+		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 0},
+		{"restore shares as readers", core.MutantRestoreSharesAsReaders, true, site, 0},
+		// An activated soft writer skipping a reader's doorway that
+		// began after its first look: a mark race that deals the
+		// leaders their three roles in one draw, among readers and soft
+		// writers only. Rarer than the others: it needs a lost mark, a
+		// late ticket and lost reports at three links in one order.
+		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways, true, soft, 2 * exploreBound},
+		// A waiter deciding on a report that echoes its ADD_TICKET's
+		// watch number without its ticket: a watch race (watchRace)
+		// among readers and hard writers on two clients' nodes, so a
+		// master often has a request adding while another watches.
+		{"unchecked ticket reports", core.MutantUncheckedTicketReports, true, watched, 2 * exploreBound},
+		{"soft keeps place", core.MutantSoftKeepsPlace, false, exploreWorld, 0},
+		{"sleep blocked", core.MutantSleepBlocked, false, exploreWorld, 0},
 		// A request's late ENTERING makes a replica take it again after
 		// its master forgot it: held back until the settle, it comes
 		// after the tombstones are gone.
-		{"keep strays", core.MutantKeepStrays, false, exploreWorld},
+		{"keep strays", core.MutantKeepStrays, false, exploreWorld, 0},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			for seed := int64(1); seed <= exploreBound; seed++ {
+			bound := cmp.Or(m.bound, exploreBound)
+			for seed := int64(1); seed <= bound; seed++ {
 				o := m.world(seed)
 				o.mutant = m.mutant
 				failure, _ := explore(t, o)
 				if failure != "" && (!m.safety || slices.Contains(safetyKinds, failureKind(failure))) {
 					t.Logf("caught at seed %d (explorer seed %d): %s", seed, o.seed, failure)
+					// The catch is the mutant's: the real core passes
+					// the same seed.
+					o.mutant = 0
+					if failure, _ := explore(t, o); failure != "" {
+						t.Fatalf("the real core fails seed %d too: %s", seed, failure)
+					}
 					return
 				}
 			}
-			t.Fatalf("the explorer did not catch the mutant in %d seeds", exploreBound)
+			t.Fatalf("the explorer did not catch the mutant in %d seeds", bound)
 		})
 	}
 }

@@ -185,7 +185,17 @@ func TestMutantsAreCaught(t *testing.T) {
 	// activation (MutantStaleReports, soft_writer_stale_reports.txt),
 	// which needs the mark late at two leaders, their reports to the
 	// writer lost and a reader's doorway late at the third, all at once;
-	// a share restored or handed over as a plain reader's
+	// an activated soft writer skipping a reader's doorway that began
+	// before its mark arrived (MutantSoftIgnoresLaterDoorways,
+	// soft_writer_later_reader.txt), which needs a lost mark, a late
+	// ticket and lost reports at three different links in one order (a
+	// mark race that deals the three roles in one draw); a waiter
+	// deciding on a report that echoes its ADD_TICKET's watch without
+	// listing its ticket (MutantUncheckedTicketReports,
+	// rewatch_report_without_ticket.txt), which needs another watch of
+	// the same master answered by a leader before it takes the ticket,
+	// and a doorway below it that enters there after (a watch race); a
+	// share restored or handed over as a plain reader's
 	// (MutantRestoreSharesAsReaders; the swarm found it once, seed
 	// 15425); and a limited reader that skips a choosing share below it
 	// (MutantIgnoreChoosing, limit_waits_for_choosing_share.txt). A
@@ -194,30 +204,16 @@ func TestMutantsAreCaught(t *testing.T) {
 	// simulator's settle probe outlasts and the explorer's settle bound
 	// does not.
 	//
-	// Caught by scripted scenarios only: an activated soft writer
-	// skipping a reader's doorway that began before its mark arrived
-	// (MutantSoftIgnoresLaterDoorways, soft_writer_later_reader.txt),
-	// which needs a lost mark, a late ticket and lost reports at three
-	// different links in one order; 20,000 explorer seeds and 1,200 of
-	// each swarm and hostile world did not line it up. Stale entries
-	// that hold waiters until their lifetime runs out
-	// (MutantNoRestartFromRequests, which needs a client's agent to
-	// restart, and MutantDeltaAnyBase), readers turned
-	// away or a limited reader kept waiting until the page views end
-	// (MutantTryDrains, MutantLimitIgnoresShares), and an old leader that
-	// serves until it hears of the new view (MutantNoFence): their harm
-	// ends before this simulator's settle probe looks, and the
+	// Caught by scripted scenarios only: stale entries that hold waiters
+	// until their lifetime runs out (MutantNoRestartFromRequests, which
+	// needs a client's agent to restart, and MutantDeltaAnyBase), readers
+	// turned away or a limited reader kept waiting until the page views
+	// end (MutantTryDrains, MutantLimitIgnoresShares), and an old leader
+	// that serves until it hears of the new view (MutantNoFence): their
+	// harm ends before this simulator's settle probe looks, and the
 	// explorer's settle (a bound of 60 ticks once the faults stop) did
 	// not meet them in 20,000 seeds (it does not restart the clients'
 	// own agents, nor change views).
-	//
-	// Caught by nothing yet: deciding on a report that echoes the
-	// ADD_TICKET's watch without listing the ticket
-	// (MutantUncheckedTicketReports). It needs a report that another
-	// request's watch of the same master drew from a leader before that
-	// leader took the ticket, and a request below it that entered there
-	// after; core.TestChoosingRulesBackEachOther shows the schedule where
-	// the choosing wait covers for it.
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant
