@@ -26,6 +26,9 @@ var (
 	ErrBadRequest = Mark(ErrInvalid, "bad request")
 	// ErrUnauthorized: the bearer token is missing or wrong.
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: the caller is known, and its role does not allow the
+	// call on that name (the agent's --role settings).
+	ErrForbidden = errors.New("forbidden")
 	// ErrUnavailable: the agent could not be reached, did not answer as an
 	// agent does, or failed in a way no other code names.
 	ErrUnavailable = errors.New("agent unavailable")
@@ -46,6 +49,7 @@ var (
 const (
 	BadRequest     = "bad_request"
 	Unauthorized   = "unauthorized"
+	Forbidden      = "forbidden"
 	Unavailable    = "unavailable"
 	Canceled       = "canceled"
 	Conflict       = "conflict"
@@ -84,6 +88,7 @@ var table = []Row{
 	coreRow(wire.CodeInvalid, ErrInvalid, 400),
 	coreRow(wire.CodeUnknownLease, ErrUnknownLease, 404),
 	{Code: Unauthorized, Err: ErrUnauthorized, Status: 401},
+	{Code: Forbidden, Err: ErrForbidden, Status: 403},
 	coreRow(wire.CodeTimedOut, ErrTimedOut, 409), // held by others for the whole wait
 	coreRow(wire.CodeDraining, ErrDraining, 503),
 	coreRow(wire.CodeOverflow, ErrOverflow, 429),

@@ -57,7 +57,7 @@ func TestCodes(t *testing.T) {
 		codes.ErrDraining: {"draining", 503}, codes.ErrTimedOut: {"timedout", 409}, codes.ErrNotReady: {"not_ready", 503},
 		codes.ErrLost: {"lost", 410}, codes.ErrInvalid: {"invalid", 400}, codes.ErrOverflow: {"overflow", 429},
 		codes.ErrUnknownLease: {"unknown_lease", 404}, codes.ErrBadRequest: {"bad_request", 400},
-		codes.ErrUnauthorized: {"unauthorized", 401}, codes.ErrConflict: {"conflict", 409},
+		codes.ErrUnauthorized: {"unauthorized", 401}, codes.ErrForbidden: {"forbidden", 403}, codes.ErrConflict: {"conflict", 409},
 		codes.ErrChangeTimedOut: {"change_timedout", 504}, context.Canceled: {"canceled", 503},
 		context.DeadlineExceeded: {"canceled", 503}, errors.New("other"): {"unavailable", 500},
 	} {

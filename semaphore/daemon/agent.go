@@ -109,6 +109,12 @@ type AgentConfig struct {
 	Logger *slog.Logger
 	// Broken: see NodeConfig.Broken. Never set it outside tests.
 	Broken core.Mutant
+	// Roles say who may do what on the API (AccessConfig.Roles, the
+	// --role settings). Whatever they say, the agent's own user and root
+	// are operators, the --api-group's members not named are frontends,
+	// and so is every local user on a socket of mode 0666; APIToken is an
+	// operator's.
+	Roles []string
 }
 
 // Agent is a running node: mesh, store, state machines and API.
@@ -196,6 +202,9 @@ func checkAgentConfig(cfg AgentConfig) (AgentConfig, error) {
 		return cfg, fmt.Errorf("%w: cluster size %d is not 1..%d", ErrConfig, cfg.ClusterSize, wire.MaxMembers)
 	}
 	if _, _, err := socketAccess(cfg.APIMode, cfg.APIGroup); err != nil {
+		return cfg, err
+	}
+	if _, err := cfg.access(); err != nil {
 		return cfg, err
 	}
 	if cfg.HTTPListen != "" {
@@ -426,7 +435,16 @@ func nonce() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
+// access is who may do what on the API (see Roles).
+func (cfg AgentConfig) access() (*Access, error) {
+	return NewAccess(AccessConfig{Roles: cfg.Roles, Group: cfg.APIGroup, Open: cfg.APIMode&0o006 != 0, Token: cfg.APIToken})
+}
+
 func (a *Agent) serveAPI(cfg AgentConfig) error {
+	access, err := cfg.access()
+	if err != nil {
+		return err
+	}
 	lis, url, err := ListenAPI(cfg.API, cfg.APIToken)
 	if err != nil {
 		return err
@@ -439,14 +457,15 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 	}
 	a.lis, a.apiURL = lis, url
 	reg := a.node.Registry()
-	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Logger: cfg.Logger, Metrics: reg,
+	handler := NewAPI(APIConfig{Node: a.node, Token: cfg.APIToken, Access: access, Logger: cfg.Logger, Metrics: reg,
 		Peers: a.peers, Mesh: a.meshPeers, PeerNode: peerNode, Cluster: a.host})
-	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnContext: ConnContext,
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	serve := lis
 	if !api.IsTCPAddr(url) {
 		// The socket also speaks the compact protocol (file permissions
 		// guard it, as they guard HTTP there; TCP needs the token).
-		mux := newAPIMux(lis, a.node)
+		mux := newAPIMux(lis, a.node, access)
 		serve = mux.HTTP()
 		a.wg.Go(func() {
 			mux.run()

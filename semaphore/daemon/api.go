@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,9 +48,14 @@ const maxBody = 64 << 10
 // APIConfig configures the API handler.
 type APIConfig struct {
 	Node *Node
-	// Token, when set, must come as "Authorization: Bearer <Token>". Set it
-	// for TCP listeners; Unix sockets rely on file permissions.
+	// Token, when set, must come as "Authorization: Bearer <Token>" (or
+	// another token Access knows). Set it for TCP listeners; on Unix
+	// sockets the kernel names the caller (ConnContext).
 	Token string
+	// Access, when set, gives callers their roles: a TCP caller by its
+	// token, a socket's by WithCaller in the request's context. Nil: every
+	// caller may do everything (the agent always sets it).
+	Access *Access
 	// Peers adds the mesh's other peers, with their connection state, to
 	// /v1/status. Mesh lists the mesh's peers, this node's too, for
 	// /v1/members; PeerNode turns a peer id into a node id. All optional.
@@ -82,9 +88,10 @@ func NewAPI(cfg APIConfig) http.Handler {
 		h            http.HandlerFunc
 	}{
 		{"POST", "/v1/acquire", a.acquire}, {"POST", "/v1/release", a.release}, {"POST", "/v1/renew", a.renew},
-		{"GET", "/v1/watch", a.watch}, {"GET", "/v1/locks", a.locks}, {"GET", "/v1/status", a.status},
-		{"POST", "/v1/force-unlock", a.force}, {"GET", "/v1/members", a.members},
-		{"POST", "/v1/members/vouch", a.vouch},
+		{"GET", "/v1/watch", a.watch}, {"GET", "/v1/locks", a.locks}, {"GET", "/v1/status", a.anyRole("status", a.status)},
+		{"POST", "/v1/force-unlock", a.operator("force_unlock", "force-unlock", a.force)},
+		{"GET", "/v1/members", a.anyRole("members", a.members)},
+		{"POST", "/v1/members/vouch", a.operator("vouch", "vouch for this node's store", a.vouch)},
 	} {
 		mux.HandleFunc(e.method+" "+e.path, e.h)
 
@@ -96,9 +103,10 @@ func NewAPI(cfg APIConfig) http.Handler {
 		})
 	}
 	if cfg.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}))
+		metrics := promhttp.HandlerFor(cfg.Metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)})
+		mux.HandleFunc("GET /metrics", a.anyRole("metrics", metrics.ServeHTTP))
 	}
-	mux.HandleFunc("POST /v1/members", a.changeMembers)
+	mux.HandleFunc("POST /v1/members", a.operator("members_change", "change the membership", a.changeMembers))
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(api.OpenAPI)
@@ -111,12 +119,45 @@ func NewAPI(cfg APIConfig) http.Handler {
 	}
 	want := []byte("Bearer " + cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Access != nil {
+			// The token names the caller, and so its roles.
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			c, known := cfg.Access.Bearer(tok)
+			if !ok || !known {
+				fail(w, fmt.Errorf("%w: missing or wrong bearer token", codes.ErrUnauthorized))
+				return
+			}
+			mux.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
+			return
+		}
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			fail(w, fmt.Errorf("%w: missing or wrong bearer token", codes.ErrUnauthorized))
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// anyRole serves h to callers with any role (status, members, metrics).
+func (a *apiServer) anyRole(action string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := callerFrom(r.Context()); ok && c.top() == RoleNone {
+			fail(w, a.cfg.Node.refused(c, action, c.forbidden("read the "+action, "", RoleFrontend)))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// operator serves h to operators only.
+func (a *apiServer) operator(action, what string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := callerFrom(r.Context()); ok && !c.Operator() {
+			fail(w, a.cfg.Node.refused(c, action, c.forbidden(what, "", RoleOperator)))
+			return
+		}
+		h(w, r)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -237,10 +278,30 @@ func (a *apiServer) watch(w http.ResponseWriter, r *http.Request) {
 
 func (a *apiServer) locks(w http.ResponseWriter, r *http.Request) {
 	prefix, local := r.URL.Query().Get("prefix"), r.URL.Query().Get("local") == "true"
+	c, hasCaller := callerFrom(r.Context())
+	if hasCaller {
+		if err := c.may("read the table", prefix, RoleFrontend); err != nil {
+			fail(w, a.cfg.Node.refused(c, "locks", err))
+			return
+		}
+	}
+	writeTable := func(t api.Table) {
+		if hasCaller && !c.Operator() {
+			// Owners and command lines are an operator's to read; a
+			// caller sees its own.
+			own, err := a.cfg.Node.leasesOf(r.Context(), c)
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			hideOwners(&t, own)
+		}
+		writeJSON(w, http.StatusOK, t)
+	}
 	if a.cfg.Cluster != nil && !local {
 		t, err := a.cfg.Node.ClusterLocks(r.Context(), a.cfg.Cluster, prefix)
 		if err == nil {
-			writeJSON(w, http.StatusOK, t)
+			writeTable(t)
 			return
 		}
 		if !errors.Is(err, codes.ErrNotReady) {
@@ -254,7 +315,7 @@ func (a *apiServer) locks(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		t.Note = err.Error()
-		writeJSON(w, http.StatusOK, t)
+		writeTable(t)
 		return
 	}
 	t, err := a.cfg.Node.Locks(r.Context(), prefix)
@@ -262,7 +323,23 @@ func (a *apiServer) locks(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, t)
+	writeTable(t)
+}
+
+// hideOwners blanks the owners of t's requests that are not in own.
+func hideOwners(t *api.Table, own map[string]bool) {
+	for i := range t.Locks {
+		for j := range t.Locks[i].Entries {
+			if e := &t.Locks[i].Entries[j]; !own[e.Request] {
+				e.Owner = ""
+			}
+		}
+	}
+	for i := range t.Requests {
+		if !own[t.Requests[i].Request] {
+			t.Requests[i].Owner = ""
+		}
+	}
 }
 
 func (a *apiServer) status(w http.ResponseWriter, r *http.Request) {

@@ -26,6 +26,9 @@ type apiMux struct {
 	lis  net.Listener
 	node *Node
 	http *handoffListener
+	// access, when set, gives each connection's caller its roles, from
+	// the kernel's word on its peer (nil: every caller may do everything).
+	access *Access
 
 	mu     sync.Mutex
 	conns  map[net.Conn]bool // connections being routed or served compact
@@ -37,8 +40,8 @@ type apiMux struct {
 // protocol it speaks (the HTTP server's header timeout is as long).
 const prefaceWait = 10 * time.Second
 
-func newAPIMux(lis net.Listener, node *Node) *apiMux {
-	m := &apiMux{lis: lis, node: node, conns: map[net.Conn]bool{},
+func newAPIMux(lis net.Listener, node *Node, access *Access) *apiMux {
+	m := &apiMux{lis: lis, node: node, access: access, conns: map[net.Conn]bool{},
 		http: &handoffListener{addr: lis.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}}
 	m.http.mux = m
 	return m
@@ -72,25 +75,44 @@ func (m *apiMux) route(c net.Conn) {
 		_ = c.Close()
 		return
 	}
+	caller := m.caller(c)
 	_ = c.SetReadDeadline(time.Now().Add(prefaceWait))
 	br := bufio.NewReaderSize(c, 4096)
 	head, err := br.Peek(len(api.CompactPreface))
 	if err == nil && bytes.Equal(head, api.CompactPreface) {
 		_, _ = br.Discard(len(head))
 		_ = c.SetReadDeadline(time.Time{})
-		m.serveCompact(c, br)
+		m.serveCompact(c, br, caller)
 		return
 	}
 	// HTTP (or garbage, which HTTP refuses): what was read goes with it,
 	// and the HTTP server owns it from here.
 	m.track(c, false)
-	if !m.http.deliver(&peekedConn{Conn: c, r: br}) {
+	if !m.http.deliver(&peekedConn{Conn: c, r: br, caller: caller}) {
 		_ = c.Close()
 	}
 }
 
+// caller is who is at the other end of c, with its roles: nil without
+// an Access; a caller with none when the kernel does not say.
+func (m *apiMux) caller(c net.Conn) *Caller {
+	if m.access == nil {
+		return nil
+	}
+	uid, gid, pid, err := peerCred(c)
+	if err != nil {
+		m.node.log.Warn("an API caller whose credentials cannot be read may do nothing", "err", err)
+		return &Caller{}
+	}
+	return m.access.Peer(uid, gid, pid)
+}
+
 // serveCompact answers c's calls, one at a time, until it closes.
-func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader) {
+func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller) {
+	base := context.Background()
+	if caller != nil {
+		base = WithCaller(base, caller)
+	}
 	defer func() {
 		m.track(c, false)
 		_ = c.Close()
@@ -110,7 +132,7 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader) {
 			// A call that does not wait (a try, a release, a renewal) is
 			// answered as it comes: a try's grant whose answer cannot be
 			// written is given back, as a call abandoned after the grant.
-			reply := m.call(context.Background(), req)
+			reply := m.call(base, req)
 			out = api.AppendReply(out[:0], &reply)
 			if _, err := c.Write(out); err != nil {
 				if req.Op == api.OpAcquire && reply.Lease != "" {
@@ -122,7 +144,7 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader) {
 		}
 		// The client going away abandons a waiting call, as HTTP's does:
 		// the next bytes are the next call's, or the end of the connection.
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(base)
 		next := make(chan error, 1)
 		go func() {
 			_, err := br.Peek(1)
@@ -272,7 +294,17 @@ func (l *handoffListener) deliver(c net.Conn) bool {
 // peekedConn is a connection whose first bytes were read into r.
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r      *bufio.Reader
+	caller *Caller
+}
+
+// ConnContext is the HTTP server's: a request carries its connection's
+// caller (WithCaller).
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if pc, ok := c.(*peekedConn); ok && pc.caller != nil {
+		return WithCaller(ctx, pc.caller)
+	}
+	return ctx
 }
 
 func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }

@@ -60,6 +60,50 @@ type lease struct {
 	asked, granted time.Time
 }
 
+// mayUse is nil if ctx's caller may release, renew or watch l: it took l,
+// or is an operator, or there is no caller (an in-process call). A lease
+// this agent does not know (l nil: an earlier life's, which the leaders
+// keep) is released by a caller that may take an exclusive lock on name:
+// nobody here remembers its owner or its mode. On the loop.
+func (n *Node) mayUse(ctx context.Context, what string, l *lease, name string) error {
+	c, ok := callerFrom(ctx)
+	switch {
+	case !ok || c.Operator():
+		return nil
+	case l == nil:
+		if err := c.may(what+" a lease this agent does not know", name, RoleWriter); err != nil {
+			return n.refused(c, what, err)
+		}
+		return nil
+	case l.req.by != nil && l.req.by.same(c):
+		return nil
+	}
+	return n.refused(c, what, fmt.Errorf("%w: %s may not %s lease %s on %q: it is another caller's (only an operator may)",
+		codes.ErrForbidden, c, what, l.handle, l.req.Name))
+}
+
+// leasesOf is the set of the ids of the leases c took on this agent.
+func (n *Node) leasesOf(ctx context.Context, c *Caller) (map[string]bool, error) {
+	own := map[string]bool{}
+	err := n.run(ctx, func() error {
+		for h, l := range n.leases {
+			if l.req.by != nil && l.req.by.same(c) {
+				own[h.String()] = true
+			}
+		}
+		return nil
+	})
+	return own, err
+}
+
+// refused counts and logs a call c may not make, and returns err.
+func (n *Node) refused(c *Caller, action string, err error) error {
+	n.metrics.forbidden.WithLabelValues(action).Inc()
+	n.log.Warn("call refused: not the caller's role", "action", action, "uid", c.UID, "pid", c.PID, "token", c.Token,
+		"err", err)
+	return err
+}
+
 // ParseLeaseID reads a lease id as Lease.ID spells it.
 func ParseLeaseID(s string) (wire.RequestID, error) {
 	parts := strings.Split(s, ".")
@@ -101,6 +145,12 @@ func (n *Node) coreAcquire(r Request) core.Acquire {
 func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 	if err := r.Validate(); err != nil {
 		return Lease{}, err
+	}
+	if c, ok := callerFrom(ctx); ok {
+		if err := c.may("take a "+r.Mode.String()+" lock", r.Name, modeRole(r.Mode)); err != nil {
+			return Lease{}, n.refused(c, "acquire", err)
+		}
+		r.by = c
 	}
 	a := n.coreAcquire(r)
 	// One turn of the loop: the call waits for the answer alone, which a
@@ -245,6 +295,12 @@ func (n *Node) Release(ctx context.Context, id, name string) error {
 		if l != nil && name != "" && l.req.Name != name {
 			done <- fmt.Errorf("%w: %s on %q", ErrUnknownLease, id, name)
 			return
+		}
+		if l != nil || n.earlierLife(h) {
+			if err := n.mayUse(ctx, "release", l, name); err != nil {
+				done <- err
+				return
+			}
 		}
 		if l == nil {
 			// A lease granted before this agent restarted: the leaders keep
@@ -445,6 +501,9 @@ func (n *Node) RenewHeld(ctx context.Context, id string, as Held) (Lease, error)
 		case n.failed != nil:
 			return n.failed
 		}
+		if err := n.mayUse(ctx, "renew", l, ""); err != nil {
+			return err
+		}
 		return n.renewOn(l)
 	}); err != nil {
 		return Lease{}, err
@@ -495,6 +554,15 @@ func (n *Node) adopt(ctx context.Context, h wire.RequestID, as Held) (Lease, err
 	if err := req.Validate(); err != nil {
 		return Lease{}, err
 	}
+	// Nobody here remembers its owner: it is taken over by a caller that
+	// may take such a lock on the name (the mode the leaders say), and is
+	// that caller's from now on.
+	if c, ok := callerFrom(ctx); ok {
+		if err := c.may("take over a "+req.Mode.String()+" lease", req.Name, modeRole(req.Mode)); err != nil {
+			return Lease{}, n.refused(c, "renew", err)
+		}
+		req.by = c
+	}
 	var l *lease
 	if err := n.run(ctx, func() error {
 		if n.failed != nil {
@@ -503,6 +571,9 @@ func (n *Node) adopt(ctx context.Context, h wire.RequestID, as Held) (Lease, err
 		if l = n.leases[h]; l != nil { // taken over meanwhile, by another call
 			if l.req.Name != req.Name {
 				return fmt.Errorf("%w: %s on %q", ErrUnknownLease, h, req.Name)
+			}
+			if err := n.mayUse(ctx, "renew", l, ""); err != nil {
+				return err
 			}
 			return n.renewOn(l)
 		}
@@ -535,6 +606,9 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 		l := n.leases[h]
 		if l == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
+		}
+		if err := n.mayUse(ctx, "watch", l, ""); err != nil {
+			return err
 		}
 		l.watchers = append(l.watchers, ch)
 		if l.held {

@@ -34,6 +34,8 @@ type metrics struct {
 	persists               prometheus.Counter
 	rejected               prometheus.Counter
 	forced                 prometheus.Counter
+	// forbidden: API calls refused by the caller's role, by action.
+	forbidden *prometheus.CounterVec
 	// changesRefused: membership changes that failed; foreign: messages of
 	// another cluster; stale: check-ins of a node's older life, refused.
 	changesRefused, foreign, stale prometheus.Counter
@@ -69,6 +71,9 @@ func newMetrics() *metrics {
 		Help: "Time from a grant to the lease's end, by mode.", Buckets: latencyBuckets}, []string{"mode"})
 	m.active = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_active_leases",
 		Help: "Leases this node's clients hold, by mode."}, []string{"mode"})
+	m.forbidden = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_forbidden_total",
+		Help: "API calls refused because the caller's role does not allow them, by action."}, []string{"action"})
+	f(m.forbidden)
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_waiters",
 		Help: "Requests of this node's clients waiting for a grant."})
 	m.changesRefused = counter("sluice_membership_changes_refused_total",

@@ -33,6 +33,9 @@ type Request struct {
 	Limit int
 	// Owner is who the client says it is, for operators (api.AcquireBody).
 	Owner string
+	// by is who took it, as the kernel or a token says (WithCaller): its
+	// releases, renewals and watches are this caller's or an operator's.
+	by *Caller
 }
 
 // maxOwner caps Request.Owner.

@@ -69,7 +69,7 @@ var brokenBuilds = map[string]core.Mutant{
 type agentFlags struct {
 	name, data, keyFile, priority, pskFile, api, tokenFile, logLevel, config, broken string
 	apiMode, apiGroup, httpListen, httpTokenFile                                     string
-	httpAllow                                                                        []string
+	httpAllow, roles                                                                 []string
 	listen, peers, allow, initial                                                    []string
 	size                                                                             int
 	inMemory, join, insecure                                                         bool
@@ -143,7 +143,8 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.httpTokenFile, "http-token-file", "", "bearer token of --http-listen (Authorization: Bearer, or ?token= for a browser)")
 	fl.StringSliceVar(&f.httpAllow, "http-allow", nil, "client networks --http-listen admits, CIDR or IP (e.g. 10.0.0.0/8)")
 	fl.StringVar(&f.apiMode, "api-mode", "0600", "permissions of the API socket, octal: 0600 (this user), 0660 (and --api-group), 0666 (every local user)")
-	fl.StringVar(&f.apiGroup, "api-group", "", "group of the API socket (e.g. www-data), for frontends running as other users; with --api-mode 0660")
+	fl.StringVar(&f.apiGroup, "api-group", "", "group of the API socket (e.g. www-data), for frontends running as other users; with --api-mode 0660; its members are frontends unless --role names them")
+	fl.StringSliceVar(&f.roles, "role", nil, "who may do what on the API: WHO=ROLE or WHO=ROLE:PREFIX, WHO being user:NAME, group:NAME or token:FILE, ROLE frontend (read-only locks), writer (every mode) or operator (everything); repeat for more (the agent's user and root are operators)")
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key, made by 'sluice id --data DIR'), so that --initial-members can name the node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -197,7 +198,8 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	}
 	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
-		Priority: prio, AllowList: f.allow, Insecure: f.insecure, API: f.api, APIMode: os.FileMode(apiMode), APIGroup: f.apiGroup, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant}
+		Priority: prio, AllowList: f.allow, Insecure: f.insecure, API: f.api, APIMode: os.FileMode(apiMode), APIGroup: f.apiGroup, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant,
+		Roles: f.roles}
 	if f.pskFile != "" {
 		if cfg.PSK, err = p2p.ReadPSK(f.pskFile); err != nil {
 			return none, usageErrorf("agent: --psk-file: %v", err)
