@@ -31,6 +31,9 @@ var (
 	ErrUnknownLease = codes.ErrUnknownLease
 	// ErrUnauthorized: the bearer token is missing or wrong.
 	ErrUnauthorized = codes.ErrUnauthorized
+	// ErrForbidden: the agent knows the caller, and its role does not
+	// allow the call on that name.
+	ErrForbidden = codes.ErrForbidden
 )
 
 // Environment variables read when Config leaves the field empty.

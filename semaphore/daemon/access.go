@@ -403,23 +403,28 @@ func (a *Access) Bearer(token string) (*Caller, bool) {
 // HasTokens reports whether any token opens the API.
 func (a *Access) HasTokens() bool { return len(a.tokens) > 0 }
 
+// lookupUser is a user's uid: a number is taken as it is (a container
+// may have no passwd entry for it).
 func lookupUser(name string) (uint32, error) {
+	if id, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(id), nil
+	}
 	u, err := user.Lookup(name)
 	if err != nil {
-		if u, err = user.LookupId(name); err != nil {
-			return 0, fmt.Errorf("no user %q", name)
-		}
+		return 0, fmt.Errorf("no user %q", name)
 	}
 	id, err := strconv.ParseUint(u.Uid, 10, 32)
 	return uint32(id), err
 }
 
+// lookupGroup is a group's gid, as lookupUser.
 func lookupGroup(name string) (uint32, error) {
+	if id, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return uint32(id), nil
+	}
 	g, err := user.LookupGroup(name)
 	if err != nil {
-		if g, err = user.LookupGroupId(name); err != nil {
-			return 0, fmt.Errorf("no group %q", name)
-		}
+		return 0, fmt.Errorf("no group %q", name)
 	}
 	id, err := strconv.ParseUint(g.Gid, 10, 32)
 	return uint32(id), err

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -361,24 +360,27 @@ func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lease := b.Lease
+	var reqs []string
+	var err error
 	if lease == "" && b.Token != 0 && a.cfg.Cluster != nil {
 		// The token's request, from the cluster's table: any agent can
 		// resolve it, not only a leader.
-		id, err := a.cfg.Node.tokenRequest(r.Context(), a.cfg.Cluster, b.Name, b.Token)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		lease = id
+		lease, err = a.cfg.Node.tokenRequest(r.Context(), a.cfg.Cluster, b.Name, b.Token)
 	}
-	reqs, err := a.cfg.Node.ForceUnlock(r.Context(), b.Name, lease, b.Token)
+	if err == nil {
+		reqs, err = a.cfg.Node.ForceUnlock(r.Context(), b.Name, lease, b.Token)
+	}
+	a.cfg.Node.audit(r.Context(), "force_unlock", b.Name, err, b.By,
+		fmt.Sprintf("lease %q token %d released %v", lease, b.Token, reqs))
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	a.log.Warn("force-unlock by an API client", "name", b.Name, "requests", reqs, "by", b.By, "remote", r.RemoteAddr,
-		"token", strconv.FormatUint(b.Token, 10))
-	a.cfg.Node.forced.add(ForceNote{At: time.Now(), Name: b.Name, Released: reqs, By: b.By})
+	by := b.By
+	if c, ok := callerFrom(r.Context()); ok {
+		by = c.String() // the kernel's word, not the request's
+	}
+	a.cfg.Node.forced.add(ForceNote{At: time.Now(), Name: b.Name, Released: reqs, By: by})
 	writeJSON(w, http.StatusOK, api.ForceUnlocked{Name: b.Name, Released: reqs})
 }
 
@@ -397,11 +399,11 @@ func (a *apiServer) vouch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := a.cfg.Node.VouchStore(r.Context())
+	a.cfg.Node.audit(r.Context(), "vouch", "", err, "", "")
 	if err != nil {
 		fail(w, changeErr(err))
 		return
 	}
-	a.log.Warn("store vouched for by an API client", "checked_in", v.CheckedIn, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, v)
 }
 
@@ -431,8 +433,9 @@ func (a *apiServer) changeMembers(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), membersChangeTimeout)
 		defer cancel()
 		var epoch uint64
-		if epoch, err = a.cfg.Node.ChangeMembers(ctx, c); err == nil {
-			a.log.Warn("membership changed by an API client", "change", c.String(), "epoch", epoch, "remote", r.RemoteAddr)
+		epoch, err = a.cfg.Node.ChangeMembers(ctx, c)
+		a.cfg.Node.audit(r.Context(), "members_change", "", err, "", fmt.Sprintf("%s, epoch %d", c, epoch))
+		if err == nil {
 			l, _ := a.cfg.Node.Members(r.Context(), a.cfg.Mesh)
 			writeJSON(w, http.StatusOK, api.MembersChanged{Epoch: epoch, Change: c.String(), Members: l})
 			return

@@ -27,7 +27,7 @@ import (
 // apiAgent is a one-node agent with Badger in memory, serving the API on a
 // Unix socket in a short temporary path (socket paths are limited to ~100
 // bytes).
-func apiAgent(t *testing.T, addr, token string) (*daemon.Agent, *http.Client, string) {
+func apiAgent(t *testing.T, addr, token string, roles ...string) (*daemon.Agent, *http.Client, string) {
 	t.Helper()
 	if addr == "" {
 		dir, err := os.MkdirTemp("", "sl")
@@ -40,7 +40,7 @@ func apiAgent(t *testing.T, addr, token string) (*daemon.Agent, *http.Client, st
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true,
-		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, API: addr, APIToken: token})
+		Listen: []string{"/ip4/127.0.0.1/tcp/0"}, API: addr, APIToken: token, Roles: roles})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -146,12 +147,23 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 	if err := r.Validate(); err != nil {
 		return Lease{}, err
 	}
-	if c, ok := callerFrom(ctx); ok {
+	c, ok := callerFrom(ctx)
+	if ok {
 		if err := c.may("take a "+r.Mode.String()+" lock", r.Name, modeRole(r.Mode)); err != nil {
 			return Lease{}, n.refused(c, "acquire", err)
 		}
 		r.by = c
 	}
+	l, err := n.acquire(ctx, r)
+	if ok && r.Mode != semaphore.ReadOnly && !errors.Is(err, codes.ErrTimedOut) {
+		// A drain or a deploy's lock, taken through the API (a try that
+		// found the name held is not worth a line).
+		n.audit(ctx, "write_lock", r.Name, err, r.Owner, fmt.Sprintf("%s lease %s token %d", r.Mode, l.ID, l.Token))
+	}
+	return l, err
+}
+
+func (n *Node) acquire(ctx context.Context, r Request) (Lease, error) {
 	a := n.coreAcquire(r)
 	// One turn of the loop: the call waits for the answer alone, which a
 	// refusal, or a grant on the agent's shared read ticket, gives in the
@@ -283,6 +295,19 @@ func (n *Node) drop(l *lease, release bool) error {
 // client knows it: a lease of that id on another name is not the client's
 // (core.Node.Release).
 func (n *Node) Release(ctx context.Context, id, name string) error {
+	// A write lock's request, for the audit: set on the loop, which may
+	// still run the release's turn after ctx ended.
+	var writer atomic.Pointer[Request]
+	err := n.release(ctx, id, name, &writer)
+	if w := writer.Load(); w != nil {
+		if _, ok := callerFrom(ctx); ok {
+			n.audit(ctx, "write_lock_released", w.Name, err, w.Owner, fmt.Sprintf("%s lease %s", w.Mode, id))
+		}
+	}
+	return err
+}
+
+func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Pointer[Request]) error {
 	h, err := ParseLeaseID(id)
 	if err != nil {
 		return err
@@ -292,6 +317,10 @@ func (n *Node) Release(ctx context.Context, id, name string) error {
 	done := make(chan error, 1)
 	if err := n.send(ctx, func() {
 		l := n.leases[h]
+		if l != nil && l.req.Mode != semaphore.ReadOnly {
+			req := l.req
+			writer.Store(&req)
+		}
 		if l != nil && name != "" && l.req.Name != name {
 			done <- fmt.Errorf("%w: %s on %q", ErrUnknownLease, id, name)
 			return
@@ -353,7 +382,7 @@ func (n *Node) Release(ctx context.Context, id, name string) error {
 		if name, _, err = n.clusterEntry(ctx, h, ""); err != nil {
 			return err
 		}
-		return n.Release(ctx, id, name)
+		return n.release(ctx, id, name, writer)
 	}
 	return err
 }

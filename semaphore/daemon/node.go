@@ -163,6 +163,7 @@ type Node struct {
 	// forced are the last force-unlocks asked through this node's API
 	// (the operator's page); safe for any goroutine.
 	forced forceLog
+	audits auditLog
 	core   *core.Node
 	elect  *election.Election
 	ops    chan func()

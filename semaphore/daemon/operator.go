@@ -155,6 +155,9 @@ type OperatorState struct {
 	Table  api.Table   `json:"table"`
 	Drains []Drain     `json:"drains"`
 	Forced []ForceNote `json:"forced"`
+	// Audit are the last operators' actions and write locks through this
+	// agent, newest first.
+	Audit []AuditNote `json:"audit"`
 }
 
 // Drain is a writer waiting for readers to leave a name.
@@ -178,7 +181,7 @@ type ForceNote struct {
 func operatorState(ctx context.Context, cfg OperatorConfig) OperatorState {
 	ctx, cancel := context.WithTimeout(ctx, operatorWait)
 	defer cancel()
-	out := OperatorState{At: time.Now(), Drains: []Drain{}, Forced: cfg.Node.forced.recent()}
+	out := OperatorState{At: time.Now(), Drains: []Drain{}, Forced: cfg.Node.forced.recent(), Audit: cfg.Node.Audit()}
 	st, err := cfg.Node.Status(ctx)
 	if err != nil {
 		out.Error = err.Error()

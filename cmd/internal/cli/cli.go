@@ -41,6 +41,10 @@ const (
 	// command ran (expired unrenewed, or force-unlocked): the command was
 	// stopped, and whatever it did after the loss was not under the lock.
 	ExitLost = 76
+
+	// ExitNoPerm (EX_NOPERM) means the agent refused the call: the
+	// caller's role (--role on the agent) does not allow it on that name.
+	ExitNoPerm = 77
 )
 
 // version, when set with -ldflags "-X

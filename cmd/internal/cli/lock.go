@@ -79,6 +79,8 @@ func apiError(what string, err error) error {
 		return &usageError{err: &saidError{msg: what + ": " + msg, err: err}}
 	case errors.Is(err, client.ErrUnavailable), errors.Is(err, semaphore.ErrNotReady):
 		return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s: %s", what, msg)}
+	case errors.Is(err, client.ErrForbidden):
+		return &exitError{code: ExitNoPerm, msg: fmt.Sprintf("%s: %s", what, msg)}
 	}
 	return &saidError{msg: what + ": " + msg, err: err}
 }
