@@ -62,7 +62,7 @@ func ParseRole(s string) (Role, error) {
 			return Role(i + 1), nil
 		}
 	}
-	return RoleNone, fmt.Errorf("%w: unknown role %q (frontend, writer or operator)", ErrConfig, s)
+	return RoleNone, fmt.Errorf("unknown role %q (frontend, writer or operator)", s)
 }
 
 // modeRole is the role a lock of mode needs.
@@ -258,7 +258,7 @@ func parseRoleSpec(s string) (roleSpec, error) {
 	roleName, prefix, _ := strings.Cut(what, ":")
 	role, err := ParseRole(roleName)
 	if err != nil {
-		return r, fmt.Errorf("--role %q: %w", s, err)
+		return r, fmt.Errorf("%w: --role %q: %w", ErrConfig, s, err)
 	}
 	switch {
 	case role == RoleOperator && prefix != "":
