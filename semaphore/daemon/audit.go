@@ -28,6 +28,9 @@ type AuditNote struct {
 	// what it is worth.
 	Said   string `json:"said,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	// Node is the agent the action went through, in a cluster's list
+	// (ClusterAudit).
+	Node string `json:"node,omitempty"`
 }
 
 // auditLog keeps the last notes.

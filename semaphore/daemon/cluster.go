@@ -25,6 +25,9 @@ import (
 // tableQuery is the question of a lock-table query.
 type tableQuery struct {
 	Prefix string `json:"prefix"`
+	// Audit asks for the agent's audit notes instead (a JSON list); an
+	// agent from before them answers its table, which the asker skips.
+	Audit bool `json:"audit,omitempty"`
 	// Brief: leave the requests granted on a shared read ticket out of
 	// the answer (one per page view in flight; SharedReaders counts them).
 	Brief bool `json:"brief,omitempty"`
@@ -44,6 +47,9 @@ func (n *Node) answerTableQuery(ctx context.Context, _ wire.NodeID, question []b
 	var q tableQuery
 	if err := json.Unmarshal(question, &q); err != nil {
 		return nil, fmt.Errorf("%w: table query: %v", codes.ErrInvalid, err)
+	}
+	if q.Audit {
+		return json.Marshal(n.Audit())
 	}
 	t, err := n.Locks(ctx, q.Prefix)
 	if err != nil {
@@ -280,4 +286,47 @@ func (n *Node) tokenRequest(ctx context.Context, q querier, name string, token u
 		}
 	}
 	return "", fmt.Errorf("%w: no ticket %d on %q in the cluster's table", ErrUnknownLease, token, name)
+}
+
+// ClusterAudit is the audit notes of every member the view lists alive,
+// this node's among them, newest first (at most auditLogLen): the
+// operators' actions and write locks through any agent. Best effort: an
+// agent that does not answer in time is left out.
+func (n *Node) ClusterAudit(ctx context.Context, q querier) ([]AuditNote, error) {
+	st, err := n.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	self := n.Audit()
+	for i := range self {
+		self[i].Node = cmp.Or(st.Name, st.Node)
+	}
+	out := self
+	question, _ := json.Marshal(tableQuery{Audit: true})
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range st.Members {
+		id, err := strconv.ParseUint(m.Node, 10, 64)
+		if err != nil || m.Node == st.Node || !m.Alive {
+			continue
+		}
+		wg.Go(func() {
+			qctx, cancel := context.WithTimeout(ctx, leaderQueryWait)
+			defer cancel()
+			b, err := q.Query(qctx, wire.NodeID(id), question)
+			var notes []AuditNote
+			if err != nil || json.Unmarshal(b, &notes) != nil {
+				return // gone, or from before audit notes
+			}
+			for i := range notes {
+				notes[i].Node = cmp.Or(m.Name, m.Node)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out = append(out, notes...)
+		})
+	}
+	wg.Wait()
+	slices.SortStableFunc(out, func(a, b AuditNote) int { return b.At.Compare(a.At) })
+	return out[:min(len(out), auditLogLen)], nil
 }

@@ -155,8 +155,9 @@ type OperatorState struct {
 	Table  api.Table   `json:"table"`
 	Drains []Drain     `json:"drains"`
 	Forced []ForceNote `json:"forced"`
-	// Audit are the last operators' actions and write locks through this
-	// agent, newest first.
+	// Audit are the last operators' actions and write locks through
+	// every agent that answered (this one's alone without a cluster),
+	// newest first.
 	Audit []AuditNote `json:"audit"`
 }
 
@@ -203,6 +204,11 @@ func operatorState(ctx context.Context, cfg OperatorConfig) OperatorState {
 		}
 	}
 	out.Drains = drains(out.Table, out.At)
+	if cfg.Cluster != nil {
+		if notes, err := cfg.Node.ClusterAudit(ctx, cfg.Cluster); err == nil {
+			out.Audit = notes
+		}
+	}
 	return out
 }
 

@@ -1,12 +1,17 @@
 package daemon_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
 // tokenFile writes a token to a file only its owner reads, for --role.
@@ -140,5 +145,43 @@ func TestAPIRoles(t *testing.T) {
 		if !strings.Contains(m.raw, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// TestClusterAudit: a write lock taken through one agent is in every
+// agent's list of the cluster's audit notes, with the agent it went
+// through and the caller the kernel named.
+func TestClusterAudit(t *testing.T) {
+	c := startCluster(t, clusterOpts{size: 3})
+	c.waitReady()
+	access, err := daemon.NewAccess(daemon.AccessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	by := daemon.WithCaller(ctx, access.Peer(0, 0, int32(os.Getpid())))
+	l, err := c.node(1).Acquire(by, daemon.Request{Name: "/deploy", Mode: semaphore.ReadWritePriority,
+		Timeout: 10 * time.Second, Duration: time.Minute, Owner: "deploy.sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.node(1).Release(by, l.ID, "/deploy"); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := c.node(0).ClusterAudit(ctx, c.agents[0].Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range notes {
+		got = append(got, fmt.Sprintf("%s %s %s %s by %s", n.Node, n.Action, n.Name, n.Outcome, n.By))
+	}
+	want := []string{"n2 write_lock_released /deploy ok by uid 0", "n2 write_lock /deploy ok by uid 0"}
+	if len(got) != 2 || !strings.HasPrefix(got[0], want[0]) || !strings.HasPrefix(got[1], want[1]) {
+		t.Fatalf("node 1's list of the cluster's audit:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(notes[0].Command, "daemon.test") {
+		t.Errorf("the command line from /proc: %q", notes[0].Command)
 	}
 }
