@@ -81,8 +81,9 @@ func undoOnSignal(binDir string) {
 func runTag() string { return strconv.Itoa(os.Getpid()) }
 
 var (
-	runDir = regexp.MustCompile(`^sl(?:bin)?(\d+)-`)         // shortDir, the binary's directory
-	runNS  = regexp.MustCompile(`^sl(?:sw)?(\d+)-[0-9a-f]+`) // netLab's namespaces
+	runDir  = regexp.MustCompile(`^sl(?:bin)?(\d+)-`)         // shortDir, the binary's directory
+	runNS   = regexp.MustCompile(`^sl(?:sw)?(\d+)-[0-9a-f]+`) // netLab's namespaces
+	runUser = regexp.MustCompile(`^sl(?:fe|dp|g)(\d+)$`)      // TestRolesOfUnixUsers's users and group
 )
 
 // alive reports whether a process pid runs.
@@ -123,6 +124,16 @@ func sweepDeadRuns() []string {
 				if exec.Command("ip", "netns", "del", f[0]).Run() == nil {
 					swept = append(swept, "netns "+f[0])
 				}
+			}
+		}
+	}
+	// TestRolesOfUnixUsers's users and group.
+	for _, db := range []struct{ file, del string }{{"/etc/passwd", "userdel"}, {"/etc/group", "groupdel"}} {
+		b, _ := os.ReadFile(db.file)
+		for _, line := range strings.Split(string(b), "\n") {
+			name, _, _ := strings.Cut(line, ":")
+			if dead(runUser, name) && exec.Command(db.del, name).Run() == nil {
+				swept = append(swept, db.del+" "+name)
 			}
 		}
 	}
