@@ -185,14 +185,6 @@ func callerFrom(ctx context.Context) (*Caller, bool) {
 	return c, ok
 }
 
-// mayOn is nil if ctx's caller has need on name (or there is none).
-func mayOn(ctx context.Context, what, name string, need Role) error {
-	if c, ok := callerFrom(ctx); ok {
-		return c.may(what, name, need)
-	}
-	return nil
-}
-
 // AccessConfig says who may do what (see Access).
 type AccessConfig struct {
 	// Roles are the --role settings: WHO=ROLE or WHO=ROLE:PREFIX, WHO
