@@ -183,7 +183,7 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErrorf("%v (see '%s --help')", err, cmd.CommandPath())
 	})
-	root.AddCommand(newAgentCmd(), newDevCmd(), newIDCmd(), newLockCmd(), newDrainCmd(), newStatusCmd(), newLocksCmd(),
+	root.AddCommand(newAgentCmd(), newDevCmd(), newProxyCmd(), newIDCmd(), newLockCmd(), newDrainCmd(), newStatusCmd(), newLocksCmd(),
 		newUnlockCmd(), newVersionCmd())
 	root.AddCommand(newMembersCmd())
 	return root

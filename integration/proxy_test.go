@@ -1,0 +1,252 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// upstreamSite is a site behind `sluice proxy`: a page, a stream that runs
+// until the test lets it end, and a websocket-like echo over an upgraded
+// connection. It notes when the stream and the echo connection ended, in
+// Unix nanoseconds, to compare with a drain's command's start.
+type upstreamSite struct {
+	srv        *httptest.Server
+	endStream  chan struct{}
+	mu         sync.Mutex
+	streamEnd  int64
+	echoEnd    int64
+	forwarded  string
+	hostHeader string
+}
+
+func newUpstreamSite(t *testing.T) *upstreamSite {
+	u := &upstreamSite{endStream: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.forwarded, u.hostHeader = r.Header.Get("X-Forwarded-For"), r.Host
+		u.mu.Unlock()
+		fmt.Fprintln(w, "hello from upstream")
+	})
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			u.mu.Lock()
+			u.streamEnd = time.Now().UnixNano()
+			u.mu.Unlock()
+		}()
+		for {
+			fmt.Fprintln(w, "tick")
+			w.(http.Flusher).Flush()
+			select {
+			case <-u.endStream:
+				fmt.Fprintln(w, "end")
+				return
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_ = rw.Flush()
+		_, _ = io.Copy(conn, rw) // echo until the client closes
+		u.mu.Lock()
+		u.echoEnd = time.Now().UnixNano()
+		u.mu.Unlock()
+	})
+	u.srv = httptest.NewServer(mux)
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstreamSite) ended(which *int64) int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return *which
+}
+
+// startedAt reads the Unix nanoseconds a drain's command wrote to file.
+func startedAt(t *testing.T, file string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return ns
+}
+
+// TestProxy: `sluice proxy` in front of a site. Pages pass through with
+// the visitor's Host and address; a drain turns new visitors away with
+// the maintenance page, and its command starts only once a streamed
+// response and an upgraded (websocket) connection that held the read lock
+// have ended; after the drain pages pass again. An upstream that is down
+// is a quick 502; bad flags are usage errors.
+func TestProxy(t *testing.T) {
+	sock := startDev(t)
+	site := newUpstreamSite(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	proxy := start(t, "proxy", "--api", sock, "--listen", addr, "--upstream", site.srv.URL, "--name", "/site")
+	proxy.waitLine(t, "proxying http://"+addr)
+	base := "http://" + addr
+	hc := &http.Client{Timeout: bound}
+
+	get := func(path string) (int, http.Header, string) {
+		t.Helper()
+		resp, err := hc.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	if code, _, body := get("/"); code != 200 || body != "hello from upstream\n" {
+		t.Fatalf("a page through the proxy: %d %q", code, body)
+	}
+	site.mu.Lock()
+	fwd, host := site.forwarded, site.hostHeader
+	site.mu.Unlock()
+	if fwd != "127.0.0.1" || host != addr {
+		t.Errorf("the upstream saw X-Forwarded-For %q and Host %q, want 127.0.0.1 and %s", fwd, host, addr)
+	}
+
+	// A drain waits for a streamed response that holds the lock.
+	stream, err := hc.Get(base + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	sr := bufio.NewReader(stream.Body)
+	if line, err := sr.ReadString('\n'); err != nil || line != "tick\n" {
+		t.Fatalf("the stream's first line: %q %v", line, err)
+	}
+	log := filepath.Join(shortDir(t), "started")
+	drainCmd := exec.Command(binary, "drain", "/site", "--api", sock, "--", "sh", "-c",
+		`date +%s%N > "$LOG"; echo cmd-$((1+1))-began; sleep 0.5`)
+	drainCmd.Env = append(os.Environ(), "LOG="+log)
+	drain := startProc(t, drainCmd)
+	// New visitors get the maintenance page while the drain waits.
+	deadline := time.Now().Add(bound)
+	for {
+		code, h, body := get("/")
+		if code == 503 {
+			if h.Get("Retry-After") != "30" || !strings.Contains(strings.ToLower(body), "maintenance") {
+				t.Fatalf("the maintenance page: Retry-After %q, %q", h.Get("Retry-After"), body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("visitors still served while the drain waits: %d %q", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(site.endStream)
+	rest, _ := io.ReadAll(sr)
+	if !strings.HasSuffix(string(rest), "end\n") {
+		t.Errorf("the stream was cut: %q", rest)
+	}
+	drain.waitLine(t, "cmd-2-began")
+	if ended, began := site.ended(&site.streamEnd), startedAt(t, log); began < ended {
+		t.Errorf("the drain's command began %v before the stream ended", time.Duration(ended-began))
+	}
+	if code, _, _ := get("/"); code != 503 {
+		t.Errorf("a page while the drain's command runs: %d", code)
+	}
+	if code := drain.wait(t); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
+	if code, _, body := get("/"); code != 200 {
+		t.Fatalf("a page after the drain: %d %q", code, body)
+	}
+
+	// An upgraded connection holds the lock as long as it is open.
+	ws, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(ws, "GET /ws HTTP/1.1\r\nHost: site\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	wr := bufio.NewReader(ws)
+	resp, err := http.ReadResponse(wr, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("the upgrade: %v %v", resp, err)
+	}
+	fmt.Fprint(ws, "ping\n")
+	if line, err := wr.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("the echo: %q %v", line, err)
+	}
+	log2 := filepath.Join(shortDir(t), "started")
+	drainCmd = exec.Command(binary, "drain", "/site", "--api", sock, "--", "sh", "-c", `date +%s%N > "$LOG"; echo cmd-$((1+1))-began`)
+	drainCmd.Env = append(os.Environ(), "LOG="+log2)
+	drain = startProc(t, drainCmd)
+	for deadline := time.Now().Add(bound); ; {
+		if code, _, _ := get("/"); code == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("visitors still served while the drain waits for the websocket")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Fprint(ws, "still here\n")
+	if line, err := wr.ReadString('\n'); err != nil || line != "still here\n" {
+		t.Fatalf("the websocket while the drain waits: %q %v", line, err)
+	}
+	ws.Close()
+	drain.waitLine(t, "cmd-2-began")
+	if code := drain.wait(t); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
+	for deadline := time.Now().Add(bound); site.ended(&site.echoEnd) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream never saw the websocket close")
+		}
+	}
+	if ended, began := site.ended(&site.echoEnd), startedAt(t, log2); began < ended {
+		t.Errorf("the drain's command began %v before the websocket closed", time.Duration(ended-began))
+	}
+
+	// An upstream that is down: a quick 502 that says so.
+	down := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr2 := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p2 := start(t, "proxy", "--api", sock, "--listen", addr2, "--upstream", "http://"+down, "--name", "/other")
+	p2.waitLine(t, "proxying")
+	resp, err = hc.Get("http://" + addr2 + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !strings.Contains(string(b), "did not answer") {
+		t.Errorf("an upstream that is down: %d %q", resp.StatusCode, b)
+	}
+
+	for _, args := range [][]string{{"proxy"}, {"proxy", "--upstream", "ftp://x"}, {"proxy", "--upstream", "http://"},
+		{"proxy", "--upstream", "http://x", "--page", "/no/such/page"}, {"proxy", "--upstream", "http://x", "--host", "nohost"},
+		{"proxy", "--upstream", "http://x", "--duration", "0s"}} {
+		if code, _, errs := sluice(t, sock, args...); code != 64 || !strings.Contains(errs, "proxy:") {
+			t.Errorf("%v: exit %d, %q; want 64", args, code, errs)
+		}
+	}
+}
