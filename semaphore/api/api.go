@@ -2,6 +2,7 @@ package api
 
 import (
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -189,10 +190,10 @@ type CoreStats struct {
 type AcquireBody struct {
 	Name     string `json:"name"`
 	Mode     string `json:"mode,omitempty"`     // default exclusive
-	Timeout  string `json:"timeout,omitempty"`  // default 30s
-	Duration string `json:"duration,omitempty"` // default 1m
-	Grace    string `json:"grace,omitempty"`    // default 0
-	Quiet    string `json:"quiet,omitempty"`
+	Timeout  Span `json:"timeout,omitempty"`  // default 30s
+	Duration Span `json:"duration,omitempty"` // default 1m
+	Grace    Span `json:"grace,omitempty"`    // default 0
+	Quiet    Span `json:"quiet,omitempty"`
 	Limit    int    `json:"limit,omitempty"`
 	Try      bool   `json:"try,omitempty"`
 	// Owner says who holds it, for operators' tables ("alice@web-1 pid
@@ -235,6 +236,30 @@ type LeaseJSON struct {
 	// Expires is the agent's wall-clock estimate of the end, for display
 	// only: a clock step moves it.
 	Expires time.Time `json:"expires"`
+}
+
+// Span is a duration in a request body: a Go duration string ("300ms",
+// "30s", "1m") or a number of milliseconds (5000), which is what most
+// languages' JSON has at hand. It is kept as the string the duration
+// parser reads ("5000ms" for 5000).
+type Span string
+
+// UnmarshalJSON takes a string, or a number of milliseconds.
+func (s *Span) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var v string
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		*s = Span(v)
+		return nil
+	}
+	var ms json.Number
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return fmt.Errorf("a duration is a string (\"30s\") or a number of milliseconds, not %s", b)
+	}
+	*s = Span(ms.String() + "ms")
+	return nil
 }
 
 // ParseSpan reads a TTL: a Go duration string, not negative.

@@ -47,11 +47,11 @@ type Options struct {
 	AutoRenew bool
 }
 
-func span(d time.Duration) string {
+func span(d time.Duration) api.Span {
 	if d == 0 {
 		return "" // the agent's default
 	}
-	return d.String()
+	return api.Span(d.String())
 }
 
 // clock reads Go's clock and the boot clock at once (bootclock.Clock): a

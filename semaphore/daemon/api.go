@@ -37,7 +37,8 @@ import (
 //	POST /v1/members/vouch the operator's word that this node's store is its own
 //	GET  /metrics          Prometheus text format
 //
-// Durations are Go duration strings ("30s", "1m30s"); node ids are
+// Durations are Go duration strings ("30s", "1m30s") or numbers of
+// milliseconds (30000); node ids are
 // strings. Errors are {"error": code, "message": text}, code and status
 // from the table in core/codes.
 

@@ -504,3 +504,19 @@ func TestOpenAPI(t *testing.T) {
 		}
 	}
 }
+
+// Durations come as Go duration strings or as numbers of milliseconds,
+// what most languages' JSON has at hand; anything else is a clear 400.
+func TestAPIDurationsAsMilliseconds(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/ms","timeout":5000,"duration":60000,"grace":0}`)
+	if ms, _ := got.body["ttl_ms"].(float64); got.status != 200 || ms < 50000 || ms > 60000 {
+		t.Fatalf("durations in milliseconds: %d %s", got.status, got.raw)
+	}
+	for _, body := range []string{`{"name":"/ms2","timeout":true}`, `{"name":"/ms2","duration":[1]}`,
+		`{"name":"/ms2","duration":-5}`, `{"name":"/ms2","timeout":"5"}`} {
+		if r := call(t, c, "POST", base+"/v1/acquire", body); r.status != 400 {
+			t.Errorf("%s: %d %s, want 400", body, r.status, r.raw)
+		}
+	}
+}

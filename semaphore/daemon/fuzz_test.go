@@ -35,7 +35,7 @@ func FuzzAPIRequest(f *testing.F) {
 	_ = node.Run(stopped) // returns at once: every call after it gets ErrStopped
 	h := daemon.NewAPI(daemon.APIConfig{Node: node})
 	f.Fuzz(func(t *testing.T, body string) {
-		b, err := daemon.ParseAcquire(api.AcquireBody{Name: body, Mode: body, Timeout: body, Duration: body})
+		b, err := daemon.ParseAcquire(api.AcquireBody{Name: body, Mode: body, Timeout: api.Span(body), Duration: api.Span(body)})
 		if err == nil {
 			err = b.Validate()
 		}

@@ -104,16 +104,17 @@ func ParseAcquire(b api.AcquireBody) (Request, error) {
 		r.Mode = m
 	}
 	for _, f := range []struct {
-		field, s string
-		to       *time.Duration
-		def      time.Duration
+		field string
+		s     api.Span
+		to    *time.Duration
+		def   time.Duration
 	}{{"timeout", b.Timeout, &r.Timeout, defaultTimeout}, {"duration", b.Duration, &r.Duration, defaultDuration},
 		{"grace", b.Grace, &r.Grace, 0}, {"quiet", b.Quiet, &r.Quiet, 0}} {
 		*f.to = f.def
 		if f.s == "" {
 			continue
 		}
-		d, err := time.ParseDuration(f.s)
+		d, err := time.ParseDuration(string(f.s))
 		if err != nil {
 			return r, fmt.Errorf("%w: %s: %v", codes.ErrInvalid, f.field, err)
 		}
