@@ -190,10 +190,10 @@ type CoreStats struct {
 type AcquireBody struct {
 	Name     string `json:"name"`
 	Mode     string `json:"mode,omitempty"`     // default exclusive
-	Timeout  Span `json:"timeout,omitempty"`  // default 30s
-	Duration Span `json:"duration,omitempty"` // default 1m
-	Grace    Span `json:"grace,omitempty"`    // default 0
-	Quiet    Span `json:"quiet,omitempty"`
+	Timeout  Span   `json:"timeout,omitempty"`  // default 30s
+	Duration Span   `json:"duration,omitempty"` // default 1m
+	Grace    Span   `json:"grace,omitempty"`    // default 0
+	Quiet    Span   `json:"quiet,omitempty"`
 	Limit    int    `json:"limit,omitempty"`
 	Try      bool   `json:"try,omitempty"`
 	// Owner says who holds it, for operators' tables ("alice@web-1 pid
