@@ -38,8 +38,8 @@ import (
 //	GET  /metrics          Prometheus text format
 //
 // Durations are Go duration strings ("30s", "1m30s") or numbers of
-// milliseconds (30000); node ids are strings. Errors are {"error": code, "message": text}, code and status
-// from the table in core/codes.
+// milliseconds (30000); node ids are strings. Errors are {"error": code,
+// "message": text}, code and status from the table in core/codes.
 
 // maxBody caps request bodies: a name is at most 1 KiB.
 const maxBody = 64 << 10
