@@ -100,11 +100,18 @@ func startedAt(t *testing.T, file string) int64 {
 // TestProxy: `sluice proxy` in front of a site. Pages pass through with
 // the visitor's Host and address; a drain turns new visitors away with
 // the maintenance page, and its command starts only once a streamed
-// response and an upgraded (websocket) connection that held the read lock
-// have ended; after the drain pages pass again. An upstream that is down
+// response longer than the agent's --share-lease and an upgraded
+// (websocket) connection that held the read lock have ended; after the
+// drain pages pass again. An upstream that is down
 // is a quick 502; bad flags are usage errors.
 func TestProxy(t *testing.T) {
-	sock := startDev(t)
+	// A one-second --share-lease: the stream below outlives its lease, so
+	// only the proxy's renewals keep the drain out.
+	sock := filepath.Join(shortDir(t), "api.sock")
+	agent := start(t, "agent", "--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", sock, "--share-lease", "1s",
+		"--log-level", "warn")
+	agent.waitLine(t, "API on")
+	waitReady(t, unixClient(sock))
 	site := newUpstreamSite(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	proxy := start(t, "proxy", "--api", sock, "--listen", addr, "--upstream", site.srv.URL, "--name", "/site")
@@ -138,9 +145,17 @@ func TestProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stream.Body.Close()
+	streamStart := time.Now()
 	sr := bufio.NewReader(stream.Body)
 	if line, err := sr.ReadString('\n'); err != nil || line != "tick\n" {
 		t.Fatalf("the stream's first line: %q %v", line, err)
+	}
+	// The stream runs past its lease's first span (--share-lease 1s):
+	// what holds the drain out from here is the proxy's renewal.
+	for time.Since(streamStart) < 1500*time.Millisecond {
+		if _, err := sr.ReadString('\n'); err != nil {
+			t.Fatalf("the stream ended early: %v", err)
+		}
 	}
 	log := filepath.Join(shortDir(t), "started")
 	drainCmd := exec.Command(binary, "drain", "/site", "--api", sock, "--", "sh", "-c",
