@@ -389,3 +389,45 @@ func waitEntries(t *testing.T, sock, name string, n int) {
 		return tickets == n
 	})
 }
+
+// TestDrainFailureKeepsSiteDrained: a drain whose command fails exits with
+// its status and leaves the name drained, readers turned away, until
+// `sluice undrain`; --reopen-on-failure gives the name back at once.
+func TestDrainFailureKeepsSiteDrained(t *testing.T) {
+	sock := startDev(t)
+	reader := func() (int, string) {
+		code, _, errs := sluice(t, sock, "lock", "/site", "--mode", "read-only", "--try", "--", "true")
+		return code, errs
+	}
+	code, _, errs := sluice(t, sock, "drain", "/site", "--", "sh", "-c", "exit 3")
+	if code != 3 || !strings.Contains(errs, "stays drained") || !strings.Contains(errs, "sluice undrain /site") {
+		t.Fatalf("a failed drain: exit %d, %q; want 3 and how to undrain", code, errs)
+	}
+	if code, errs := reader(); code != 75 {
+		t.Fatalf("a reader after the failed drain: exit %d %q, want 75 (still drained)", code, errs)
+	}
+	code, out, errs := sluice(t, sock, "undrain", "/site")
+	if code != 0 || !strings.Contains(out, "undrained /site: released the read-write-priority lease") {
+		t.Fatalf("undrain: exit %d, %q %q", code, out, errs)
+	}
+	if code, errs := reader(); code != 0 {
+		t.Fatalf("a reader after undrain: exit %d %q", code, errs)
+	}
+	if code, _, errs := sluice(t, sock, "undrain", "/site"); code != 1 || !strings.Contains(errs, "no writer holds it") {
+		t.Fatalf("undrain of a name not drained: exit %d %q", code, errs)
+	}
+	if code, _, errs := sluice(t, sock, "drain", "/site", "--reopen-on-failure", "--", "sh", "-c", "exit 4"); code != 4 ||
+		strings.Contains(errs, "stays drained") {
+		t.Fatalf("a failed drain with --reopen-on-failure: exit %d %q", code, errs)
+	}
+	if code, errs := reader(); code != 0 {
+		t.Fatalf("a reader after a failed drain with --reopen-on-failure: exit %d %q", code, errs)
+	}
+	// A drain that succeeds gives the name back, as always.
+	if code, _, errs := sluice(t, sock, "drain", "/site", "--", "true"); code != 0 {
+		t.Fatalf("a drain: exit %d %q", code, errs)
+	}
+	if code, errs := reader(); code != 0 {
+		t.Fatalf("a reader after a drain: exit %d %q", code, errs)
+	}
+}

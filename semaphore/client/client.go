@@ -242,6 +242,14 @@ func (c *Client) Locks(ctx context.Context, prefix string) (api.Table, error) {
 	return t, err
 }
 
+// ReleaseID releases the lease id on name that no Lease of this client
+// holds: one a process that ended left (a failed drain kept, say). The
+// agent lets its owner (the same user, or token) or an operator do it.
+func (c *Client) ReleaseID(ctx context.Context, id, name string) error {
+	var out api.Released
+	return c.call(ctx, "release "+id, http.MethodPost, "/v1/release", api.LeaseBody{Lease: id, Name: name}, &out)
+}
+
 // ForceUnlock is the operator's release of someone else's lease on name,
 // given by its lease id or, when lease is "", by its fencing token; by
 // says who asks (user@host, may be empty), for the agent's log. It

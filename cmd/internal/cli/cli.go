@@ -183,10 +183,20 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErrorf("%v (see '%s --help')", err, cmd.CommandPath())
 	})
-	root.AddCommand(newAgentCmd(), newDevCmd(), newProxyCmd(), newIDCmd(), newLockCmd(), newDrainCmd(), newStatusCmd(), newLocksCmd(),
+	root.AddCommand(newAgentCmd(), newDevCmd(), newProxyCmd(), newIDCmd(), newLockCmd(), newDrainCmd(), newUndrainCmd(), newStatusCmd(), newLocksCmd(),
 		newUnlockCmd(), newVersionCmd())
 	root.AddCommand(newMembersCmd())
 	return root
+}
+
+// exactArgs is cobra.ExactArgs(n) reported as a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return &usageError{err: err}
+		}
+		return nil
+	}
 }
 
 // noArgs is cobra.NoArgs reported as a usage error.

@@ -163,7 +163,7 @@ type lockFlags struct {
 	clientFlags
 	mode                             string
 	timeout, duration, quiet, killIn time.Duration
-	try                              bool
+	try, reopen                      bool
 	limit                            int
 }
 
@@ -207,7 +207,7 @@ func newLockCmd() *cobra.Command {
 				return err
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
-				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil)
+				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil, false)
 		},
 	}
 	fl := cmd.Flags()
@@ -240,7 +240,7 @@ func owner(argv []string) string {
 // set, is called while the acquire waits (drain progress) and stopped once
 // it returns.
 func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.Mode, o client.Options,
-	killIn time.Duration, argv []string, waiting func(ctx context.Context, c *client.Client)) error {
+	killIn time.Duration, argv []string, waiting func(ctx context.Context, c *client.Client), keepOnFailure bool) error {
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -294,6 +294,14 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 	}
 	stop() // from here on, signals go to CMD, which decides
 	code, lost, runErr := runUnder(cmd, lease, name, argv, killIn)
+	if keepOnFailure && runErr == nil && !lost && code != 0 {
+		// A failed maintenance job leaves the site drained: the lease is
+		// not given back, and lasts until `sluice undrain` (or its
+		// duration, which a kept drain takes long).
+		fmt.Fprintf(cmd.ErrOrStderr(), "sluice: drain %s: the command exited %d; %s stays drained (lease %s, token %d) "+
+			"until `sluice undrain %s`\n", name, code, name, lease.ID(), lease.Token(), name)
+		return &exitError{code: code}
+	}
 	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := lease.Release(relCtx); err != nil && lease.Err() == nil {
@@ -384,6 +392,10 @@ func isTTY(f *os.File) bool {
 	return err == nil
 }
 
+// keptDrain is a drain's lease unless --reopen-on-failure: it outlives a
+// failed or killed job by this much, unless undrained.
+const keptDrain = 720 * time.Hour
+
 var drainModes = map[string]semaphore.Mode{
 	"hard": semaphore.ReadWritePriority, "soft": semaphore.ReadWrite, "gentle": semaphore.ReadWriteGentle,
 }
@@ -398,7 +410,13 @@ func newDrainCmd() *cobra.Command {
 			"\"draining\" at once, CMD runs when the current ones are done), soft\n" +
 			"(READ_WRITE: readers keep coming; CMD runs when none is left), gentle\n" +
 			"(READ_WRITE_GENTLE: soft, and a --quiet period without readers).\n" +
-			"Exit status as for lock.",
+			"Exit status as for lock.\n\n" +
+			"A drain whose CMD fails keeps NAME drained: visitors keep the\n" +
+			"maintenance page until `sluice undrain NAME`, as a maintenance flag\n" +
+			"file would, rather than meet a half-done upgrade. So does a drain whose\n" +
+			"sluice is killed. Its lease therefore lasts --duration 720h (renewed\n" +
+			"while CMD runs). --reopen-on-failure gives NAME back whatever CMD's\n" +
+			"status (and a --duration of 1m).",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv, err := splitCommand(cmd, args)
@@ -421,13 +439,18 @@ func newDrainCmd() *cobra.Command {
 			if f.try {
 				progress = func(context.Context, *client.Client) {} // nothing to wait for
 			}
-			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
-				Quiet: f.quiet, Try: f.try, AutoRenew: true}, f.killIn, argv, progress)
+			duration := f.duration
+			if !f.reopen && !cmd.Flags().Changed("duration") {
+				duration = keptDrain
+			}
+			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: duration,
+				Quiet: f.quiet, Try: f.try, AutoRenew: true}, f.killIn, argv, progress, !f.reopen)
 		},
 	}
 	fl := cmd.Flags()
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
+	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until `sluice undrain NAME`)")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")
 	f.addLease(cmd, 10*time.Minute, "how long to wait for the readers to drain")
 	return cmd
@@ -518,4 +541,46 @@ func user() string {
 	}
 	h, _ := os.Hostname()
 	return strings.TrimSpace(u + "@" + h)
+}
+
+func newUndrainCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "undrain NAME",
+		Short: "Reopen NAME after a drain whose command failed: give back the writers' leases that hold it",
+		Long: "Release the leases of the writers that hold NAME (a drain whose CMD\n" +
+			"failed keeps it so; see drain), so visitors are served again. A drain\n" +
+			"still running loses its lock (its CMD gets SIGTERM). The agent lets the\n" +
+			"user that drained, or an operator, do it. Exits 1 when no writer holds NAME.",
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			return f.withAgent(callTimeout, func(ctx context.Context, c *client.Client) error {
+				tab, err := c.Locks(ctx, name)
+				if err != nil {
+					return apiError("undrain "+name, err)
+				}
+				released := 0
+				for _, l := range tab.Locks {
+					for _, e := range l.Entries {
+						if l.Name != name || !e.Holder || e.Mode == semaphore.ReadOnly.String() {
+							continue
+						}
+						if err := c.ReleaseID(ctx, e.Request, name); err != nil {
+							return apiError("undrain "+name, err)
+						}
+						released++
+						fmt.Fprintf(cmd.OutOrStdout(), "undrained %s: released the %s lease %s (token %d)\n", name, e.Mode,
+							e.Request, e.Ticket)
+					}
+				}
+				if released == 0 {
+					return &exitError{code: ExitFailure, msg: fmt.Sprintf("undrain %s: no writer holds it", name)}
+				}
+				return nil
+			})
+		},
+	}
+	f.add(cmd)
+	return cmd
 }
