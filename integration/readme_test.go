@@ -52,7 +52,7 @@ func TestReadmeExamples(t *testing.T) {
 			if err := os.WriteFile(path, []byte(readmeBlock(t, ex.lang)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			run := func() string {
+			runOn := func(sock string) string {
 				t.Helper()
 				// Bounded, as every wait here: a hung example fails the test.
 				ctx, cancel := context.WithTimeout(context.Background(), bound)
@@ -64,6 +64,11 @@ func TestReadmeExamples(t *testing.T) {
 					t.Fatalf("%s %s: %v\n%s", ex.interp, ex.file, err, out)
 				}
 				return string(out)
+			}
+			run := func() string { t.Helper(); return runOn(sock) }
+			// No agent at the socket: the maintenance page, not a crash.
+			if out := runOn(filepath.Join(dir, "no-agent.sock")); out != "503 maintenance: unavailable\n" {
+				t.Fatalf("with no agent: %q", out)
 			}
 			if out := run(); !strings.HasPrefix(out, "200 page, fencing token ") {
 				t.Fatalf("on a free site: %q", out)
