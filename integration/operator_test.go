@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,5 +217,46 @@ func TestDevOperatorPage(t *testing.T) {
 	}
 	if code, page := get(t, "http://"+addr+"/", ""); code != 200 || !strings.Contains(page, "sluice — node dev-1 ") {
 		t.Fatalf("the operator page of sluice dev: %d\n%s", code, page)
+	}
+}
+
+// TestOperatorPageSaysUnreachable: the live page, open in a browser, turns
+// red and says so when its agent stops answering, rather than go on
+// showing its last word as if it were live. The page the agent served is
+// replayed by a stand-in whose refreshes fail.
+func TestOperatorPageSaysUnreachable(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		t.Skip("no chromium (apt-get install chromium): the page's script is checked in a browser only")
+	}
+	dir := shortDir(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := start(t, "agent", "--in-memory", "--listen", "/ip4/127.0.0.1/tcp/0", "--api", filepath.Join(dir, "api.sock"),
+		"--http-listen", addr)
+	p.waitLine(t, "operator page on")
+	waitReady(t, unixClient(filepath.Join(dir, "api.sock")))
+	code, page := get(t, "http://"+addr+"/", "")
+	if code != 200 || !strings.Contains(page, "LOCK_READY") {
+		t.Fatalf("the page: %d %s", code, page)
+	}
+	stopAgent(t, p)
+	standIn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("fragment") != "" {
+			http.Error(w, "agent gone", http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, page)
+	}))
+	defer standIn.Close()
+	out, err := exec.Command(browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--user-data-dir="+filepath.Join(dir, "chromium"), "--virtual-time-budget=5000", "--dump-dom", standIn.URL+"/").Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v", err)
+	}
+	dom := string(out)
+	if !strings.Contains(dom, `id="unreachable"`) || !strings.Contains(dom, "UNREACHABLE: this agent has not answered since") ||
+		strings.Contains(dom, `class="ready"`) || !strings.Contains(dom, "<title>sluice: unreachable (502") {
+		t.Fatalf("the page after failed refreshes:\n%s", dom)
 	}
 }

@@ -163,9 +163,12 @@ type OperatorState struct {
 
 // Drain is a writer waiting for readers to leave a name.
 type Drain struct {
-	Name    string    `json:"name"`
-	Mode    string    `json:"mode"`
-	Request string    `json:"request"`
+	Name    string `json:"name"`
+	Mode    string `json:"mode"`
+	Request string `json:"request"`
+	// Owner is what the writer's client said of itself (user@host, pid,
+	// command), when its agent answered.
+	Owner   string    `json:"owner,omitempty"`
 	Readers int       `json:"readers_left"`
 	Since   time.Time `json:"since"`
 	Waited  string    `json:"waited"`
@@ -225,7 +228,7 @@ func drains(t api.Table, now time.Time) []Drain {
 				continue // waiting for another writer, not a drain
 			}
 			readers := l.ReadersHolding()
-			out = append(out, Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Readers: readers, Since: w.Since,
+			out = append(out, Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Owner: w.Owner, Readers: readers, Since: w.Since,
 				Waited: now.Sub(w.Since).Round(time.Second).String()})
 		}
 	}
