@@ -265,3 +265,49 @@ func TestProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainGraceCutsLongRequests: a drain with --grace waits that long for
+// the readers, then revokes them: a stream that would never end is cut
+// (behind the proxy: its connection closed), and the drain's command runs
+// after it, never beside it.
+func TestDrainGraceCutsLongRequests(t *testing.T) {
+	sock := startDev(t)
+	site := newUpstreamSite(t) // its stream runs until the request ends
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	proxy := start(t, "proxy", "--api", sock, "--listen", addr, "--upstream", site.srv.URL, "--name", "/site")
+	proxy.waitLine(t, "proxying")
+	stream, err := (&http.Client{Timeout: bound}).Get("http://" + addr + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	sr := bufio.NewReader(stream.Body)
+	if line, err := sr.ReadString('\n'); err != nil || line != "tick\n" {
+		t.Fatalf("the stream's first line: %q %v", line, err)
+	}
+	log := filepath.Join(shortDir(t), "started")
+	cmd := exec.Command(binary, "drain", "/site", "--api", sock, "--grace", "1s", "--", "sh", "-c",
+		`date +%s%N > "$LOG"; echo cmd-$((1+1))-began`)
+	cmd.Env = append(os.Environ(), "LOG="+log)
+	drain := startProc(t, cmd)
+	drain.waitLine(t, "the grace of 1s is over: 1 readers revoked")
+	rest, err := io.ReadAll(sr)
+	if err == nil && strings.HasSuffix(string(rest), "end\n") {
+		t.Fatalf("the stream ended as a whole response after its lock was revoked: %q", rest)
+	}
+	drain.waitLine(t, "cmd-2-began")
+	if code := drain.wait(t); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
+	for deadline := time.Now().Add(bound); site.ended(&site.streamEnd) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream's stream never ended")
+		}
+	}
+	if ended, began := site.ended(&site.streamEnd), startedAt(t, log); began < ended {
+		t.Errorf("the drain's command began %v before the cut stream ended", time.Duration(ended-began))
+	}
+	if code, _, errs := sluice(t, sock, "drain", "/site", "--grace", "1ms", "--", "true"); code != 64 || !strings.Contains(errs, "--grace") {
+		t.Errorf("--grace 1ms: exit %d %q, want 64", code, errs)
+	}
+}

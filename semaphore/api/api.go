@@ -218,6 +218,10 @@ type ForceBody struct {
 	Token uint64 `json:"token,omitempty"`
 	// By says who asked (user@host), for the agent's log.
 	By string `json:"by,omitempty"`
+	// Readers drops every READ_ONLY holder of Name instead (Lease and
+	// Token unset): a drain whose grace is over. A writer of Name may ask
+	// it, not only an operator.
+	Readers bool `json:"readers,omitempty"`
 }
 
 // LeaseJSON is a lease in answers (acquire, renew).

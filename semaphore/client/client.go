@@ -250,6 +250,16 @@ func (c *Client) ReleaseID(ctx context.Context, id, name string) error {
 	return c.call(ctx, "release "+id, http.MethodPost, "/v1/release", api.LeaseBody{Lease: id, Name: name}, &out)
 }
 
+// RevokeReaders drops every READ_ONLY holder of name: a drain's grace is
+// over. A writer of name may ask it, not only an operator. It returns the
+// request ids dropped.
+func (c *Client) RevokeReaders(ctx context.Context, name, by string) ([]string, error) {
+	var out api.ForceUnlocked
+	err := c.call(ctx, "revoke readers "+name, http.MethodPost, "/v1/force-unlock",
+		api.ForceBody{Name: name, Readers: true, By: by}, &out)
+	return out.Released, err
+}
+
 // ForceUnlock is the operator's release of someone else's lease on name,
 // given by its lease id or, when lease is "", by its fencing token; by
 // says who asks (user@host, may be empty), for the agent's log. It

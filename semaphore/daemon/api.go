@@ -88,7 +88,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 	}{
 		{"POST", "/v1/acquire", a.acquire}, {"POST", "/v1/release", a.release}, {"POST", "/v1/renew", a.renew},
 		{"GET", "/v1/watch", a.watch}, {"GET", "/v1/locks", a.locks}, {"GET", "/v1/status", a.anyRole("status", a.status)},
-		{"POST", "/v1/force-unlock", a.operator("force_unlock", "force-unlock", a.force)},
+		{"POST", "/v1/force-unlock", a.force},
 		{"GET", "/v1/members", a.anyRole("members", a.members)},
 		{"POST", "/v1/members/vouch", a.operator("vouch", "vouch for this node's store", a.vouch)},
 	} {
@@ -357,6 +357,32 @@ func (a *apiServer) status(w http.ResponseWriter, r *http.Request) {
 func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 	var b api.ForceBody
 	if !decode(w, r, &b) {
+		return
+	}
+	if c, ok := callerFrom(r.Context()); ok {
+		// An operator's, but a writer of the name may end its readers:
+		// a drain whose grace is over.
+		err := c.may("force-unlock", b.Name, RoleOperator)
+		if b.Readers {
+			err = c.may("revoke the readers", b.Name, RoleWriter)
+		}
+		if err != nil {
+			fail(w, a.cfg.Node.refused(c, "force_unlock", err))
+			return
+		}
+	}
+	if b.Readers {
+		if b.Lease != "" || b.Token != 0 {
+			fail(w, fmt.Errorf("%w: readers takes no lease and no token", codes.ErrInvalid))
+			return
+		}
+		reqs, err := a.cfg.Node.RevokeReaders(r.Context(), a.cfg.Cluster, b.Name)
+		a.cfg.Node.audit(r.Context(), "revoke_readers", b.Name, err, b.By, fmt.Sprintf("released %v", reqs))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, api.ForceUnlocked{Name: b.Name, Released: reqs})
 		return
 	}
 	lease := b.Lease

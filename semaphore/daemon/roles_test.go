@@ -112,6 +112,15 @@ func TestAPIRoles(t *testing.T) {
 	ok("the operator ends the job's page view", call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease(jobPage)), as(op)...))
 	ok("the job ends its drain", call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease(drain)), as("job-token")...))
 
+	// A writer may end the readers of its names (a drain's grace), a
+	// frontend may not, nor a writer elsewhere.
+	forbidden("a frontend's revocation of readers", call(t, c, "POST", base+"/v1/force-unlock",
+		`{"name":"/site/a","readers":true}`, as("fe-token")...))
+	forbidden("the job's revocation of another prefix's readers", call(t, c, "POST", base+"/v1/force-unlock",
+		`{"name":"/site/a","readers":true}`, as("job-token")...))
+	ok("the job's revocation of its prefix's readers", call(t, c, "POST", base+"/v1/force-unlock",
+		`{"name":"/deploy/app","readers":true}`, as("job-token")...))
+
 	// The audit names callers by their tokens, not by what the request
 	// says: a force-unlock signed "root@admin" by the job is refused and
 	// not audited as done; the operator's is.
@@ -135,12 +144,15 @@ func TestAPIRoles(t *testing.T) {
 			t.Errorf("the audit lacks %q:\n%s", want, got)
 		}
 	}
+	if !strings.Contains(got, "revoke_readers /deploy/app ok by the holder of token "+job) {
+		t.Errorf("the audit lacks the job's revocation:\n%s", got)
+	}
 	if strings.Count(got, "force_unlock") != 1 {
 		t.Errorf("a refused force-unlock is in the audit as done:\n%s", got)
 	}
 
 	m := ok("metrics", call(t, c, "GET", base+"/metrics", "", as(op)...))
-	for _, want := range []string{`sluice_api_forbidden_total{action="acquire"} 4`, `sluice_api_forbidden_total{action="force_unlock"} 2`,
+	for _, want := range []string{`sluice_api_forbidden_total{action="acquire"} 4`, `sluice_api_forbidden_total{action="force_unlock"} 4`,
 		`sluice_api_forbidden_total{action="release"} 2`, `sluice_api_forbidden_total{action="locks"} 1`} {
 		if !strings.Contains(m.raw, want) {
 			t.Errorf("metrics lack %s", want)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -336,6 +337,44 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 	for i, ch := range waits {
 		if err := n.released(ctx, out[i], ch); err != nil {
 			return out, err
+		}
+	}
+	return out, nil
+}
+
+// RevokeReaders drops every READ_ONLY holder of name, as the cluster's
+// table lists them (this node's own table without q): page views on
+// agents' shared read tickets, and readers' own leases. Their clients
+// lose them at once (the middleware cuts their requests). It returns the
+// requests dropped; none is not an error.
+func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]string, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	var t api.Table
+	var err error
+	if q != nil {
+		t, err = n.ClusterLocks(ctx, q, name)
+	} else {
+		t, err = n.Locks(ctx, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	for _, l := range t.Locks {
+		if l.Name != name {
+			continue
+		}
+		for _, e := range l.Entries {
+			if !e.Holder || e.Mode != semaphore.ReadOnly.String() {
+				continue
+			}
+			reqs, err := n.ForceUnlock(ctx, name, e.Request, 0)
+			out = append(out, reqs...)
+			if err != nil && !errors.Is(err, ErrUnknownLease) { // gone meanwhile: fine
+				return out, err
+			}
 		}
 	}
 	return out, nil

@@ -163,6 +163,7 @@ type lockFlags struct {
 	clientFlags
 	mode                             string
 	timeout, duration, quiet, killIn time.Duration
+	grace                            time.Duration
 	try, reopen                      bool
 	limit                            int
 }
@@ -427,6 +428,9 @@ func newDrainCmd() *cobra.Command {
 			if !ok {
 				return usageErrorf("--mode %q is not hard, soft or gentle", f.mode)
 			}
+			if f.grace < 0 || f.grace > 0 && f.grace < 100*time.Millisecond {
+				return usageErrorf("drain: --grace must be 0 (wait for the readers) or at least 100ms, got %s", f.grace)
+			}
 			if err := f.check(cmd, name, mode); err != nil {
 				return err
 			}
@@ -436,6 +440,18 @@ func newDrainCmd() *cobra.Command {
 				quiet = cmp.Or(f.quiet, semaphore.DefaultQuiet)
 			}
 			progress := func(ctx context.Context, c *client.Client) { showDrain(ctx, c, out, name, f.mode, quiet) }
+			if f.grace > 0 {
+				show := progress
+				progress = func(ctx context.Context, c *client.Client) {
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						revokeAfter(ctx, c, out, name, f.grace)
+					}()
+					show(ctx, c)
+					<-done
+				}
+			}
 			if f.try {
 				progress = func(context.Context, *client.Client) {} // nothing to wait for
 			}
@@ -450,10 +466,34 @@ func newDrainCmd() *cobra.Command {
 	fl := cmd.Flags()
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
+	fl.DurationVar(&f.grace, "grace", 0, "how long the readers holding NAME may go on once the drain waits: then their leases are revoked (requests behind the middleware or sluice proxy are cut) and CMD runs (0: wait for them)")
 	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until `sluice undrain NAME`)")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")
 	f.addLease(cmd, 10*time.Minute, "how long to wait for the readers to drain")
 	return cmd
+}
+
+// revokeAfter revokes the readers of name once grace is over, unless
+// ctx ends first (the drain was granted): a bounded drain.
+func revokeAfter(ctx context.Context, c *client.Client, out io.Writer, name string, grace time.Duration) {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	// The grant may come while the revocation is answered: the call runs
+	// on, and says what it did.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer cancel()
+	reqs, err := c.RevokeReaders(rctx, name, owner(nil))
+	switch {
+	case err != nil:
+		fmt.Fprintf(out, "draining %s: the grace of %s is over, but revoking its readers failed: %s\n", name, grace, plainError(err))
+	default:
+		fmt.Fprintf(out, "draining %s: the grace of %s is over: %d readers revoked\n", name, grace, len(reqs))
+	}
 }
 
 // showDrain reports, until ctx ends, how many readers are left on name: a
