@@ -142,7 +142,7 @@ func TestMiddlewareKeepsDrainOut(t *testing.T) {
 	// admitted, and one after it gets the maintenance page.
 	for deadline := time.Now().Add(bound); ; {
 		s, b, err := get()
-		if err == nil && s == http.StatusServiceUnavailable && b == string(client.DefaultMaintenancePage) {
+		if err == nil && s == http.StatusServiceUnavailable && strings.Contains(b, "Down for maintenance") {
 			break
 		}
 		if err != nil || s != http.StatusOK || b != "visitor" || time.Now().After(deadline) {

@@ -311,3 +311,83 @@ func TestDrainGraceCutsLongRequests(t *testing.T) {
 		t.Errorf("--grace 1ms: exit %d %q, want 64", code, errs)
 	}
 }
+
+// TestDrainReasonAndETA: a drain's --reason and --eta reach the visitors
+// of `sluice proxy` (the page, JSON for API clients, a Retry-After from
+// the expected end) and `sluice locks`.
+func TestDrainReasonAndETA(t *testing.T) {
+	sock := startDev(t)
+	site := newUpstreamSite(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	proxy := start(t, "proxy", "--api", sock, "--listen", addr, "--upstream", site.srv.URL, "--name", "/site")
+	proxy.waitLine(t, "proxying")
+	done := filepath.Join(shortDir(t), "done")
+	drain := start(t, "drain", "/site", "--api", sock, "--reason", "Upgrading to v2", "--eta", "1m", "--", "sh", "-c",
+		`echo cmd-$((1+1))-began; i=0; until [ -e "$1" ]; do i=$((i+1)); [ $i -lt 1200 ] || exit 9; sleep 0.05; done`, "sh", done)
+	drain.waitLine(t, "cmd-2-began")
+
+	get := func(accept string) (int, http.Header, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := (&http.Client{Timeout: bound}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	// The proxy asks the cluster's table for the writer's word, at most
+	// every 2 s: the first pages may come before it has it.
+	var code int
+	var h http.Header
+	var body string
+	for deadline := time.Now().Add(bound); ; time.Sleep(50 * time.Millisecond) {
+		if code, h, body = get(""); code == 503 && strings.Contains(body, "Upgrading to v2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the maintenance page never gave the reason: %d %q", code, body)
+		}
+	}
+	if !strings.Contains(body, "We expect to be back at") {
+		t.Errorf("the page does not say when: %q", body)
+	}
+	if ra, err := strconv.Atoi(h.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("Retry-After %q, want the seconds left of the 1m ETA", h.Get("Retry-After"))
+	}
+	code, h, body = get("application/json")
+	if code != 503 || h.Get("Content-Type") != "application/json" || !strings.Contains(body, `"reason":"Upgrading to v2"`) ||
+		!strings.Contains(body, `"error":"maintenance"`) || !strings.Contains(body, `"eta":"`) {
+		t.Errorf("the maintenance answer in JSON: %d %q %q", code, h.Get("Content-Type"), body)
+	}
+	if code, out, errs := sluice(t, sock, "locks", "/site"); code != 0 || !strings.Contains(out, `"Upgrading to v2"`) ||
+		!strings.Contains(out, "expected done at") {
+		t.Errorf("sluice locks: %d %q %q", code, out, errs)
+	}
+	if err := os.WriteFile(done, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := drain.wait(t); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
+
+	// Bad input: clear usage errors.
+	bad := filepath.Join(shortDir(t), "page.html")
+	if err := os.WriteFile(bad, []byte("<p>{{.Reason</p>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"drain", "/site", "--reason", "a\nb", "--", "true"},
+		{"drain", "/site", "--reason", strings.Repeat("x", 300), "--", "true"},
+		{"drain", "/site", "--eta", "-1s", "--", "true"},
+		{"proxy", "--upstream", "http://x", "--page", bad},
+	} {
+		if code, _, errs := sluice(t, sock, args...); code != 64 {
+			t.Errorf("%q: exit %d %q, want 64", args, code, errs)
+		}
+	}
+}

@@ -136,6 +136,10 @@ type Entry struct {
 	// Owner, in a merged table, is what the request's client said of
 	// itself (AcquireBody.Owner), asked of the request's agent.
 	Owner string `json:"owner,omitempty"`
+	// Reason and ETA, in a merged table, are what a writer's client said
+	// of its hold (AcquireBody): why, and when it expects to be done.
+	Reason string    `json:"reason,omitempty"`
+	ETA    time.Time `json:"eta,omitzero"`
 	// Readers, for a node's shared read ticket (Active read-only) in a
 	// merged table, is how many of that node's clients hold on it, as its
 	// agent answered; nil when it did not (gone, or an older version).
@@ -152,6 +156,8 @@ type OwnRequest struct {
 	Since   time.Time `json:"since"`
 	Expires time.Time `json:"expires,omitzero"`
 	Owner   string    `json:"owner,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	ETA     time.Time `json:"eta,omitzero"`
 }
 
 // NodeStats counts what the runtime did, for status and metrics.
@@ -200,6 +206,11 @@ type AcquireBody struct {
 	// 4242: deploy.sh"): free text, at most 256 bytes, no control
 	// characters. `sluice lock` sends user@host, pid and command line.
 	Owner string `json:"owner,omitempty"`
+	// Reason and ETA are a writer's word for visitors and operators: why
+	// (free text as Owner, shown to everyone) and how long from the call
+	// it expects to hold. The maintenance pages show them.
+	Reason string `json:"reason,omitempty"`
+	ETA    Span   `json:"eta,omitempty"`
 }
 
 // LeaseBody names a lease (release, renew).

@@ -41,6 +41,12 @@ type Options struct {
 	// with an Owner goes over HTTP (the compact protocol has no room for
 	// it): for long-held locks, not per-request ones.
 	Owner string
+	// Reason and ETA are a writer's word for visitors and operators: why
+	// it holds, and how long from the call it expects to (0: unknown).
+	// The maintenance pages of the middleware and `sluice proxy` show
+	// them. Calls with them go over HTTP, as with Owner.
+	Reason string
+	ETA    time.Duration
 	// AutoRenew renews the lease at about half its remaining time until
 	// Release. A renewal that fails is retried while time is left; the
 	// lease is lost when none is.
@@ -97,7 +103,7 @@ func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, 
 		ok    bool
 		err   error
 	)
-	if o.Owner == "" {
+	if o.Owner == "" && o.Reason == "" && o.ETA == 0 {
 		reply, ok, err = c.compact(ctx, op, &api.CompactRequest{Op: api.OpAcquire, Name: name, Mode: mode.String(), Try: o.Try,
 			Timeout: o.Timeout, Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
 	}
@@ -107,7 +113,8 @@ func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, 
 		return nil, err
 	case !ok:
 		body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
-			Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try, Owner: o.Owner}
+			Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try, Owner: o.Owner, Reason: o.Reason,
+			ETA: span(o.ETA)}
 		if err := c.call(ctx, op, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
 			return nil, err
 		}

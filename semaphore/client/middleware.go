@@ -2,19 +2,24 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // DefaultMaintenancePage is what visitors see while a writer holds the
@@ -23,6 +28,16 @@ var DefaultMaintenancePage = []byte(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Down for maintenance</title></head>
 <body><h1>Down for maintenance</h1><p>We will be back shortly. Please try again in a moment.</p></body></html>
 `)
+
+// DefaultMaintenanceTemplate is the page visitors see while a writer
+// holds the site's name, unless MiddlewareOptions say otherwise: the
+// writer's reason and expected end, when it gave them.
+var DefaultMaintenanceTemplate = template.Must(template.New("maintenance").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Down for maintenance</title></head>
+<body><h1>Down for maintenance</h1>
+{{with .Reason}}<p>{{.}}</p>
+{{end}}<p>{{if .ETA.IsZero}}We will be back shortly.{{else}}We expect to be back at {{.ETA.UTC.Format "15:04 MST"}}.{{end}} Please try again in {{.RetryAfter}} seconds.</p></body></html>
+`))
 
 // MiddlewareOptions configure Middleware. Zero values are the documented
 // defaults.
@@ -36,8 +51,14 @@ type MiddlewareOptions struct {
 	Duration time.Duration
 	// RetryAfter is sent, in whole seconds, with every 503. Zero: 30s.
 	RetryAfter time.Duration
-	// MaintenancePage is the body of every 503. Nil: DefaultMaintenancePage.
+	// MaintenancePage is the body of every 503. Nil: Template's.
 	MaintenancePage []byte
+	// Template, when set, makes each 503's body instead, executed with a
+	// MaintenanceInfo: the writer's reason and expected end, when it gave
+	// them. A visitor that asks for JSON (Accept: application/json) gets
+	// {"error": "maintenance", "name", "reason", "eta", "retry_after"}
+	// either way. Nil, and no MaintenancePage: DefaultMaintenanceTemplate.
+	Template *template.Template
 	// ContentType of MaintenancePage. Empty: text/html; charset=utf-8.
 	ContentType string
 	// FailOpen serves requests without a lock when the lock's state cannot
@@ -101,22 +122,45 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	o.Duration = cmp.Or(o.Duration, time.Minute)
 	o.RetryAfter = cmp.Or(o.RetryAfter, 30*time.Second)
 	if o.MaintenancePage == nil {
-		o.MaintenancePage = DefaultMaintenancePage
+		o.MaintenancePage = DefaultMaintenancePage // when the template fails
+		if o.Template == nil {
+			o.Template = DefaultMaintenanceTemplate
+		}
 	}
 	o.ContentType = cmp.Or(o.ContentType, "text/html; charset=utf-8")
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	retry := strconv.FormatInt(int64((o.RetryAfter+time.Second-1)/time.Second), 10)
+	writer := &writerWord{c: c, name: name, info: MaintenanceInfo{Name: name}}
 	unavailable := func(w http.ResponseWriter, r *http.Request) {
+		info := writer.get(r.Context())
+		info.RetryAfter = int((o.RetryAfter + time.Second - 1) / time.Second)
+		if left := time.Until(info.ETA); left > 0 {
+			info.RetryAfter = int((left + time.Second - 1) / time.Second)
+		}
 		h := w.Header()
-		h.Set("Retry-After", retry)
-		h.Set("Content-Type", o.ContentType)
+		h.Set("Retry-After", strconv.Itoa(info.RetryAfter))
 		h.Set("Cache-Control", "no-store")
+		body, ctype := o.MaintenancePage, o.ContentType
+		switch {
+		case strings.Contains(r.Header.Get("Accept"), "application/json"):
+			ctype = "application/json"
+			body, _ = json.Marshal(maintenanceJSON{Error: "maintenance", Name: name, Reason: info.Reason, ETA: info.ETA,
+				RetryAfter: info.RetryAfter})
+			body = append(body, '\n')
+		case o.Template != nil:
+			var b bytes.Buffer
+			if err := o.Template.Execute(&b, info); err != nil {
+				log.Error("the maintenance page's template", "err", err)
+			} else {
+				body = b.Bytes()
+			}
+		}
+		h.Set("Content-Type", ctype)
 		w.WriteHeader(http.StatusServiceUnavailable)
 		if r.Method != http.MethodHead {
-			_, _ = w.Write(o.MaintenancePage)
+			_, _ = w.Write(body)
 		}
 	}
 	return func(next http.Handler) http.Handler {
@@ -179,6 +223,91 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			}
 		})
 	}
+}
+
+// MaintenanceInfo is what a maintenance page's template gets: the name,
+// the reason and expected end the writer gave (empty and zero when it
+// gave none, or they could not be asked), and the Retry-After sent, in
+// seconds (from the expected end when it is known).
+type MaintenanceInfo struct {
+	Name       string
+	Reason     string
+	ETA        time.Time
+	RetryAfter int
+}
+
+type maintenanceJSON struct {
+	Error      string    `json:"error"`
+	Name       string    `json:"name"`
+	Reason     string    `json:"reason,omitempty"`
+	ETA        time.Time `json:"eta,omitzero"`
+	RetryAfter int       `json:"retry_after"`
+}
+
+// writerWord is what the writers of a name said of their hold, asked of
+// the cluster's table at most every writerWordTTL and for at most
+// writerWordWait: a drain's visitors must not each cost a table, nor wait
+// for one.
+type writerWord struct {
+	c    *Client
+	name string
+	mu   sync.Mutex
+	info MaintenanceInfo
+	at   time.Time
+	busy bool
+}
+
+const (
+	writerWordTTL  = 2 * time.Second
+	writerWordWait = 300 * time.Millisecond
+)
+
+// get is the writers' word, asked again when it is old and no other
+// request is asking.
+func (w *writerWord) get(ctx context.Context) MaintenanceInfo {
+	w.mu.Lock()
+	if w.busy || time.Since(w.at) < writerWordTTL {
+		info := w.info
+		w.mu.Unlock()
+		return info
+	}
+	w.busy = true
+	w.mu.Unlock()
+	info := MaintenanceInfo{Name: w.name}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writerWordWait)
+	defer cancel()
+	if t, err := w.c.Locks(qctx, w.name); err == nil {
+		info = writerOf(t, w.name)
+	}
+	w.mu.Lock()
+	w.info, w.at, w.busy = info, time.Now(), false
+	w.mu.Unlock()
+	return info
+}
+
+// writerOf is what the first writer in line for name (the holder, if
+// one holds) said of its hold, in t.
+func writerOf(t api.Table, name string) MaintenanceInfo {
+	info := MaintenanceInfo{Name: name}
+	var best *api.Entry
+	for _, l := range t.Locks {
+		if l.Name != name {
+			continue
+		}
+		for i := range l.Entries {
+			e := &l.Entries[i]
+			if e.Mode == semaphore.ReadOnly.String() || e.Ticket == 0 || e.Reason == "" && e.ETA.IsZero() {
+				continue
+			}
+			if best == nil || e.Holder && !best.Holder || e.Holder == best.Holder && e.Ticket < best.Ticket {
+				best = e
+			}
+		}
+	}
+	if best != nil {
+		info.Reason, info.ETA = best.Reason, best.ETA
+	}
+	return info
 }
 
 // leaseGuard ends a request whose lease is lost: it cancels the handler's

@@ -100,7 +100,7 @@ func TestMiddleware(t *testing.T) {
 	}
 	// A writer holds the site: the maintenance page, and no handler.
 	got := get(t, srv, "GET")
-	if got.status != 503 || got.retry != "30" || got.body != string(client.DefaultMaintenancePage) ||
+	if got.status != 503 || got.retry != "30" || got.body != defaultPage("/site") ||
 		!strings.HasPrefix(got.ctype, "text/html") {
 		t.Fatalf("during the drain: %+v", got)
 	}
@@ -419,7 +419,7 @@ func leaseLost(t *testing.T, name string, write func(http.ResponseWriter)) lostR
 // written yet the visitor gets the maintenance page.
 func TestMiddlewareLeaseLostCancels(t *testing.T) {
 	got := leaseLost(t, "/lost", func(http.ResponseWriter) {})
-	if got.readErr != nil || got.status != 503 || got.body != string(client.DefaultMaintenancePage) {
+	if got.readErr != nil || got.status != 503 || got.body != defaultPage("/site") {
 		t.Fatalf("answer after the loss: %d %q %v", got.status, got.body, got.readErr)
 	}
 	if want := []string{"handler cancelled, lost true", "late write: lost true"}; !slices.Equal(got.events, want) {
@@ -468,7 +468,7 @@ func TestMiddlewareAgentGoneCancels(t *testing.T) {
 	if err := a.Stop(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-replied; got.status != 503 || got.body != string(client.DefaultMaintenancePage) {
+	if got := <-replied; got.status != 503 || got.body != defaultPage("/site") {
 		t.Fatalf("answer with the agent gone: %+v", got)
 	}
 	if got, want := log.get(), []string{"handler cancelled, lost true"}; !slices.Equal(got, want) {
@@ -514,4 +514,14 @@ func TestMiddlewareLeaseLostClosesHijacked(t *testing.T) {
 	if got, want := log.get(), []string{"write after the loss fails: true"}; !slices.Equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
+}
+
+// defaultPage is the default maintenance page of name when the writer
+// gave no reason and no expected end.
+func defaultPage(name string) string {
+	var b bytes.Buffer
+	if err := client.DefaultMaintenanceTemplate.Execute(&b, client.MaintenanceInfo{Name: name, RetryAfter: 30}); err != nil {
+		panic(err)
+	}
+	return b.String()
 }

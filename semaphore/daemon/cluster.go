@@ -131,6 +131,7 @@ func (n *Node) ClusterLocks(ctx context.Context, q querier, prefix string) (api.
 // by request, and readers on shared read tickets by node and name.
 type agentWord struct {
 	owners  map[string]string
+	holds   map[string]api.OwnRequest // a writer's reason and expected end
 	readers map[string]map[string]int // node → name → readers
 }
 
@@ -142,6 +143,9 @@ func (w *agentWord) add(t *api.Table) {
 	}
 	for _, r := range t.Requests {
 		w.owners[r.Request] = r.Owner
+		if r.Reason != "" || !r.ETA.IsZero() {
+			w.holds[r.Request] = r
+		}
 		if !counted && r.Phase == heldShared {
 			readers[r.Name]++
 		}
@@ -155,7 +159,7 @@ func (w *agentWord) add(t *api.Table) {
 // agents whose requests are in t, by asking them; best effort (an agent
 // that does not answer leaves its owners and readers unknown).
 func (n *Node) addAgentsWord(ctx context.Context, q querier, question []byte, t *api.Table, have []*api.Table) {
-	word := agentWord{owners: map[string]string{}, readers: map[string]map[string]int{}}
+	word := agentWord{owners: map[string]string{}, holds: map[string]api.OwnRequest{}, readers: map[string]map[string]int{}}
 	asked := map[string]bool{}
 	for _, h := range have {
 		asked[h.Node] = true
@@ -194,6 +198,9 @@ func (n *Node) addAgentsWord(ctx context.Context, q querier, question []byte, t 
 		for j := range l.Entries {
 			e := &l.Entries[j]
 			e.Owner = word.owners[e.Request]
+			if h, ok := word.holds[e.Request]; ok {
+				e.Reason, e.ETA = h.Reason, h.ETA
+			}
 			if readers, known := word.readers[e.Node]; known && e.Mode == semaphore.ReadOnly.String() && e.Active {
 				e.Readers = new(readers[l.Name])
 			}

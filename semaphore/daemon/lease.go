@@ -147,6 +147,9 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 	if err := r.Validate(); err != nil {
 		return Lease{}, err
 	}
+	if r.ETA > 0 {
+		r.etaAt = time.Now().Add(r.ETA)
+	}
 	c, ok := callerFrom(ctx)
 	if ok {
 		if err := c.may("take a "+r.Mode.String()+" lock", r.Name, modeRole(r.Mode)); err != nil {

@@ -33,6 +33,12 @@ type Request struct {
 	Limit int
 	// Owner is who the client says it is, for operators (api.AcquireBody).
 	Owner string
+	// Reason and ETA are a writer's word for visitors (api.AcquireBody):
+	// checked as Owner is; ETA from the call, at most maxSpan.
+	Reason string
+	ETA    time.Duration
+	// etaAt is ETA from the Acquire call, on the wall clock.
+	etaAt time.Time
 	// by is who took it, as the kernel or a token says (WithCaller): its
 	// releases, renewals and watches are this caller's or an operator's.
 	by *Caller
@@ -77,6 +83,12 @@ func (r Request) Validate() error {
 	if len(r.Owner) > maxOwner || !utf8.ValidString(r.Owner) || strings.IndexFunc(r.Owner, unicode.IsControl) >= 0 {
 		return fmt.Errorf("%w: owner %q: at most %d bytes of UTF-8 without control characters", codes.ErrInvalid, r.Owner, maxOwner)
 	}
+	if len(r.Reason) > maxOwner || !utf8.ValidString(r.Reason) || strings.IndexFunc(r.Reason, unicode.IsControl) >= 0 {
+		return fmt.Errorf("%w: reason: at most %d bytes of UTF-8 without control characters (got %d bytes)", codes.ErrInvalid, maxOwner, len(r.Reason))
+	}
+	if r.ETA < 0 || r.ETA > maxSpan {
+		return fmt.Errorf("%w: eta %s is not between 0 and %s", codes.ErrInvalid, r.ETA, maxSpan)
+	}
 	if r.Limit < 0 || r.Limit > maxLimit {
 		return fmt.Errorf("%w: reader limit %d is not 1..%d (0 or none: no limit)", codes.ErrInvalid, r.Limit, maxLimit)
 	}
@@ -95,7 +107,7 @@ func validName(name string) error { return semaphore.CheckName(name) }
 // duration 1m). It only reads: a duration that is not a Go duration or a
 // mode without a name is an ErrInvalid here; Validate judges the values.
 func ParseAcquire(b api.AcquireBody) (Request, error) {
-	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive, Owner: b.Owner}
+	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive, Owner: b.Owner, Reason: b.Reason}
 	if b.Mode != "" {
 		m, err := semaphore.ParseMode(b.Mode)
 		if err != nil {
@@ -109,7 +121,7 @@ func ParseAcquire(b api.AcquireBody) (Request, error) {
 		to    *time.Duration
 		def   time.Duration
 	}{{"timeout", b.Timeout, &r.Timeout, defaultTimeout}, {"duration", b.Duration, &r.Duration, defaultDuration},
-		{"grace", b.Grace, &r.Grace, 0}, {"quiet", b.Quiet, &r.Quiet, 0}} {
+		{"grace", b.Grace, &r.Grace, 0}, {"quiet", b.Quiet, &r.Quiet, 0}, {"eta", b.ETA, &r.ETA, 0}} {
 		*f.to = f.def
 		if f.s == "" {
 			continue

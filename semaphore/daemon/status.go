@@ -242,7 +242,7 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 			o := api.OwnRequest{Request: r.Handle.String(), Name: r.Name, Mode: r.Mode.String(), Phase: r.Phase,
 				Ticket: r.Ticket, Since: n.wallTime(r.Since)}
 			if l := n.leases[r.Handle]; l != nil {
-				o.Owner = l.req.Owner
+				o.Owner, o.Reason, o.ETA = l.req.Owner, l.req.Reason, l.req.etaAt
 				if l.held {
 					o.Expires = n.wallTime(l.expiry)
 				}

@@ -163,7 +163,8 @@ type lockFlags struct {
 	clientFlags
 	mode                             string
 	timeout, duration, quiet, killIn time.Duration
-	grace                            time.Duration
+	grace, eta                       time.Duration
+	reason                           string
 	try, reopen                      bool
 	limit                            int
 }
@@ -431,6 +432,12 @@ func newDrainCmd() *cobra.Command {
 			if f.grace < 0 || f.grace > 0 && f.grace < 100*time.Millisecond {
 				return usageErrorf("drain: --grace must be 0 (wait for the readers) or at least 100ms, got %s", f.grace)
 			}
+			if f.eta < 0 {
+				return usageErrorf("drain: --eta must not be negative, got %s", f.eta)
+			}
+			if len(f.reason) > 256 || !utf8.ValidString(f.reason) || strings.IndexFunc(f.reason, unicode.IsControl) >= 0 {
+				return usageErrorf("drain: --reason: at most 256 bytes of UTF-8 without control characters (got %d bytes)", len(f.reason))
+			}
 			if err := f.check(cmd, name, mode); err != nil {
 				return err
 			}
@@ -460,12 +467,14 @@ func newDrainCmd() *cobra.Command {
 				duration = keptDrain
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: duration,
-				Quiet: f.quiet, Try: f.try, AutoRenew: true}, f.killIn, argv, progress, !f.reopen)
+				Quiet: f.quiet, Try: f.try, AutoRenew: true, Reason: f.reason, ETA: f.eta}, f.killIn, argv, progress, !f.reopen)
 		},
 	}
 	fl := cmd.Flags()
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
+	fl.StringVar(&f.reason, "reason", "", "why the site is drained, shown to visitors (the maintenance page of the middleware and sluice proxy) and operators")
+	fl.DurationVar(&f.eta, "eta", 0, "how long the maintenance is expected to take: visitors see when, and Retry-After follows it")
 	fl.DurationVar(&f.grace, "grace", 0, "how long the readers holding NAME may go on once the drain waits: then their leases are revoked (requests behind the middleware or sluice proxy are cut) and CMD runs (0: wait for them)")
 	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until `sluice undrain NAME`)")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")

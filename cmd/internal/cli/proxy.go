@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -53,7 +55,7 @@ func newProxyCmd() *cobra.Command {
 	fl.StringVar(&f.upstream, "upstream", "", "the site's URL, http://host:port (required)")
 	fl.StringVar(&f.name, "name", "/site", "lock name of the site")
 	fl.StringSliceVar(&f.hosts, "host", nil, "HOST=NAME: requests for that Host take that lock name instead of --name (repeat for more)")
-	fl.StringVar(&f.page, "page", "", "file of the maintenance page (default: a short built-in page)")
+	fl.StringVar(&f.page, "page", "", "file of the maintenance page, a Go html/template given .Name, .Reason, .ETA (a time.Time, zero when unknown) and .RetryAfter (seconds) (default: a short built-in page that shows them)")
 	fl.StringVar(&f.pageType, "page-type", "text/html; charset=utf-8", "Content-Type of --page")
 	fl.DurationVar(&f.retryAfter, "retry-after", 30*time.Second, "Retry-After of the maintenance page")
 	fl.DurationVar(&f.duration, "duration", time.Minute, "each request's lease, renewed while it runs (the agent caps it at its --share-lease)")
@@ -68,7 +70,7 @@ func newProxyCmd() *cobra.Command {
 
 // check reads the flags: the upstream's URL, the lock names by host and
 // the page.
-func (f *proxyFlags) check() (*url.URL, map[string]string, []byte, error) {
+func (f *proxyFlags) check() (*url.URL, map[string]string, *template.Template, error) {
 	if f.upstream == "" {
 		return nil, nil, nil, usageErrorf("proxy: --upstream URL is required")
 	}
@@ -99,10 +101,20 @@ func (f *proxyFlags) check() (*url.URL, map[string]string, []byte, error) {
 			return nil, nil, nil, usageErrorf("proxy: %s must be above 0, got %s", d.flag, d.v)
 		}
 	}
-	var page []byte
+	var page *template.Template
 	if f.page != "" {
-		if page, err = os.ReadFile(f.page); err != nil {
+		b, err := os.ReadFile(f.page)
+		if err != nil {
 			return nil, nil, nil, usageErrorf("proxy: --page: %v", err)
+		}
+		if page, err = template.New("page").Parse(string(b)); err != nil {
+			return nil, nil, nil, usageErrorf("proxy: --page %s: %v", f.page, err)
+		}
+		// A template that fails on the fields it is given fails now,
+		// not in front of visitors.
+		if err := page.Execute(io.Discard, client.MaintenanceInfo{Name: f.name, Reason: "a reason", ETA: time.Now(),
+			RetryAfter: 30}); err != nil {
+			return nil, nil, nil, usageErrorf("proxy: --page %s: %v", f.page, err)
 		}
 	}
 	return up, hosts, page, nil
@@ -151,7 +163,7 @@ func (f *proxyFlags) run(cmd *cobra.Command) error {
 
 // handler is the proxy: the middleware of the request's lock name around
 // a reverse proxy of up.
-func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]string, page []byte,
+func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]string, page *template.Template,
 	log *slog.Logger) http.Handler {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: f.dialTimeout, KeepAlive: 30 * time.Second}).DialContext
@@ -180,7 +192,7 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 			fmt.Fprintf(w, "502 bad gateway: the site behind this proxy did not answer (%s)\n", up.Host)
 		},
 	}
-	o := client.MiddlewareOptions{Duration: f.duration, RetryAfter: f.retryAfter, MaintenancePage: page,
+	o := client.MiddlewareOptions{Duration: f.duration, RetryAfter: f.retryAfter, Template: page,
 		ContentType: f.pageType, FailOpen: f.failOpen, Logger: log}
 	byName := map[string]http.Handler{}
 	for _, name := range append([]string{f.name}, valuesOf(hosts)...) {

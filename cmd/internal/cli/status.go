@@ -295,6 +295,12 @@ func printLocks(w io.Writer, tab api.Table) {
 			if e.Readers != nil { // a node's shared read ticket
 				owner = fmt.Sprintf("shared read ticket, readers on it: %d", *e.Readers)
 			}
+			if e.Reason != "" {
+				owner += fmt.Sprintf(" — %q", e.Reason)
+			}
+			if !e.ETA.IsZero() {
+				owner += " — expected done at " + e.ETA.Format(time.TimeOnly)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, nodeLabel(e.NodeName, e.Node), state, since,
 				age(e.Since), expires, owner)
 		}
