@@ -406,12 +406,33 @@ func TestDrainFailureKeepsSiteDrained(t *testing.T) {
 	if code, errs := reader(); code != 75 {
 		t.Fatalf("a reader after the failed drain: exit %d %q, want 75 (still drained)", code, errs)
 	}
+	kept := func() string {
+		t.Helper()
+		resp, err := unixClient(sock).Get("http://sluice/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "sluice_kept_write_locks ") {
+				return line
+			}
+		}
+		return "no sluice_kept_write_locks"
+	}
+	if got := kept(); got != "sluice_kept_write_locks 1" {
+		t.Errorf("metrics after the failed drain: %q, want 1 (an alert's)", got)
+	}
 	code, out, errs := sluice(t, sock, "undrain", "/site")
 	if code != 0 || !strings.Contains(out, "undrained /site: released the read-write-priority lease") {
 		t.Fatalf("undrain: exit %d, %q %q", code, out, errs)
 	}
 	if code, errs := reader(); code != 0 {
 		t.Fatalf("a reader after undrain: exit %d %q", code, errs)
+	}
+	if got := kept(); got != "sluice_kept_write_locks 0" {
+		t.Errorf("metrics after undrain: %q", got)
 	}
 	if code, _, errs := sluice(t, sock, "undrain", "/site"); code != 1 || !strings.Contains(errs, "no writer holds it") {
 		t.Fatalf("undrain of a name not drained: exit %d %q", code, errs)

@@ -500,6 +500,17 @@ func (a *Agent) registerMetrics() {
 			}
 			return float64(n)
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_kept_write_locks",
+			Help: "Write locks this agent holds for processes that are gone: drains whose job failed or was killed, " +
+				"which keep their names drained until undrained."}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			kept, err := a.node.KeptLocks(ctx)
+			if err != nil {
+				return 0
+			}
+			return float64(len(kept))
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_peers_known",
 			Help: "Cluster peers this node's mesh knows of."}, func() float64 { return float64(len(a.host.Members())) }),
 		// Frames from peers that the mesh refused (it resets their stream).

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/semaphore"
 )
 
 // AuditNote is one operator's action through this agent, or one write
@@ -100,4 +102,44 @@ func commandLine(pid int32) string {
 		b = append(b[:509], "..."...)
 	}
 	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
+
+// KeptLock is a write lock this agent holds for a process that is gone:
+// a drain whose job failed (sluice drain keeps the site drained then) or
+// was killed. It blocks its name until someone undrains it.
+type KeptLock struct {
+	Name   string    `json:"name"`
+	Lease  string    `json:"lease"`
+	Mode   string    `json:"mode"`
+	Owner  string    `json:"owner,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+	PID    int32     `json:"pid"`
+}
+
+// KeptLocks lists the write locks held for processes that are gone (the
+// kernel named the caller that took them; its pid no longer runs).
+func (n *Node) KeptLocks(ctx context.Context) ([]KeptLock, error) {
+	var held []KeptLock
+	err := n.run(ctx, func() error {
+		for h, l := range n.leases {
+			if l.held && l.req.Mode != semaphore.ReadOnly && l.req.by != nil && l.req.by.Cred {
+				held = append(held, KeptLock{Name: l.req.Name, Lease: h.String(), Mode: l.req.Mode.String(),
+					Owner: l.req.Owner, Reason: l.req.Reason, Since: l.granted, PID: l.req.by.PID})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Off the loop: /proc is the disk's business.
+	kept := held[:0]
+	for _, k := range held {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", k.PID)); errors.Is(err, os.ErrNotExist) {
+			kept = append(kept, k)
+		}
+	}
+	slices.SortFunc(kept, func(a, b KeptLock) int { return a.Since.Compare(b.Since) })
+	return kept, nil
 }

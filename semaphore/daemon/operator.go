@@ -155,6 +155,9 @@ type OperatorState struct {
 	Table  api.Table   `json:"table"`
 	Drains []Drain     `json:"drains"`
 	Forced []ForceNote `json:"forced"`
+	// Kept are the write locks this agent holds for processes that are
+	// gone: drains whose job failed or was killed (sluice undrain).
+	Kept []KeptLock `json:"kept"`
 	// Audit are the last operators' actions and write locks through
 	// every agent that answered (this one's alone without a cluster),
 	// newest first.
@@ -167,8 +170,11 @@ type Drain struct {
 	Mode    string `json:"mode"`
 	Request string `json:"request"`
 	// Owner is what the writer's client said of itself (user@host, pid,
-	// command), when its agent answered.
+	// command), and Reason and ETA its word for visitors, when its agent
+	// answered.
 	Owner   string    `json:"owner,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	ETA     time.Time `json:"eta,omitzero"`
 	Readers int       `json:"readers_left"`
 	Since   time.Time `json:"since"`
 	Waited  string    `json:"waited"`
@@ -207,6 +213,7 @@ func operatorState(ctx context.Context, cfg OperatorConfig) OperatorState {
 		}
 	}
 	out.Drains = drains(out.Table, out.At)
+	out.Kept, _ = cfg.Node.KeptLocks(ctx)
 	if cfg.Cluster != nil {
 		if notes, err := cfg.Node.ClusterAudit(ctx, cfg.Cluster); err == nil {
 			out.Audit = notes
@@ -228,7 +235,7 @@ func drains(t api.Table, now time.Time) []Drain {
 				continue // waiting for another writer, not a drain
 			}
 			readers := l.ReadersHolding()
-			out = append(out, Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Owner: w.Owner, Readers: readers, Since: w.Since,
+			out = append(out, Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Owner: w.Owner, Reason: w.Reason, ETA: w.ETA, Readers: readers, Since: w.Since,
 				Waited: now.Sub(w.Since).Round(time.Second).String()})
 		}
 	}
