@@ -17,7 +17,7 @@
 //
 // A node is master of its own clients' requests: it runs the bakery's
 // phases against the view's leaders itself, whether it is a leader or not.
-// That is the forwarding DESIGN describes with one hop less: the request
+// That is the forwarding the README's Architecture describes, with one hop less: the request
 // reaches the leaders straight from the node the client called, and when a
 // leader is lost the core restarts the request under the new view while the
 // client keeps its lease id. Requests that arrive before a view is known
@@ -45,4 +45,13 @@
 // loopback TCP address with a bearer token. The Unix socket also speaks
 // the compact protocol of semaphore/api for acquire, release and renew
 // (compact.go): each connection is routed by its first bytes.
+//
+// Who may do what (access.go): each connection's caller is named once, by
+// the kernel (SO_PEERCRED on the socket) or by its bearer token (TCP), and
+// given roles on name prefixes (Access); both protocols check them, the
+// Node's calls through WithCaller (a lease is its owner's or an
+// operator's), the operators' endpoints in the API. A refusal is
+// codes.ErrForbidden, counted and logged; operators' actions and write
+// locks are audited with the caller (audit.go), and listed from every
+// agent over the mesh's query protocol.
 package daemon
