@@ -16,9 +16,9 @@
 // than time: a master's lease must never outlast the replicas' count of it.
 //
 // A node is master of its own clients' requests: it runs the bakery's
-// phases against the view's leaders itself, whether it is a leader or not.
-// That is the forwarding the README's Architecture describes, with one hop less: the request
-// reaches the leaders straight from the node the client called, and when a
+// phases against the view's leaders itself, whether it is a leader or not:
+// no forwarding to a leader, the request reaches the leaders straight from
+// the node the client called, and when a
 // leader is lost the core restarts the request under the new view while the
 // client keeps its lease id. Requests that arrive before a view is known
 // wait in the core until their obtain timeout.
