@@ -126,6 +126,8 @@ func (c *Caller) same(o *Caller) bool {
 	return c.Cred && o.Cred && c.UID == o.UID || !c.Cred && !o.Cred && c.Token == o.Token
 }
 
+// String names the caller by numbers: it runs on the node's loop, which
+// must not read /etc/passwd (describe does, off the loop).
 func (c *Caller) String() string {
 	switch {
 	case !c.Cred && c.Token == "":
@@ -133,11 +135,18 @@ func (c *Caller) String() string {
 	case !c.Cred:
 		return "the holder of token " + c.Token
 	}
-	s := fmt.Sprintf("uid %d", c.UID)
-	if u, err := user.LookupId(strconv.FormatUint(uint64(c.UID), 10)); err == nil {
-		s += " (" + u.Username + ")"
+	return fmt.Sprintf("uid %d pid %d", c.UID, c.PID)
+}
+
+// describe is String with the user's name, for the audit.
+func (c *Caller) describe() string {
+	if !c.Cred {
+		return c.String()
 	}
-	return s + fmt.Sprintf(" pid %d", c.PID)
+	if u, err := user.LookupId(strconv.FormatUint(uint64(c.UID), 10)); err == nil {
+		return fmt.Sprintf("uid %d (%s) pid %d", c.UID, u.Username, c.PID)
+	}
+	return c.String()
 }
 
 // roles lists the caller's grants, for a refusal.

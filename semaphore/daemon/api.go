@@ -404,7 +404,7 @@ func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 	}
 	by := b.By
 	if c, ok := callerFrom(r.Context()); ok {
-		by = c.String() // the kernel's word, not the request's
+		by = c.describe() // the kernel's word, not the request's
 	}
 	a.cfg.Node.forced.add(ForceNote{At: time.Now(), Name: b.Name, Released: reqs, By: by})
 	writeJSON(w, http.StatusOK, api.ForceUnlocked{Name: b.Name, Released: reqs})

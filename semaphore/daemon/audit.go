@@ -53,7 +53,7 @@ func (n *Node) audit(ctx context.Context, action, name string, err error, said, 
 	}
 	attrs := []any{"action", action, "name", name, "outcome", note.Outcome}
 	if c, ok := callerFrom(ctx); ok {
-		note.By = c.String()
+		note.By = c.describe()
 		if c.Cred {
 			note.Command = commandLine(c.PID)
 			attrs = append(attrs, "uid", c.UID, "pid", c.PID, "command", note.Command)
