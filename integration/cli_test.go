@@ -452,3 +452,35 @@ func TestDrainFailureKeepsSiteDrained(t *testing.T) {
 		t.Fatalf("a reader after a drain: exit %d %q", code, errs)
 	}
 }
+
+// TestDrainEscalates: a soft drain that is not granted within
+// --escalate-after turns hard: new readers are turned away, and it runs
+// once the reader that holds the site leaves.
+func TestDrainEscalates(t *testing.T) {
+	sock := startDev(t)
+	leave := filepath.Join(shortDir(t), "leave")
+	holder := start(t, "lock", "/site", "--api", sock, "--mode", "read-only", "--", "sh", "-c",
+		`echo holding; i=0; until [ -e "$1" ]; do i=$((i+1)); [ $i -lt 1200 ] || exit 9; sleep 0.05; done`, "sh", leave)
+	holder.waitLine(t, "holding")
+	drain := start(t, "drain", "/site", "--api", sock, "--mode", "soft", "--escalate-after", "500ms", "--", "echo", "cmd-ran")
+	drain.waitLine(t, "turning hard")
+	for deadline := time.Now().Add(bound); ; time.Sleep(20 * time.Millisecond) {
+		code, _, errs := sluice(t, sock, "lock", "/site", "--mode", "read-only", "--try", "--", "true")
+		if code == 75 && strings.Contains(errs, "draining") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a new reader after the drain turned hard: exit %d %q", code, errs)
+		}
+	}
+	if err := os.WriteFile(leave, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	drain.waitLine(t, "cmd-ran")
+	if code := drain.wait(t); code != 0 {
+		t.Fatalf("drain exited %d", code)
+	}
+	if code, _, errs := sluice(t, sock, "drain", "/site", "--escalate-after", "1s", "--", "true"); code != 64 {
+		t.Errorf("--escalate-after on a hard drain: exit %d %q, want 64", code, errs)
+	}
+}

@@ -290,6 +290,7 @@ func TestDrainGraceCutsLongRequests(t *testing.T) {
 		`date +%s%N > "$LOG"; echo cmd-$((1+1))-began`)
 	cmd.Env = append(os.Environ(), "LOG="+log)
 	drain := startProc(t, cmd)
+	drain.waitLine(t, "grace: 1s of 1s left, then they are revoked")
 	drain.waitLine(t, "the grace of 1s is over: 1 readers revoked")
 	rest, err := io.ReadAll(sr)
 	if err == nil && strings.HasSuffix(string(rest), "end\n") {

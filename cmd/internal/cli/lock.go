@@ -163,7 +163,7 @@ type lockFlags struct {
 	clientFlags
 	mode                             string
 	timeout, duration, quiet, killIn time.Duration
-	grace, eta                       time.Duration
+	grace, eta, escalate             time.Duration
 	reason                           string
 	try, reopen                      bool
 	limit                            int
@@ -209,7 +209,7 @@ func newLockCmd() *cobra.Command {
 				return err
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
-				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil, false)
+				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil, false, 0)
 		},
 	}
 	fl := cmd.Flags()
@@ -242,7 +242,8 @@ func owner(argv []string) string {
 // set, is called while the acquire waits (drain progress) and stopped once
 // it returns.
 func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.Mode, o client.Options,
-	killIn time.Duration, argv []string, waiting func(ctx context.Context, c *client.Client), keepOnFailure bool) error {
+	killIn time.Duration, argv []string, waiting func(ctx context.Context, c *client.Client), keepOnFailure bool,
+	escalateAfter time.Duration) error {
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -259,7 +260,7 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 	}()
 	asked := time.Now()
 	o.Owner = owner(argv)
-	lease, err := c.Acquire(ctx, name, mode, o)
+	lease, err := acquireEscalating(ctx, c, cmd.ErrOrStderr(), name, mode, o, escalateAfter)
 	stopProgress()
 	<-progressDone
 	if err == nil && waiting != nil {
@@ -318,6 +319,26 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// acquireEscalating acquires name in mode; a soft or gentle drain not
+// granted within after (0: never) gives its request up and asks again as
+// a hard one (READ_WRITE_PRIORITY: new readers are turned away), within
+// what is left of o.Timeout.
+func acquireEscalating(ctx context.Context, c *client.Client, out io.Writer, name string, mode semaphore.Mode,
+	o client.Options, after time.Duration) (*client.Lease, error) {
+	if after <= 0 || mode == semaphore.ReadWritePriority || o.Try || after >= o.Timeout {
+		return c.Acquire(ctx, name, mode, o)
+	}
+	soft, cancel := context.WithTimeout(ctx, after)
+	l, err := c.Acquire(soft, name, mode, o)
+	cancel()
+	if err == nil || ctx.Err() != nil || soft.Err() == nil {
+		return l, err
+	}
+	fmt.Fprintf(out, "draining %s: not granted after %s: turning hard (new readers are turned away)\n", name, after)
+	o.Timeout -= after
+	return c.Acquire(ctx, name, semaphore.ReadWritePriority, o)
 }
 
 // runUnder runs argv with the lease's token in its environment, and stops
@@ -432,6 +453,9 @@ func newDrainCmd() *cobra.Command {
 			if f.grace < 0 || f.grace > 0 && f.grace < 100*time.Millisecond {
 				return usageErrorf("drain: --grace must be 0 (wait for the readers) or at least 100ms, got %s", f.grace)
 			}
+			if f.escalate < 0 || f.escalate > 0 && mode == semaphore.ReadWritePriority {
+				return usageErrorf("drain: --escalate-after is for soft and gentle drains, at least 0, got %s with --mode %s", f.escalate, f.mode)
+			}
 			if f.eta < 0 {
 				return usageErrorf("drain: --eta must not be negative, got %s", f.eta)
 			}
@@ -446,7 +470,7 @@ func newDrainCmd() *cobra.Command {
 			if mode == semaphore.ReadWriteGentle {
 				quiet = cmp.Or(f.quiet, semaphore.DefaultQuiet)
 			}
-			progress := func(ctx context.Context, c *client.Client) { showDrain(ctx, c, out, name, f.mode, quiet) }
+			progress := func(ctx context.Context, c *client.Client) { showDrain(ctx, c, out, name, f.mode, quiet, f.grace) }
 			if f.grace > 0 {
 				show := progress
 				progress = func(ctx context.Context, c *client.Client) {
@@ -467,7 +491,8 @@ func newDrainCmd() *cobra.Command {
 				duration = keptDrain
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: duration,
-				Quiet: f.quiet, Try: f.try, AutoRenew: true, Reason: f.reason, ETA: f.eta}, f.killIn, argv, progress, !f.reopen)
+				Quiet: f.quiet, Try: f.try, AutoRenew: true, Reason: f.reason, ETA: f.eta}, f.killIn, argv, progress, !f.reopen,
+				f.escalate)
 		},
 	}
 	fl := cmd.Flags()
@@ -475,6 +500,7 @@ func newDrainCmd() *cobra.Command {
 	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
 	fl.StringVar(&f.reason, "reason", "", "why the site is drained, shown to visitors (the maintenance page of the middleware and sluice proxy) and operators")
 	fl.DurationVar(&f.eta, "eta", 0, "how long the maintenance is expected to take: visitors see when, and Retry-After follows it")
+	fl.DurationVar(&f.escalate, "escalate-after", 0, "a soft or gentle drain not granted after this long turns hard: it asks again as READ_WRITE_PRIORITY, and new readers are turned away (0: never)")
 	fl.DurationVar(&f.grace, "grace", 0, "how long the readers holding NAME may go on once the drain waits: then their leases are revoked (requests behind the middleware or sluice proxy are cut) and CMD runs (0: wait for them)")
 	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until `sluice undrain NAME`)")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")
@@ -507,7 +533,7 @@ func revokeAfter(ctx context.Context, c *client.Client, out io.Writer, name stri
 
 // showDrain reports, until ctx ends, how many readers are left on name: a
 // live line on a terminal, a plain line every few seconds otherwise.
-func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode string, quiet time.Duration) {
+func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode string, quiet, grace time.Duration) {
 	tty := isTerminal(out)
 	start := time.Now()
 	lastReader := start // when readers were last seen: a gentle drain's quiet period runs from there
@@ -543,6 +569,9 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 		lastLeft, lastPrint = left, time.Now()
 		line := fmt.Sprintf("draining %s (%s): %s readers left, waiting %s", name, mode, left,
 			time.Since(start).Round(time.Second))
+		if grace > 0 && readers != 0 {
+			line += fmt.Sprintf("; grace: %s of %s left, then they are revoked", max(grace-time.Since(start), 0).Round(time.Second), grace)
+		}
 		if quiet > 0 && readers == 0 {
 			// As this agent saw it: the leaders count from the last reader
 			// they saw, which may be a little earlier.
