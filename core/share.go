@@ -81,6 +81,14 @@ func (sh *share) held() bool {
 	return sh.req != nil && sh.req.phase == phaseHeld && !sh.req.unlocking
 }
 
+// Draining reports whether this node's shared read ticket of name was
+// asked to let a writer in (a drain waits, YieldDrain): its page views
+// should end soon. It only reads.
+func (n *Node) Draining(name string) bool {
+	mn := n.mnames[name]
+	return mn != nil && mn.share != nil && mn.share.req != nil && mn.share.yield == wire.YieldDrain
+}
+
 // acquireLocal starts r, a READ_ONLY request of a local client, on its
 // name's share.
 func (n *Node) acquireLocal(mn *masterName, r *request) {

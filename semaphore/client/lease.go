@@ -150,6 +150,10 @@ type Lease struct {
 	duration, grace time.Duration
 
 	done chan struct{}
+	// draining closes when the agent says a writer waits for the name
+	// (a reader's lease, watched: Draining).
+	draining  chan struct{}
+	drainOnce sync.Once
 	// ctx bounds the lease's goroutines (watch, renewer); wg counts them.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -177,7 +181,7 @@ type Lease struct {
 func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode, o Options, clk clock) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, duration: o.Duration, grace: o.Grace,
-		done: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), clock: clk, expires: expires}
+		done: make(chan struct{}), draining: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), clock: clk, expires: expires}
 	l.mu.Lock()
 	// A local timer, so the lease ends at its expiry even when the agent
 	// says nothing (unreachable, stopped, slow).
@@ -248,6 +252,25 @@ func (l *Lease) Done() <-chan struct{} {
 		go l.watch()
 	}
 	return l.done
+}
+
+// Draining is closed once the agent says that a writer waits for the
+// lease's name (a drain): a reader's long poll or stream should end soon,
+// and a response should close its connection. Like Done, it watches the
+// lease. A writer's lease never hears it.
+func (l *Lease) Draining() <-chan struct{} {
+	l.Done()
+	return l.draining
+}
+
+// drainingNow reports whether Draining is closed, without watching.
+func (l *Lease) drainingNow() bool {
+	select {
+	case <-l.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 // Err is nil while the lease is held and after Release; after a loss it
@@ -529,6 +552,8 @@ func (l *Lease) watchOnce() (int, error) {
 		// Granted and renewed events do not move the expiry: their send
 		// time is unknown here, so only this client's own calls extend it.
 		switch e.Kind {
+		case "draining":
+			l.drainOnce.Do(func() { close(l.draining) })
 		case "renew-failed":
 			if errors.Is(sentinel(e.Code), semaphore.ErrLost) {
 				l.end(l.lost("was dropped by the leaders (renewal refused)"))

@@ -108,6 +108,10 @@ const watchAfter = 100 * time.Millisecond
 // with Retry-After and the maintenance page; when the lock's state cannot
 // be learned, FailOpen decides.
 //
+// A writer that waits for the name is heard: the request's
+// LeaseFrom(ctx).Draining() closes, and a response whose headers go out
+// after that asks for the connection's end (Connection: close).
+//
 // The lease is renewed while the handler runs. When it is lost (revoked by
 // the agent or an operator, expired unrenewed, or the agent unreachable
 // past its expiry) the request's context is cancelled with a cause
@@ -325,7 +329,7 @@ type leaseGuard struct {
 // guardLease guards the request of ctx, served on w, under l.
 func guardLease(ctx context.Context, l *Lease, w http.ResponseWriter) *leaseGuard {
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
-	g := &leaseGuard{l: l, ctx: hctx, cancel: cancel, w: &leaseWriter{ResponseWriter: w},
+	g := &leaseGuard{l: l, ctx: hctx, cancel: cancel, w: &leaseWriter{ResponseWriter: w, l: l},
 		done: make(chan struct{}), exited: make(chan struct{})}
 	delay := watchAfter
 	if time.Until(l.Expires()) <= 2*watchAfter {
@@ -367,6 +371,10 @@ func (g *leaseGuard) stop() {
 // the lease was lost and records whether the response was begun.
 type leaseWriter struct {
 	http.ResponseWriter
+	// l is the request's lease: once a writer waits (Lease.Draining), the
+	// response asks the visitor's connection to close, so a kept-alive
+	// visitor's next request meets the maintenance page at once.
+	l    *Lease
 	lost atomic.Bool
 	// wrote: a final status or body bytes were passed on. Only the
 	// handler's goroutine writes it, and the middleware reads it after
@@ -375,6 +383,14 @@ type leaseWriter struct {
 
 	mu   sync.Mutex
 	conn net.Conn // hijacked, closed on a loss
+}
+
+// closeIfDraining asks for the connection's end with the response's
+// headers, once a writer waits.
+func (w *leaseWriter) closeIfDraining() {
+	if !w.wrote && w.l != nil && w.l.drainingNow() {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // lose stops the writer and closes a hijacked connection.
@@ -400,6 +416,7 @@ func (w *leaseWriter) WriteHeader(code int) {
 	}
 	// An informational status (103 Early Hints) leaves the response open.
 	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.closeIfDraining()
 		w.wrote = true
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -409,6 +426,7 @@ func (w *leaseWriter) Write(b []byte) (int, error) {
 	if w.lost.Load() {
 		return 0, ErrLeaseLost
 	}
+	w.closeIfDraining() // the first write sends the headers
 	w.wrote = true
 	return w.ResponseWriter.Write(b)
 }

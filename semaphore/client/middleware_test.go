@@ -525,3 +525,69 @@ func defaultPage(name string) string {
 	}
 	return b.String()
 }
+
+// TestMiddlewareTellsReadersAWriterWaits: a request running when a drain
+// starts hears it (Lease.Draining), and its response asks the visitor's
+// connection to close: a long poll ends early, and the visitor's next
+// request meets the maintenance page on a new connection.
+func TestMiddlewareTellsReadersAWriterWaits(t *testing.T) {
+	_, c := startAgent(t)
+	ctx := ctxT(t)
+	heard, polling := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(c.Middleware("/poll", client.MiddlewareOptions{})(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			draining := client.LeaseFrom(r.Context()).Draining()
+			close(polling)
+			select { // a long poll: it answers when a writer waits
+			case <-draining:
+				close(heard)
+				io.WriteString(w, "ended early")
+			case <-r.Context().Done():
+			}
+		})))
+	defer srv.Close()
+	type pollReply struct {
+		status int
+		body   string
+		close  bool // the response asked for the connection's end
+		err    error
+	}
+	answer := make(chan pollReply, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/poll", nil)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			answer <- pollReply{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answer <- pollReply{resp.StatusCode, string(b), resp.Close, err}
+	}()
+	// The poll holds its read lock; a drain asks for the name.
+	select {
+	case <-polling:
+	case <-ctx.Done():
+		t.Fatal("the long poll never ran")
+	}
+	drained := make(chan error, 1)
+	go func() {
+		w, err := c.Acquire(ctx, "/poll", semaphore.ReadWritePriority, client.Options{Timeout: time.Minute})
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		drained <- err
+	}()
+	select {
+	case <-heard:
+	case <-ctx.Done():
+		t.Fatal("the long poll never heard that a writer waits")
+	}
+	got := <-answer
+	if got.err != nil || got.status != 200 || got.body != "ended early" || !got.close {
+		t.Fatalf("the long poll's answer: %+v (want 200, ended early, Connection: close)", got)
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("the drain: %v", err)
+	}
+}

@@ -56,6 +56,8 @@ type lease struct {
 	// of the loop.
 	grant    Lease
 	watchers []chan api.Event
+	// toldDraining: the watchers heard that a writer waits (tellDraining).
+	toldDraining bool
 	// asked is when the loop took the acquire call; granted when it was
 	// granted (monotonic times, for TTLs and the wait and hold metrics).
 	asked, granted time.Time
@@ -646,6 +648,12 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 		if l.held {
 			ch <- api.Event{Lease: id, Name: l.req.Name, Kind: core.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
 		}
+		if l.req.Mode == semaphore.ReadOnly {
+			// A reader hears that a writer waits (tellDraining).
+			l.toldDraining = false
+			n.watchedReaders[h] = l
+			n.tellDraining()
+		}
 		return nil
 	}); err != nil {
 		return nil, err
@@ -670,6 +678,24 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 }
 
 // emitTo gives e to every watcher of l, without ever blocking the loop.
+// tellDraining tells the watchers of readers' leases, once per watch,
+// that a writer waits for their name: this agent's shared read ticket of
+// it was asked to drain. Long polls and streams can end early, and
+// responses can close their connections. On the loop, after each Ready:
+// only watched readers (requests that outlived the middleware's first
+// look) are looked at.
+func (n *Node) tellDraining() {
+	for h, l := range n.watchedReaders {
+		switch {
+		case n.leases[h] != l || len(l.watchers) == 0:
+			delete(n.watchedReaders, h)
+		case !l.toldDraining && n.core.Draining(l.req.Name):
+			l.toldDraining = true
+			n.emitTo(l, api.Event{Kind: "draining"})
+		}
+	}
+}
+
 func (n *Node) emitTo(l *lease, e api.Event) {
 	e.Lease, e.Name = l.handle.String(), l.req.Name
 	kept := l.watchers[:0]

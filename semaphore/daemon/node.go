@@ -194,6 +194,9 @@ type Node struct {
 	loopback []wire.Message
 	outbox   []wire.Message // flush's buffer of one Ready's messages to peers, reused
 	leases   map[wire.RequestID]*lease
+	// watchedReaders are the readers' leases with watchers, told when a
+	// writer waits (tellDraining).
+	watchedReaders map[wire.RequestID]*lease
 	// releases are the Release and ForceUnlock calls waiting for a quorum
 	// of the leaders to drop the request (core.EventReleased).
 	releases map[releaseCall]chan error
@@ -245,7 +248,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("daemon: start the election: %w", err)
 	}
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
-		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, releases: map[releaseCall]chan error{},
+		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, watchedReaders: map[wire.RequestID]*lease{}, releases: map[releaseCall]chan error{},
 		changed:       make(chan election.ChangeResult, 1),
 		foreignLogged: map[wire.NodeID]time.Time{},
 		sending:       map[[2]uint64]*snapshotSend{}, metrics: newMetrics()}, nil
@@ -436,6 +439,9 @@ func (n *Node) drive(ctx context.Context) {
 	for n.failed == nil {
 		n.collect()
 		n.flush(ctx)
+		// A yield asked of a shared read ticket with holders changes no
+		// output of the core: its readers' watchers hear of it here.
+		n.tellDraining()
 		if len(n.loopback) == 0 {
 			return
 		}
