@@ -143,10 +143,36 @@ func (c *Caller) describe() string {
 	if !c.Cred {
 		return c.String()
 	}
-	if u, err := user.LookupId(strconv.FormatUint(uint64(c.UID), 10)); err == nil {
-		return fmt.Sprintf("uid %d (%s) pid %d", c.UID, u.Username, c.PID)
+	if name := userName(c.UID); name != "" {
+		return fmt.Sprintf("uid %d (%s) pid %d", c.UID, name, c.PID)
 	}
 	return c.String()
+}
+
+// userNames caches the names of uids: a lookup may be a cgo call, which
+// takes an OS thread, and many callers at once must not take many.
+var userNames struct {
+	sync.Mutex
+	names map[uint32]string
+}
+
+// userName is uid's user name ("" when the system has none), looked up
+// once, one lookup at a time.
+func userName(uid uint32) string {
+	userNames.Lock()
+	defer userNames.Unlock()
+	if name, ok := userNames.names[uid]; ok {
+		return name
+	}
+	name := ""
+	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+		name = u.Username
+	}
+	if userNames.names == nil || len(userNames.names) > 4096 {
+		userNames.names = map[uint32]string{}
+	}
+	userNames.names[uid] = name
+	return name
 }
 
 // roles lists the caller's grants, for a refusal.
@@ -468,9 +494,11 @@ func cachedGroups(ttl time.Duration) func(uint32) ([]uint32, error) {
 	var mu sync.Mutex
 	cache := map[uint32]entry{}
 	return func(uid uint32) ([]uint32, error) {
+		// One lookup at a time, under the lock: a lookup may be a cgo
+		// call, and a crowd of new connections must not start one each.
 		mu.Lock()
+		defer mu.Unlock()
 		e, ok := cache[uid]
-		mu.Unlock()
 		if ok && time.Since(e.at) < ttl {
 			return e.gids, e.err
 		}
@@ -487,12 +515,10 @@ func cachedGroups(ttl time.Duration) func(uint32) ([]uint32, error) {
 			}
 		}
 		slices.Sort(e.gids)
-		mu.Lock()
 		if len(cache) > 4096 {
 			clear(cache)
 		}
 		cache[uid] = e
-		mu.Unlock()
 		return e.gids, e.err
 	}
 }

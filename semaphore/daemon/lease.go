@@ -160,10 +160,11 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		r.by = c
 	}
 	l, err := n.acquire(ctx, r)
-	if ok && r.Mode != semaphore.ReadOnly && !errors.Is(err, codes.ErrTimedOut) {
-		// A drain or a deploy's lock, taken through the API (a try that
-		// found the name held is not worth a line).
-		n.audit(ctx, "write_lock", r.Name, err, r.Owner, fmt.Sprintf("%s lease %s token %d", r.Mode, l.ID, l.Token))
+	if ok && r.Mode != semaphore.ReadOnly && err == nil {
+		// A drain or a deploy's lock, taken through the API. Refusals are
+		// not audited: a flood of them (overflow) must cost the agent
+		// nothing more than their answers.
+		n.audit(ctx, "write_lock", r.Name, nil, r.Owner, fmt.Sprintf("%s lease %s token %d", r.Mode, l.ID, l.Token))
 	}
 	return l, err
 }
