@@ -22,17 +22,19 @@ import (
 // connection. It notes when the stream and the echo connection ended, in
 // Unix nanoseconds, to compare with a drain's command's start.
 type upstreamSite struct {
-	srv        *httptest.Server
-	endStream  chan struct{}
-	mu         sync.Mutex
-	streamEnd  int64
-	echoEnd    int64
-	forwarded  string
-	hostHeader string
+	srv       *httptest.Server
+	endStream chan struct{}
+	mu        sync.Mutex
+	streamEnd int64
+	echoEnd   int64
+	// streamDone and echoDone close when the stream, the echo ended.
+	streamDone, echoDone chan struct{}
+	forwarded            string
+	hostHeader           string
 }
 
 func newUpstreamSite(t *testing.T) *upstreamSite {
-	u := &upstreamSite{endStream: make(chan struct{})}
+	u := &upstreamSite{endStream: make(chan struct{}), streamDone: make(chan struct{}), echoDone: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
@@ -43,7 +45,10 @@ func newUpstreamSite(t *testing.T) *upstreamSite {
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			u.mu.Lock()
-			u.streamEnd = time.Now().UnixNano()
+			if u.streamEnd == 0 {
+				u.streamEnd = time.Now().UnixNano()
+				close(u.streamDone)
+			}
 			u.mu.Unlock()
 		}()
 		for {
@@ -69,7 +74,10 @@ func newUpstreamSite(t *testing.T) *upstreamSite {
 		_ = rw.Flush()
 		_, _ = io.Copy(conn, rw) // echo until the client closes
 		u.mu.Lock()
-		u.echoEnd = time.Now().UnixNano()
+		if u.echoEnd == 0 {
+			u.echoEnd = time.Now().UnixNano()
+			close(u.echoDone)
+		}
 		u.mu.Unlock()
 	})
 	u.srv = httptest.NewServer(mux)
@@ -81,6 +89,21 @@ func (u *upstreamSite) ended(which *int64) int64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return *which
+}
+
+// endedBefore waits for done (the upstream's end of something, noted in
+// at) and checks that the drain's command, which wrote its start to log,
+// began after it.
+func (u *upstreamSite) endedBefore(t *testing.T, done chan struct{}, at *int64, log, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(bound):
+		t.Fatalf("the upstream never saw that %s", what)
+	}
+	if ended, began := u.ended(at), startedAt(t, log); began < ended {
+		t.Errorf("the drain's command began %v before %s", time.Duration(ended-began), what)
+	}
 }
 
 // startedAt reads the Unix nanoseconds a drain's command wrote to file.
@@ -183,9 +206,7 @@ func TestProxy(t *testing.T) {
 		t.Errorf("the stream was cut: %q", rest)
 	}
 	drain.waitLine(t, "cmd-2-began")
-	if ended, began := site.ended(&site.streamEnd), startedAt(t, log); began < ended {
-		t.Errorf("the drain's command began %v before the stream ended", time.Duration(ended-began))
-	}
+	site.endedBefore(t, site.streamDone, &site.streamEnd, log, "the stream ended")
 	if code, _, _ := get("/"); code != 503 {
 		t.Errorf("a page while the drain's command runs: %d", code)
 	}
@@ -233,14 +254,7 @@ func TestProxy(t *testing.T) {
 	if code := drain.wait(t); code != 0 {
 		t.Fatalf("drain exited %d", code)
 	}
-	for deadline := time.Now().Add(bound); site.ended(&site.echoEnd) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the upstream never saw the websocket close")
-		}
-	}
-	if ended, began := site.ended(&site.echoEnd), startedAt(t, log2); began < ended {
-		t.Errorf("the drain's command began %v before the websocket closed", time.Duration(ended-began))
-	}
+	site.endedBefore(t, site.echoDone, &site.echoEnd, log2, "the websocket closed")
 
 	// An upstream that is down: a quick 502 that says so.
 	down := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -300,14 +314,7 @@ func TestDrainGraceCutsLongRequests(t *testing.T) {
 	if code := drain.wait(t); code != 0 {
 		t.Fatalf("drain exited %d", code)
 	}
-	for deadline := time.Now().Add(bound); site.ended(&site.streamEnd) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the upstream's stream never ended")
-		}
-	}
-	if ended, began := site.ended(&site.streamEnd), startedAt(t, log); began < ended {
-		t.Errorf("the drain's command began %v before the cut stream ended", time.Duration(ended-began))
-	}
+	site.endedBefore(t, site.streamDone, &site.streamEnd, log, "the cut stream ended")
 	if code, _, errs := sluice(t, sock, "drain", "/site", "--grace", "1ms", "--", "true"); code != 64 || !strings.Contains(errs, "--grace") {
 		t.Errorf("--grace 1ms: exit %d %q, want 64", code, errs)
 	}
