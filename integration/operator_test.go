@@ -185,7 +185,7 @@ func checkInBrowser(t *testing.T, browser, url, dir string) {
 		t.Fatalf("chromium --dump-dom: %v", err)
 	}
 	dom := string(out)
-	if !strings.Contains(dom, "Drains in progress") || !strings.Contains(dom, `"/site"`) || !strings.Contains(dom, "<title>sluice: LOCK_READY</title>") {
+	if !strings.Contains(dom, "<h2>Drains</h2>") || !strings.Contains(dom, `"/site"`) || !strings.Contains(dom, "<title>sluice: LOCK_READY</title>") {
 		t.Fatalf("the page in a browser, after its refreshes:\n%s", dom)
 	}
 	if out, err := exec.Command(browser, append(common, "--screenshot="+shot, url)...).CombinedOutput(); err != nil {

@@ -140,6 +140,12 @@ type Entry struct {
 	// of its hold (AcquireBody): why, and when it expects to be done.
 	Reason string    `json:"reason,omitempty"`
 	ETA    time.Time `json:"eta,omitzero"`
+	// GraceEnd is when a drain's grace ends (AcquireBody.ReadersGrace),
+	// Revoked how many readers its client revoked since, and Preview its
+	// preview token's hash, in a merged table.
+	GraceEnd time.Time `json:"grace_end,omitzero"`
+	Revoked  int       `json:"revoked,omitempty"`
+	Preview  string    `json:"preview,omitempty"`
 	// Readers, for a node's shared read ticket (Active read-only) in a
 	// merged table, is how many of that node's clients hold on it, as its
 	// agent answered; nil when it did not (gone, or an older version).
@@ -158,6 +164,10 @@ type OwnRequest struct {
 	Owner   string    `json:"owner,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
 	ETA     time.Time `json:"eta,omitzero"`
+	// GraceEnd, Revoked and Preview: as Entry's.
+	GraceEnd time.Time `json:"grace_end,omitzero"`
+	Revoked  int       `json:"revoked,omitempty"`
+	Preview  string    `json:"preview,omitempty"`
 }
 
 // NodeStats counts what the runtime did, for status and metrics.
@@ -211,6 +221,16 @@ type AcquireBody struct {
 	// it expects to hold. The maintenance pages show them.
 	Reason string `json:"reason,omitempty"`
 	ETA    Span   `json:"eta,omitempty"`
+	// ReadersGrace is how long a drain lets the readers that hold go on
+	// before it revokes them (sluice drain --grace), from the call: shown
+	// to operators; the drain's client does the revoking.
+	ReadersGrace Span `json:"readers_grace,omitempty"`
+	// Preview is the SHA-256, in lowercase hex, of the drain's preview
+	// token: while this writer holds the name, the middleware and sluice
+	// proxy serve the requests that carry the token (the operator's check
+	// of the new version). Only the hash travels; the token stays with
+	// the drain.
+	Preview string `json:"preview,omitempty"`
 }
 
 // LeaseBody names a lease (release, renew).

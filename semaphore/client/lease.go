@@ -47,6 +47,13 @@ type Options struct {
 	// them. Calls with them go over HTTP, as with Owner.
 	Reason string
 	ETA    time.Duration
+	// ReadersGrace is how long a drain lets the readers that hold go on
+	// before it revokes them (RevokeReaders), shown to operators; Preview
+	// is the SHA-256, in lowercase hex, of a preview token (PreviewHash):
+	// while this writer holds the name, the middleware serves requests
+	// that carry the token. Calls with them go over HTTP, as with Owner.
+	ReadersGrace time.Duration
+	Preview      string
 	// AutoRenew renews the lease at about half its remaining time until
 	// Release. A renewal that fails is retried while time is left; the
 	// lease is lost when none is.
@@ -103,7 +110,7 @@ func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, 
 		ok    bool
 		err   error
 	)
-	if o.Owner == "" && o.Reason == "" && o.ETA == 0 {
+	if o.Owner == "" && o.Reason == "" && o.ETA == 0 && o.ReadersGrace == 0 && o.Preview == "" {
 		reply, ok, err = c.compact(ctx, op, &api.CompactRequest{Op: api.OpAcquire, Name: name, Mode: mode.String(), Try: o.Try,
 			Timeout: o.Timeout, Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
 	}
@@ -114,7 +121,7 @@ func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, 
 	case !ok:
 		body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
 			Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try, Owner: o.Owner, Reason: o.Reason,
-			ETA: span(o.ETA)}
+			ETA: span(o.ETA), ReadersGrace: span(o.ReadersGrace), Preview: o.Preview}
 		if err := c.call(ctx, op, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
 			return nil, err
 		}

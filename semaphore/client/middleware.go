@@ -5,6 +5,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,10 +176,15 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
 			l, err := c.Acquire(ctx, name, semaphore.ReadOnly, Options{Try: true, Duration: o.Duration, AutoRenew: true})
+			r.Header.Del(PreviewHeader) // the middleware's word to the handler, not the visitor's
 			switch {
 			case err == nil:
 			case errors.Is(err, semaphore.ErrDraining), errors.Is(err, semaphore.ErrTimedOut):
-				unavailable(w, r) // a writer holds or waits for the site
+				// A writer holds or waits for the site: the maintenance
+				// page, unless the request is the holding drain's preview.
+				if !preview(w, r, next, writer, log) {
+					unavailable(w, r)
+				}
 				return
 			case ctx.Err() != nil:
 				return // the visitor left; nobody to answer
@@ -197,7 +207,7 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 					log.Warn("releasing the request's lock", "name", name, "lease", l.ID(), "err", err)
 				}
 			})
-			g := guardLease(ctx, l, w)
+			g := guardLease(ctx, l, w, isWebsocket(r))
 			func() {
 				defer g.stop()
 				next.ServeHTTP(g.w, r.WithContext(g.ctx))
@@ -227,6 +237,108 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			}
 		})
 	}
+}
+
+// Previews: while a drain holds a site's name, requests that carry its
+// preview token are served (under the drain's lease: no reader's lock is
+// taken), so the operator can check the new version before visitors come
+// back. The token is asked for in a link's query (?sluice-preview=TOKEN),
+// which answers with a cookie and a redirect to the same URL without it;
+// the handler sees PreviewHeader set on preview requests.
+const (
+	PreviewCookie = "sluice_preview"
+	PreviewQuery  = "sluice-preview"
+	PreviewHeader = "Sluice-Preview"
+)
+
+// NewPreviewToken makes a drain's preview token: 256 random bits, in
+// base64url, and its hash for Options.Preview.
+func NewPreviewToken() (token, hash string, err error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("client: a preview token: %w", err)
+	}
+	token = base64.RawURLEncoding.EncodeToString(b[:])
+	return token, PreviewHash(token), nil
+}
+
+// PreviewHash is what travels of a preview token (Options.Preview): its
+// SHA-256 in lowercase hex.
+func PreviewHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// previewWait bounds the look at the cluster's table that checks a
+// preview token.
+const previewWait = 2 * time.Second
+
+// preview serves r when it carries the preview token of the writer that
+// holds the name now, and says whether it answered. The table is asked
+// afresh for every preview request (an operator's few, not visitors'
+// many): a token is good only while its drain holds, never for a later
+// drain, nor while its drain still waits for readers.
+func preview(w http.ResponseWriter, r *http.Request, next http.Handler, writer *writerWord, log *slog.Logger) bool {
+	token, fromQuery := r.URL.Query().Get(PreviewQuery), true
+	if token == "" {
+		fromQuery = false
+		c, err := r.Cookie(PreviewCookie)
+		if err != nil || c.Value == "" {
+			return false
+		}
+		token = c.Value
+	}
+	if len(token) > 256 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), previewWait)
+	defer cancel()
+	t, err := writer.c.Locks(ctx, writer.name)
+	if err != nil {
+		log.Warn("a preview token could not be checked", "name", writer.name, "err", err)
+		return false
+	}
+	if !previewHolds(t, writer.name, PreviewHash(token)) {
+		log.Info("a preview token refused: no drain of the name that holds it gave it", "name", writer.name)
+		return false
+	}
+	if fromQuery {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return false
+		}
+		// The token moves to a cookie, and out of the address bar,
+		// history and Referer headers.
+		http.SetCookie(w, &http.Cookie{Name: PreviewCookie, Value: token, Path: "/", HttpOnly: true,
+			Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
+		u := *r.URL
+		q := u.Query()
+		q.Del(PreviewQuery)
+		u.RawQuery = q.Encode()
+		u.Scheme, u.Host = "", ""
+		w.Header().Set("Cache-Control", "no-store")
+		http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+		return true
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	r.Header.Set(PreviewHeader, "1")
+	next.ServeHTTP(w, r)
+	return true
+}
+
+// previewHolds says whether a writer that holds name in t gave hash.
+func previewHolds(t api.Table, name, hash string) bool {
+	for _, l := range t.Locks {
+		if l.Name != name {
+			continue
+		}
+		for _, e := range l.Entries {
+			if e.Holder && e.Mode != semaphore.ReadOnly.String() && e.Preview != "" &&
+				subtle.ConstantTimeCompare([]byte(e.Preview), []byte(hash)) == 1 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // MaintenanceInfo is what a maintenance page's template gets: the name,
@@ -327,9 +439,9 @@ type leaseGuard struct {
 }
 
 // guardLease guards the request of ctx, served on w, under l.
-func guardLease(ctx context.Context, l *Lease, w http.ResponseWriter) *leaseGuard {
+func guardLease(ctx context.Context, l *Lease, w http.ResponseWriter, websocket bool) *leaseGuard {
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
-	g := &leaseGuard{l: l, ctx: hctx, cancel: cancel, w: &leaseWriter{ResponseWriter: w, l: l},
+	g := &leaseGuard{l: l, ctx: hctx, cancel: cancel, w: &leaseWriter{ResponseWriter: w, l: l, websocket: websocket},
 		done: make(chan struct{}), exited: make(chan struct{})}
 	delay := watchAfter
 	if time.Until(l.Expires()) <= 2*watchAfter {
@@ -381,8 +493,26 @@ type leaseWriter struct {
 	// the handler returned.
 	wrote bool
 
+	// websocket: the request asks for a websocket upgrade; its hijacked
+	// connection gets a close frame on a loss (closingConn).
+	websocket bool
+
 	mu   sync.Mutex
 	conn net.Conn // hijacked, closed on a loss
+}
+
+// isWebsocket says whether r asks for a websocket upgrade.
+func isWebsocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// closeConn ends a hijacked connection: a websocket's with a close frame.
+func closeConn(c net.Conn) {
+	if cc, ok := c.(*closingConn); ok {
+		cc.end()
+		return
+	}
+	_ = c.Close()
 }
 
 // closeIfDraining asks for the connection's end with the response's
@@ -400,7 +530,7 @@ func (w *leaseWriter) lose() {
 	conn := w.conn
 	w.mu.Unlock()
 	if conn != nil {
-		_ = conn.Close()
+		closeConn(conn)
 	}
 }
 
@@ -452,6 +582,12 @@ func (w *leaseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
+	}
+	if w.websocket {
+		// Whatever the handler writes goes through the close frame's
+		// watch; net/http's hijacked writer is a new, empty one.
+		cc := newClosingConn(conn)
+		conn, rw = cc, bufio.NewReadWriter(rw.Reader, bufio.NewWriter(cc))
 	}
 	w.wrote = true
 	w.mu.Lock()

@@ -414,6 +414,13 @@ func TestValidate(t *testing.T) {
 		"negative quiet":   {func(r *daemon.Request) { r.Quiet = -1 }, "quiet"},
 		"negative limit":   {func(r *daemon.Request) { r.Limit = -2 }, "reader limit"},
 		"absurd limit":     {func(r *daemon.Request) { r.Limit = core.DefaultMaxWaiters + 1 }, "reader limit"},
+		"long reason":      {func(r *daemon.Request) { r.Mode, r.Reason = semaphore.ReadWritePriority, strings.Repeat("r", 10<<20) }, "reason"},
+		"reason with tab":  {func(r *daemon.Request) { r.Mode, r.Reason = semaphore.ReadWritePriority, "a\tb" }, "reason"},
+		"preview not hex":  {func(r *daemon.Request) { r.Mode, r.Preview = semaphore.ReadWritePriority, strings.Repeat("g", 64) }, "preview"},
+		"preview a token":  {func(r *daemon.Request) { r.Mode, r.Preview = semaphore.ReadWritePriority, "secret" }, "preview"},
+		"reader previews":  {func(r *daemon.Request) { r.Preview = strings.Repeat("a", 64) }, "writer's"},
+		"reader's grace":   {func(r *daemon.Request) { r.ReadersGrace = time.Second }, "writer's"},
+		"negative r-grace": {func(r *daemon.Request) { r.Mode, r.ReadersGrace = semaphore.ReadWrite, -1 }, "readers_grace"},
 	} {
 		r := ok
 		tc.edit(&r)
@@ -427,6 +434,9 @@ func TestValidate(t *testing.T) {
 		func(r *daemon.Request) { r.Timeout, r.Try = 0, true },
 		func(r *daemon.Request) { r.Name = "/straße/ü page with spaces" },
 		func(r *daemon.Request) { r.Duration = daemon.MinDuration },
+		func(r *daemon.Request) {
+			r.Mode, r.Preview, r.ReadersGrace = semaphore.ReadWritePriority, strings.Repeat("0f", 32), time.Second
+		},
 	} {
 		r := ok
 		edit(&r)

@@ -143,7 +143,7 @@ func (w *agentWord) add(t *api.Table) {
 	}
 	for _, r := range t.Requests {
 		w.owners[r.Request] = r.Owner
-		if r.Reason != "" || !r.ETA.IsZero() {
+		if r.Reason != "" || !r.ETA.IsZero() || !r.GraceEnd.IsZero() || r.Revoked != 0 || r.Preview != "" {
 			w.holds[r.Request] = r
 		}
 		if !counted && r.Phase == heldShared {
@@ -200,6 +200,7 @@ func (n *Node) addAgentsWord(ctx context.Context, q querier, question []byte, t 
 			e.Owner = word.owners[e.Request]
 			if h, ok := word.holds[e.Request]; ok {
 				e.Reason, e.ETA = h.Reason, h.ETA
+				e.GraceEnd, e.Revoked, e.Preview = h.GraceEnd, h.Revoked, h.Preview
 			}
 			if readers, known := word.readers[e.Node]; known && e.Mode == semaphore.ReadOnly.String() && e.Active {
 				e.Readers = new(readers[l.Name])

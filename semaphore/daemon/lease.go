@@ -58,6 +58,9 @@ type lease struct {
 	watchers []chan api.Event
 	// toldDraining: the watchers heard that a writer waits (tellDraining).
 	toldDraining bool
+	// revoked counts the readers a writer's client revoked on its name
+	// (a drain whose grace is over), for operators.
+	revoked int
 	// asked is when the loop took the acquire call; granted when it was
 	// granted (monotonic times, for TTLs and the wait and hold metrics).
 	asked, granted time.Time
@@ -151,6 +154,9 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 	}
 	if r.ETA > 0 {
 		r.etaAt = time.Now().Add(r.ETA)
+	}
+	if r.ReadersGrace > 0 {
+		r.graceAt = time.Now().Add(r.ReadersGrace)
 	}
 	c, ok := callerFrom(ctx)
 	if ok {

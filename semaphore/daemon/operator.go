@@ -178,6 +178,16 @@ type Drain struct {
 	Readers int       `json:"readers_left"`
 	Since   time.Time `json:"since"`
 	Waited  string    `json:"waited"`
+	// GraceEnd is when the drain revokes the readers still holding
+	// (drain --grace), Revoked how many it revoked, as its agent said.
+	GraceEnd time.Time `json:"grace_end,omitzero"`
+	Revoked  int       `json:"revoked,omitempty"`
+	// GraceLeft is what is left of the grace at the table's time: "" with
+	// no grace, "0s" once it is over.
+	GraceLeft string `json:"grace_left,omitempty"`
+	// Holding: the writer holds the name (the drain is done and its job
+	// runs); otherwise it waits for Readers.
+	Holding bool `json:"holding"`
 }
 
 // ForceNote is one force-unlock asked through this agent.
@@ -228,15 +238,25 @@ func drains(t api.Table, now time.Time) []Drain {
 	out := []Drain{}
 	for _, l := range t.Locks {
 		for _, w := range l.Entries {
-			if w.Mode == semaphore.ReadOnly.String() || w.Holder || w.Ticket == 0 {
+			if w.Mode == semaphore.ReadOnly.String() || w.Ticket == 0 {
 				continue
 			}
-			if !slices.ContainsFunc(l.Entries, func(r api.Entry) bool { return r.Mode == semaphore.ReadOnly.String() && r.Holder }) {
+			drained := w.Reason != "" || !w.ETA.IsZero() || !w.GraceEnd.IsZero() || w.Revoked != 0 || w.Preview != ""
+			if w.Holder && !drained {
+				continue // a plain lock, not a drain's (sluice drain always says something)
+			}
+			if !w.Holder && !slices.ContainsFunc(l.Entries, func(r api.Entry) bool { return r.Mode == semaphore.ReadOnly.String() && r.Holder }) {
 				continue // waiting for another writer, not a drain
 			}
-			readers := l.ReadersHolding()
-			out = append(out, Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Owner: w.Owner, Reason: w.Reason, ETA: w.ETA, Readers: readers, Since: w.Since,
-				Waited: now.Sub(w.Since).Round(time.Second).String()})
+			d := Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Owner: w.Owner, Reason: w.Reason, ETA: w.ETA, Since: w.Since,
+				Waited: now.Sub(w.Since).Round(time.Second).String(), GraceEnd: w.GraceEnd, Revoked: w.Revoked, Holding: w.Holder}
+			if !w.Holder {
+				d.Readers = l.ReadersHolding()
+			}
+			if !w.GraceEnd.IsZero() {
+				d.GraceLeft = max(w.GraceEnd.Sub(now), 0).Round(100 * time.Millisecond).String()
+			}
+			out = append(out, d)
 		}
 	}
 	return out

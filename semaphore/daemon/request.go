@@ -39,6 +39,12 @@ type Request struct {
 	ETA    time.Duration
 	// etaAt is ETA from the Acquire call, on the wall clock.
 	etaAt time.Time
+	// ReadersGrace is a drain's grace for its readers, and Preview its
+	// preview token's hash (api.AcquireBody); graceAt is ReadersGrace
+	// from the Acquire call, on the wall clock.
+	ReadersGrace time.Duration
+	Preview      string
+	graceAt      time.Time
 	// by is who took it, as the kernel or a token says (WithCaller): its
 	// releases, renewals and watches are this caller's or an operator's.
 	by *Caller
@@ -72,7 +78,8 @@ func (r Request) Validate() error {
 	for _, f := range []struct {
 		field string
 		d     time.Duration
-	}{{"timeout", r.Timeout}, {"duration", r.Duration}, {"grace", r.Grace}, {"quiet", r.Quiet}} {
+	}{{"timeout", r.Timeout}, {"duration", r.Duration}, {"grace", r.Grace}, {"quiet", r.Quiet},
+		{"readers_grace", r.ReadersGrace}} {
 		if f.d < 0 || f.d > maxSpan {
 			return fmt.Errorf("%w: %s %s is not between 0 and %s", codes.ErrInvalid, f.field, f.d, maxSpan)
 		}
@@ -89,10 +96,20 @@ func (r Request) Validate() error {
 	if r.ETA < 0 || r.ETA > maxSpan {
 		return fmt.Errorf("%w: eta %s is not between 0 and %s", codes.ErrInvalid, r.ETA, maxSpan)
 	}
+	if r.Preview != "" && !isSHA256Hex(r.Preview) {
+		return fmt.Errorf("%w: preview: the SHA-256 of the preview token, 64 lowercase hex digits (got %d bytes)", codes.ErrInvalid, len(r.Preview))
+	}
+	if r.Mode == semaphore.ReadOnly && (r.Preview != "" || r.ReadersGrace != 0) {
+		return fmt.Errorf("%w: preview and readers_grace are a writer's, not a reader's", codes.ErrInvalid)
+	}
 	if r.Limit < 0 || r.Limit > maxLimit {
 		return fmt.Errorf("%w: reader limit %d is not 1..%d (0 or none: no limit)", codes.ErrInvalid, r.Limit, maxLimit)
 	}
 	return nil
+}
+
+func isSHA256Hex(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // MinDuration is the shortest lease: one tick of the agents' clock.
@@ -107,7 +124,8 @@ func validName(name string) error { return semaphore.CheckName(name) }
 // duration 1m). It only reads: a duration that is not a Go duration or a
 // mode without a name is an ErrInvalid here; Validate judges the values.
 func ParseAcquire(b api.AcquireBody) (Request, error) {
-	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive, Owner: b.Owner, Reason: b.Reason}
+	r := Request{Name: b.Name, Try: b.Try, Limit: b.Limit, Mode: semaphore.Exclusive, Owner: b.Owner, Reason: b.Reason,
+		Preview: b.Preview}
 	if b.Mode != "" {
 		m, err := semaphore.ParseMode(b.Mode)
 		if err != nil {
@@ -121,7 +139,8 @@ func ParseAcquire(b api.AcquireBody) (Request, error) {
 		to    *time.Duration
 		def   time.Duration
 	}{{"timeout", b.Timeout, &r.Timeout, defaultTimeout}, {"duration", b.Duration, &r.Duration, defaultDuration},
-		{"grace", b.Grace, &r.Grace, 0}, {"quiet", b.Quiet, &r.Quiet, 0}, {"eta", b.ETA, &r.ETA, 0}} {
+		{"grace", b.Grace, &r.Grace, 0}, {"quiet", b.Quiet, &r.Quiet, 0}, {"eta", b.ETA, &r.ETA, 0},
+		{"readers_grace", b.ReadersGrace, &r.ReadersGrace, 0}} {
 		*f.to = f.def
 		if f.s == "" {
 			continue

@@ -243,6 +243,7 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 				Ticket: r.Ticket, Since: n.wallTime(r.Since)}
 			if l := n.leases[r.Handle]; l != nil {
 				o.Owner, o.Reason, o.ETA = l.req.Owner, l.req.Reason, l.req.etaAt
+				o.GraceEnd, o.Revoked, o.Preview = l.req.graceAt, l.revoked, l.req.Preview
 				if l.held {
 					o.Expires = n.wallTime(l.expiry)
 				}
@@ -373,9 +374,26 @@ func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]str
 			reqs, err := n.ForceUnlock(ctx, name, e.Request, 0)
 			out = append(out, reqs...)
 			if err != nil && !errors.Is(err, ErrUnknownLease) { // gone meanwhile: fine
+				n.noteRevoked(ctx, name, len(out))
 				return out, err
 			}
 		}
 	}
+	n.noteRevoked(ctx, name, len(out))
 	return out, nil
+}
+
+// noteRevoked counts readers revoked on name for this node's writers of
+// it (the drain that revoked them), which operators see.
+func (n *Node) noteRevoked(ctx context.Context, name string, revoked int) {
+	if revoked == 0 {
+		return
+	}
+	_ = n.do(context.WithoutCancel(ctx), func() {
+		for _, l := range n.leases {
+			if l.req.Name == name && l.req.Mode != semaphore.ReadOnly {
+				l.revoked += revoked
+			}
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -164,8 +165,8 @@ type lockFlags struct {
 	mode                             string
 	timeout, duration, quiet, killIn time.Duration
 	grace, eta, escalate             time.Duration
-	reason                           string
-	try, reopen                      bool
+	reason, previewURL               string
+	try, reopen, preview             bool
 	limit                            int
 }
 
@@ -209,7 +210,7 @@ func newLockCmd() *cobra.Command {
 				return err
 			}
 			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
-				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil, false, 0)
+				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil)
 		},
 	}
 	fl := cmd.Flags()
@@ -238,12 +239,28 @@ func owner(argv []string) string {
 	return s
 }
 
-// runLocked acquires, runs argv under the lease and releases. waiting, when
-// set, is called while the acquire waits (drain progress) and stopped once
-// it returns.
+// drainPlan is what a drain adds to a lock's run.
+type drainPlan struct {
+	// waiting is called while the acquire waits (progress, the grace's
+	// revocation) and stopped once it returns.
+	waiting func(ctx context.Context, c *client.Client)
+	// keepOnFailure: a failed CMD leaves the name held.
+	keepOnFailure bool
+	// escalateAfter: acquireEscalating's.
+	escalateAfter time.Duration
+	// previewToken, previewURL: the preview's, told once granted and
+	// passed to CMD.
+	previewToken, previewURL string
+}
+
+// runLocked acquires, runs argv under the lease and releases; d, for a
+// drain, says what more to do.
 func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.Mode, o client.Options,
-	killIn time.Duration, argv []string, waiting func(ctx context.Context, c *client.Client), keepOnFailure bool,
-	escalateAfter time.Duration) error {
+	killIn time.Duration, argv []string, d *drainPlan) error {
+	if d == nil {
+		d = &drainPlan{}
+	}
+	waiting := d.waiting
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -260,7 +277,7 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 	}()
 	asked := time.Now()
 	o.Owner = owner(argv)
-	lease, err := acquireEscalating(ctx, c, cmd.ErrOrStderr(), name, mode, o, escalateAfter)
+	lease, err := acquireEscalating(ctx, c, cmd.ErrOrStderr(), name, mode, o, d.escalateAfter)
 	stopProgress()
 	<-progressDone
 	if err == nil && waiting != nil {
@@ -295,9 +312,20 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		}
 		return apiError(verb+" "+name, err)
 	}
+	var env []string
+	if d.previewToken != "" {
+		env = append(env, "SLUICE_PREVIEW_TOKEN="+d.previewToken)
+		if d.previewURL != "" {
+			env = append(env, "SLUICE_PREVIEW_URL="+d.previewURL)
+			fmt.Fprintf(cmd.ErrOrStderr(), "draining %s: preview it before visitors return: %s\n", name, d.previewURL)
+		} else {
+			fmt.Fprintf(cmd.ErrOrStderr(), "draining %s: preview it before visitors return: add ?%s=%s to one of its URLs\n",
+				name, client.PreviewQuery, d.previewToken)
+		}
+	}
 	stop() // from here on, signals go to CMD, which decides
-	code, lost, runErr := runUnder(cmd, lease, name, argv, killIn)
-	if keepOnFailure && runErr == nil && !lost && code != 0 {
+	code, lost, runErr := runUnder(cmd, lease, name, argv, killIn, env)
+	if d.keepOnFailure && runErr == nil && !lost && code != 0 {
 		// A failed maintenance job leaves the site drained: the lease is
 		// not given back, and lasts until `sluice undrain` (or its
 		// duration, which a kept drain takes long).
@@ -352,10 +380,10 @@ func acquireEscalating(ctx context.Context, c *client.Client, out io.Writer, nam
 // directly: only SIGTERM is passed on. A hang-up (an ssh session gone)
 // also ends CMD, by SIGKILL after killIn if it outlives it: it must not
 // go on without its lock, which sluice releases once CMD is gone.
-func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []string, killIn time.Duration) (code int, lost bool, err error) {
+func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []string, killIn time.Duration, env []string) (code int, lost bool, err error) {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
-	child.Env = append(os.Environ(), "SLUICE_TOKEN="+strconv.FormatUint(lease.Token(), 10), "SLUICE_LOCK="+name)
+	child.Env = append(append(os.Environ(), "SLUICE_TOKEN="+strconv.FormatUint(lease.Token(), 10), "SLUICE_LOCK="+name), env...)
 	tty := isTTY(os.Stdin)
 	if !tty {
 		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -490,22 +518,48 @@ func newDrainCmd() *cobra.Command {
 			if !f.reopen && !cmd.Flags().Changed("duration") {
 				duration = keptDrain
 			}
-			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: duration,
-				Quiet: f.quiet, Try: f.try, AutoRenew: true, Reason: f.reason, ETA: f.eta}, f.killIn, argv, progress, !f.reopen,
-				f.escalate)
+			plan := &drainPlan{waiting: progress, keepOnFailure: !f.reopen, escalateAfter: f.escalate}
+			o := client.Options{Timeout: f.timeout, Duration: duration, Quiet: f.quiet, Try: f.try, AutoRenew: true,
+				Reason: f.reason, ETA: f.eta, ReadersGrace: f.grace}
+			if f.preview {
+				token, hash, err := client.NewPreviewToken()
+				if err != nil {
+					return err
+				}
+				plan.previewToken, o.Preview = token, hash
+				if plan.previewURL, err = previewLink(cmp.Or(f.previewURL, name), token); err != nil && f.previewURL != "" {
+					return usageErrorf("drain: --preview-url: %v", err)
+				}
+			}
+			return runLocked(cmd, &f.clientFlags, name, mode, o, f.killIn, argv, plan)
 		},
 	}
 	fl := cmd.Flags()
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "hard", "hard, soft or gentle")
-	fl.StringVar(&f.reason, "reason", "", "why the site is drained, shown to visitors (the maintenance page of the middleware and sluice proxy) and operators")
+	fl.StringVar(&f.reason, "reason", "", "why the site is drained, shown to visitors (the maintenance page of the middleware and sluice proxy) and operators: at most 256 bytes of UTF-8 without control characters (longer or with them: refused)")
 	fl.DurationVar(&f.eta, "eta", 0, "how long the maintenance is expected to take: visitors see when, and Retry-After follows it")
 	fl.DurationVar(&f.escalate, "escalate-after", 0, "a soft or gentle drain not granted after this long turns hard: it asks again as READ_WRITE_PRIORITY, and new readers are turned away (0: never)")
 	fl.DurationVar(&f.grace, "grace", 0, "how long the readers holding NAME may go on once the drain waits: then their leases are revoked (requests behind the middleware or sluice proxy are cut) and CMD runs (0: wait for them)")
+	fl.BoolVar(&f.preview, "preview", true, "once granted, print a preview link: requests that carry its token (a cookie it sets) pass the maintenance page of the middleware and sluice proxy while the drain holds; CMD gets it in SLUICE_PREVIEW_TOKEN and SLUICE_PREVIEW_URL")
+	fl.StringVar(&f.previewURL, "preview-url", "", "the site's URL for the preview link (default: NAME, when it is an http(s) URL)")
 	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until `sluice undrain NAME`)")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")
 	f.addLease(cmd, 10*time.Minute, "how long to wait for the readers to drain")
 	return cmd
+}
+
+// previewLink is site's URL with the preview token in its query: site
+// must be an absolute http or https URL.
+func previewLink(site, token string) (string, error) {
+	u, err := url.Parse(site)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return "", fmt.Errorf("%q is not an http:// or https:// URL with a host", site)
+	}
+	q := u.Query()
+	q.Set(client.PreviewQuery, token)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // revokeAfter revokes the readers of name once grace is over, unless
