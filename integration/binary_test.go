@@ -275,8 +275,9 @@ func agents(t *testing.T, root string, n int) []*agent {
 	return nodes
 }
 
-// run starts agent i of nodes (again, after a kill) from its directory.
-func run(t *testing.T, nodes []*agent, i int) {
+// run starts agent i of nodes (again, after a kill) from its directory,
+// with extra flags.
+func run(t *testing.T, nodes []*agent, i int, extra ...string) {
 	t.Helper()
 	a := nodes[i]
 	var peers, members []string
@@ -287,8 +288,9 @@ func run(t *testing.T, nodes []*agent, i int) {
 		}
 	}
 	listen := a.addr[:strings.Index(a.addr, "/p2p/")]
-	a.p = start(t, "agent", "--name", fmt.Sprintf("n%d", i+1), "--data", a.data, "--listen", listen,
-		"--peers", strings.Join(peers, ","), "--initial-members", strings.Join(members, ","), "--api", a.sock, "--log-level", "warn")
+	a.p = start(t, append([]string{"agent", "--name", fmt.Sprintf("n%d", i+1), "--data", a.data, "--listen", listen,
+		"--peers", strings.Join(peers, ","), "--initial-members", strings.Join(members, ","), "--api", a.sock,
+		"--log-level", "warn"}, extra...)...)
 	a.p.waitLine(t, "API on "+a.sock)
 }
 

@@ -134,7 +134,7 @@ func TestOperatorListener(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	if code != 200 || !strings.Contains(page, `<tr class="drain"><td>&#34;/site&#34;</td><td>read-write-priority</td>`) ||
+	if code != 200 || !strings.Contains(page, `<td>&#34;/site&#34;</td><td>read-write-priority</td>`) ||
 		!strings.Contains(page, "LOCK_READY") ||
 		!strings.Contains(page, "<h1>sluice — node web-7 ") || !strings.Contains(page, "<td>web-7</td><td>holder</td>") {
 		t.Fatalf("the page: %d\n%s", code, page)
