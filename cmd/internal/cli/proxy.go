@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -179,6 +180,7 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 			pr.SetXForwarded()
 		},
 		Transport:     tr,
+		BufferPool:    copyBuffers{},
 		FlushInterval: -1, // streamed responses go out as they come
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -215,6 +217,15 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 		byName[name].ServeHTTP(w, r)
 	})
 }
+
+// copyBuffers lends the reverse proxy its 32 KiB copy buffers: one made
+// and cleared for every request cost more than the lock.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b[:32<<10])) }
 
 func valuesOf(m map[string]string) []string {
 	out := make([]string, 0, len(m))

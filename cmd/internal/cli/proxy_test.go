@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -70,10 +71,16 @@ func BenchmarkProxyAddedLatency(b *testing.B) {
 		slices.Sort(lat)
 		return lat[len(lat)/2], lat[len(lat)*99/100]
 	}
+	// The same reverse proxy without the lock: the hop's own cost.
+	bare := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }})
+	defer bare.Close()
 	b.ResetTimer()
 	d50, d99 := measure(up.URL)
 	p50, p99 := measure(proxy.URL)
+	h50, _ := measure(bare.URL)
 	b.StopTimer()
+	b.ReportMetric(float64((h50 - d50).Microseconds()), "bare-hop-p50-µs")
+	b.ReportMetric(float64((p50 - h50).Microseconds()), "lock-p50-µs")
 	b.ReportMetric(float64(d50.Microseconds()), "direct-p50-µs")
 	b.ReportMetric(float64(p50.Microseconds()), "proxy-p50-µs")
 	b.ReportMetric(float64((p50 - d50).Microseconds()), "added-p50-µs")
