@@ -305,7 +305,7 @@ func TestDrainGraceCutsLongRequests(t *testing.T) {
 	cmd.Env = append(os.Environ(), "LOG="+log)
 	drain := startProc(t, cmd)
 	drain.waitLine(t, "grace: 1s of 1s left, then they are revoked")
-	drain.waitLine(t, "the grace of 1s is over: 1 readers revoked")
+	drain.waitLine(t, "the grace of 1s is over: readers revoked: 1 (on 1 requests)")
 	rest, err := io.ReadAll(sr)
 	if err == nil && strings.HasSuffix(string(rest), "end\n") {
 		t.Fatalf("the stream ended as a whole response after its lock was revoked: %q", rest)

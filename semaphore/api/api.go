@@ -334,6 +334,10 @@ type Released struct {
 type ForceUnlocked struct {
 	Name     string   `json:"name"`
 	Released []string `json:"released"`
+	// Readers, for a revocation of readers, is how many readers those
+	// requests were: a node's shared read ticket counts the readers on it
+	// (as its agent answered; 1 when it did not).
+	Readers int `json:"readers,omitempty"`
 }
 
 // Event is something that happened to a lease, for watchers.

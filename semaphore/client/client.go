@@ -252,12 +252,12 @@ func (c *Client) ReleaseID(ctx context.Context, id, name string) error {
 
 // RevokeReaders drops every READ_ONLY holder of name: a drain's grace is
 // over. A writer of name may ask it, not only an operator. It returns the
-// request ids dropped.
-func (c *Client) RevokeReaders(ctx context.Context, name, by string) ([]string, error) {
+// request ids dropped, and how many readers they were (Readers).
+func (c *Client) RevokeReaders(ctx context.Context, name, by string) (api.ForceUnlocked, error) {
 	var out api.ForceUnlocked
 	err := c.call(ctx, "revoke readers "+name, http.MethodPost, "/v1/force-unlock",
 		api.ForceBody{Name: name, Readers: true, By: by}, &out)
-	return out.Released, err
+	return out, err
 }
 
 // ForceUnlock is the operator's release of someone else's lease on name,

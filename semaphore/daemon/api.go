@@ -376,13 +376,13 @@ func (a *apiServer) force(w http.ResponseWriter, r *http.Request) {
 			fail(w, fmt.Errorf("%w: readers takes no lease and no token", codes.ErrInvalid))
 			return
 		}
-		reqs, err := a.cfg.Node.RevokeReaders(r.Context(), a.cfg.Cluster, b.Name)
-		a.cfg.Node.audit(r.Context(), "revoke_readers", b.Name, err, b.By, fmt.Sprintf("released %v", reqs))
+		reqs, readers, err := a.cfg.Node.RevokeReaders(r.Context(), a.cfg.Cluster, b.Name)
+		a.cfg.Node.audit(r.Context(), "revoke_readers", b.Name, err, b.By, fmt.Sprintf("%d readers on %v", readers, reqs))
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, api.ForceUnlocked{Name: b.Name, Released: reqs})
+		writeJSON(w, http.StatusOK, api.ForceUnlocked{Name: b.Name, Released: reqs, Readers: readers})
 		return
 	}
 	lease := b.Lease

@@ -347,10 +347,11 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 // table lists them (this node's own table without q): page views on
 // agents' shared read tickets, and readers' own leases. Their clients
 // lose them at once (the middleware cuts their requests). It returns the
-// requests dropped; none is not an error.
-func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]string, error) {
+// requests dropped, and how many readers they were (the readers on a
+// shared read ticket, as its agent answered); none is not an error.
+func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]string, int, error) {
 	if err := validName(name); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var t api.Table
 	var err error
@@ -360,9 +361,9 @@ func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]str
 		t, err = n.Locks(ctx, name)
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out := []string{}
+	out, readers := []string{}, 0
 	for _, l := range t.Locks {
 		if l.Name != name {
 			continue
@@ -373,14 +374,24 @@ func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]str
 			}
 			reqs, err := n.ForceUnlock(ctx, name, e.Request, 0)
 			out = append(out, reqs...)
+			if len(reqs) > 0 {
+				readers += max(1, ptrValue(e.Readers))
+			}
 			if err != nil && !errors.Is(err, ErrUnknownLease) { // gone meanwhile: fine
-				n.noteRevoked(ctx, name, len(out))
-				return out, err
+				n.noteRevoked(ctx, name, readers)
+				return out, readers, err
 			}
 		}
 	}
-	n.noteRevoked(ctx, name, len(out))
-	return out, nil
+	n.noteRevoked(ctx, name, readers)
+	return out, readers, nil
+}
+
+func ptrValue(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // noteRevoked counts readers revoked on name for this node's writers of

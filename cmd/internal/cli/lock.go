@@ -576,12 +576,12 @@ func revokeAfter(ctx context.Context, c *client.Client, out io.Writer, name stri
 	// on, and says what it did.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
-	reqs, err := c.RevokeReaders(rctx, name, owner(nil))
+	cut, err := c.RevokeReaders(rctx, name, owner(nil))
 	switch {
 	case err != nil:
 		fmt.Fprintf(out, "draining %s: the grace of %s is over, but revoking its readers failed: %s\n", name, grace, plainError(err))
 	default:
-		fmt.Fprintf(out, "draining %s: the grace of %s is over: %d readers revoked\n", name, grace, len(reqs))
+		fmt.Fprintf(out, "draining %s: the grace of %s is over: readers revoked: %d (on %d requests)\n", name, grace, cut.Readers, len(cut.Released))
 	}
 }
 
