@@ -45,6 +45,11 @@ type sluiceCluster struct {
 	dir     string
 	agents  []*process
 	clients []*client.Client
+	// bin, socks and logDir run more of the binary beside the agents
+	// (sluice proxy, in the middleware workload).
+	bin    string
+	socks  []string
+	logDir string
 }
 
 // startSluice starts a 3-agent cluster. Durable agents keep their data
@@ -57,7 +62,7 @@ func startSluice(ctx context.Context, bin string, st storage, logDir, profileDir
 	if err != nil {
 		return nil, err
 	}
-	c := &sluiceCluster{storage: st, dir: dir}
+	c := &sluiceCluster{storage: st, dir: dir, bin: bin, logDir: logDir}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -108,6 +113,7 @@ func startSluice(ctx context.Context, bin string, st storage, logDir, profileDir
 			return nil, err
 		}
 		c.agents = append(c.agents, p)
+		c.socks = append(c.socks, sock)
 		cl, err := client.New(client.Config{API: sock})
 		if err != nil {
 			return nil, err

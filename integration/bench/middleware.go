@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -22,13 +23,16 @@ import (
 // latency a queue for the cores rather than the middleware's cost.
 const middlewareClients = 2
 
-// middlewareResult is the request latency (ms) and rate, plain and
-// behind the middleware.
+// middlewareResult is the request latency (ms) and rate, plain, behind
+// the middleware, and through `sluice proxy` (the real binary, on n1's
+// socket) in front of the plain handler.
 type middlewareResult struct {
 	Plain       *latency `json:"plain_ms"`
 	Wrapped     *latency `json:"middleware_ms"`
+	Proxied     *latency `json:"proxy_ms,omitempty"`
 	PlainRate   float64  `json:"plain_rate"`
 	WrappedRate float64  `json:"middleware_rate"`
+	ProxiedRate float64  `json:"proxy_rate,omitempty"`
 }
 
 // okBody is the trivial handler's answer.
@@ -44,15 +48,25 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 		_, _ = w.Write(okBody)
 	})
 	r := &runResult{Middleware: &middlewareResult{}}
-	for _, wrapped := range []bool{false, true} {
-		h := http.Handler(handler)
-		if wrapped {
-			h = c.clients[0].Middleware(prefix+"/site", client.MiddlewareOptions{})(handler)
+	// httptest.NewServer listens on 127.0.0.1, a port of its own.
+	plain := httptest.NewServer(handler)
+	defer plain.Close()
+	for _, phase := range []string{"plain", "middleware", "proxy"} {
+		url := plain.URL
+		switch phase {
+		case "middleware":
+			srv := httptest.NewServer(c.clients[0].Middleware(prefix+"/site", client.MiddlewareOptions{})(handler))
+			defer srv.Close()
+			url = srv.URL
+		case "proxy":
+			proxy, err := startProxy(ctx, c, plain.URL, prefix+"/site")
+			if err != nil {
+				return nil, err
+			}
+			defer proxy.stop()
+			url = proxy.url
 		}
-		// httptest.NewServer listens on 127.0.0.1, a port of its own.
-		srv := httptest.NewServer(h)
-		win, tallies := runRequests(ctx, srv.URL, b.cfg.warmup, b.cfg.window)
-		srv.Close()
+		win, tallies := runRequests(ctx, url, b.cfg.warmup, b.cfg.window)
 		var lat []time.Duration
 		cycles := 0
 		for i := range tallies {
@@ -61,10 +75,13 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 			cycles += tallies[i].cycles
 		}
 		rate := float64(cycles) / win.end.Sub(win.start).Seconds()
-		if wrapped {
-			r.Middleware.Wrapped, r.Middleware.WrappedRate = summarizeLatency(lat), rate
-		} else {
+		switch phase {
+		case "plain":
 			r.Middleware.Plain, r.Middleware.PlainRate = summarizeLatency(lat), rate
+		case "middleware":
+			r.Middleware.Wrapped, r.Middleware.WrappedRate = summarizeLatency(lat), rate
+		default:
+			r.Middleware.Proxied, r.Middleware.ProxiedRate = summarizeLatency(lat), rate
 		}
 		if ctx.Err() != nil {
 			break
@@ -72,6 +89,36 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 	}
 	r.finishErrors()
 	return r, nil
+}
+
+// runningProxy is a `sluice proxy` process and the URL it serves.
+type runningProxy struct {
+	*process
+	url string
+}
+
+// startProxy runs `sluice proxy` on n1's socket in front of upstream, and
+// waits until it serves.
+func startProxy(ctx context.Context, c *sluiceCluster, upstream, name string) (*runningProxy, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p, err := startProcess("sluice proxy", filepath.Join(c.logDir, fmt.Sprintf("sluice-%s-proxy.log", c.storage)), c.bin,
+		"proxy", "--api", c.socks[0], "--listen", addr, "--upstream", upstream, "--name", name, "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: time.Second}
+	err = waitFor(ctx, "sluice proxy", readyTimeout, []*process{p}, func(ctx context.Context) bool {
+		return get(ctx, hc, "http://"+addr+"/") == nil
+	})
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	return &runningProxy{process: p, url: "http://" + addr}, nil
 }
 
 // runRequests has middlewareClients clients GET url back to back for

@@ -285,6 +285,19 @@ func metrics(w string, st storage) []metric {
 				return 0, false
 			})
 		}, target: sluiceTarget("≤100 µs", func(v float64) bool { return v <= 0.1 })}
+		proxied := func(m *middlewareResult) *latency { return m.Proxied }
+		proxyAdded := func(name string, p func(*latency) float64) metric {
+			return metric{name: name, format: fmtUS, value: func(runs []*runResult) *float64 {
+				return medianOf(runs, func(r *runResult) (float64, bool) {
+					if m := r.Middleware; m != nil && m.Plain != nil && m.Proxied != nil {
+						return p(m.Proxied) - p(m.Plain), true
+					}
+					return 0, false
+				})
+			}}
+		}
+		proxyP50 := proxyAdded("sluice proxy added latency p50 (vs the handler hit directly)", p50)
+		proxyP50.target = sluiceTarget("≤100 µs", func(v float64) bool { return v <= 0.1 })
 		rates := metric{name: "requests/s, plain / behind the middleware", text: func(runs []*runResult) string {
 			rate := func(f func(*middlewareResult) float64) *float64 {
 				return medianOf(runs, func(r *runResult) (float64, bool) {
@@ -307,6 +320,9 @@ func metrics(w string, st storage) []metric {
 			lat("request latency p50, behind client.Middleware", wrapped, p50),
 			lat("request latency p99, behind client.Middleware", wrapped, p99),
 			added, rates,
+			lat("request latency p50, through sluice proxy", proxied, p50),
+			lat("request latency p99, through sluice proxy", proxied, p99),
+			proxyP50, proxyAdded("sluice proxy added latency p99", p99),
 		}
 	case "churn":
 		rate := metric{name: "names/s overall", format: fmtRate, value: func(runs []*runResult) *float64 {

@@ -261,6 +261,10 @@ func (r *runResult) line() string {
 	if m := r.Middleware; m != nil && m.Plain != nil && m.Wrapped != nil {
 		fmt.Fprintf(&sb, " plain %.0f/s p50 %.0f µs p99 %.0f µs; middleware %.0f/s p50 %.0f µs p99 %.0f µs",
 			m.PlainRate, 1000*m.Plain.P50, 1000*m.Plain.P99, m.WrappedRate, 1000*m.Wrapped.P50, 1000*m.Wrapped.P99)
+		if m.Proxied != nil {
+			fmt.Fprintf(&sb, "; sluice proxy %.0f/s p50 %.0f µs p99 %.0f µs (added p50 %.0f µs, p99 %.0f µs)",
+				m.ProxiedRate, 1000*m.Proxied.P50, 1000*m.Proxied.P99, 1000*(m.Proxied.P50-m.Plain.P50), 1000*(m.Proxied.P99-m.Plain.P99))
+		}
 	}
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(&sb, ", %d of %d names in %.1f s (stalled %v, capped %v)", c.Done, c.Names, c.Seconds, c.Stalled, c.Capped)
