@@ -392,6 +392,8 @@ func TestDrainReasonAndETA(t *testing.T) {
 		{"drain", "/site", "--reason", "a\nb", "--", "true"},
 		{"drain", "/site", "--reason", strings.Repeat("x", 300), "--", "true"},
 		{"drain", "/site", "--eta", "-1s", "--", "true"},
+		{"drain", "/site", "--preview-url", "ftp://shop.example/", "--", "true"},
+		{"drain", "/site", "--preview-url", "/relative", "--", "true"},
 		{"proxy", "--upstream", "http://x", "--page", bad},
 	} {
 		if code, _, errs := sluice(t, sock, args...); code != 64 {

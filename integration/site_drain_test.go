@@ -281,6 +281,11 @@ func TestDrainASiteUnderLoad(t *testing.T) {
 		t.Errorf("the operator page once drained: %+v, want 6 readers cut and the grace over", d)
 	}
 
+	if code, out, errs := sluice(t, nodes[0].sock, "locks", "/site"); code != 0 || !strings.Contains(out, "readers cut: 6") ||
+		!strings.Contains(out, "readers' grace ends at") || !strings.Contains(out, "preview link given") {
+		t.Errorf("sluice locks once the grace is over, from another agent: %d %q %q", code, out, errs)
+	}
+
 	// Visitors get the reason and a Retry-After near the expected end;
 	// the preview link passes on both frontends.
 	for name, base := range frontends {

@@ -301,6 +301,15 @@ func printLocks(w io.Writer, tab api.Table) {
 			if !e.ETA.IsZero() {
 				owner += " — expected done at " + e.ETA.Format(time.TimeOnly)
 			}
+			if !e.GraceEnd.IsZero() {
+				owner += " — readers' grace ends at " + e.GraceEnd.Format(time.TimeOnly)
+			}
+			if e.Revoked > 0 {
+				owner += fmt.Sprintf(" — readers cut: %d", e.Revoked)
+			}
+			if e.Preview != "" {
+				owner += " — preview link given"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, nodeLabel(e.NodeName, e.Node), state, since,
 				age(e.Since), expires, owner)
 		}
