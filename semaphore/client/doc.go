@@ -45,4 +45,12 @@
 // spoken to in HTTP only (Config.HTTPOnly asks for that). The middleware
 // releases a request's lock after its handler returned, off the visitor's
 // path; Close waits for those releases.
+//
+// The middleware never lets a request run without its read lock, with
+// one exception a writer grants: while a drain holds the name, a request
+// carrying the drain's preview token (NewPreviewToken; only its hash
+// travels with the drain's request, Options.Preview) is served under the
+// drain's lease, checked against the cluster's table for each request. A
+// websocket whose lease is lost gets a close frame (1001) between two of
+// its frames, or its connection closed when a frame is half sent.
 package client
