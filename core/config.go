@@ -82,7 +82,9 @@ type Config struct {
 	// only.
 	CheckIncremental bool
 	// Mutant deliberately breaks the core. Only the mutation tests set it,
-	// to prove that the simulator catches broken variants. Never set it.
+	// to prove that the simulator catches broken variants. It takes
+	// effect only in builds with the sluicemutants tag (core/mutation);
+	// in every other build it is ignored. Never set it.
 	Mutant Mutant
 }
 

@@ -76,7 +76,7 @@ func (n *Node) checkName(t *replicaName) {
 	// Every copy the release missed has ended too (one restored at a
 	// restart counts again, and is asked about: askHolds).
 	for _, req := range t.tombs.expire(n.now) {
-		if n.cfg.Mutant&MutantMemoryTombs == 0 {
+		if !n.cfg.Mutant.on(MutantMemoryTombs) {
 			n.persist(Write{Kind: WriteDelete, Name: t.name, Entry: wire.Entry{Req: req}, Lazy: true})
 		}
 	}
@@ -122,7 +122,7 @@ func (n *Node) checkIfIdle(t *replicaName) {
 // quiet period than it had (READ_WRITE_GENTLE).
 func (n *Node) forgetName(t *replicaName) {
 	mark := t.highWater
-	if n.cfg.Mutant&MutantForgetMarks != 0 {
+	if n.cfg.Mutant.on(MutantForgetMarks) {
 		mark = 0
 	}
 	if t.stored {

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/mutation"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore"
 )
@@ -747,6 +748,9 @@ func TestExplore(t *testing.T) {
 	if *exploreSeed != 0 {
 		o := withTrace(exploreWorld(*exploreSeed))
 		o.mutant = core.Mutant(*exploreMutant)
+		if o.mutant != 0 && !mutation.Built {
+			t.Fatalf("-explore-mutant needs the mutants: go test -tags %s", mutation.Tag)
+		}
 		x := run(t, o)
 		t.Logf("seed %d:\n%s", *exploreSeed, strings.Join(x.trace, "\n"))
 		if x.failure != "" && *exploreScenario != "" {
@@ -789,6 +793,9 @@ const exploreBound = 5000
 func TestExploreCatchesMutants(t *testing.T) {
 	if raceDetector {
 		t.Skip("the explorer runs on one goroutine: its mutants run in the plain test run, not under -race")
+	}
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
 	}
 	site := func(seed int64) exploreOptions { return exploreWorld(5*seed - 1) }
 	watched := func(seed int64) exploreOptions {

@@ -175,7 +175,7 @@ func (n *Node) requestSnapshots(s *syncState) {
 // leaves: no ticket stored after the snapshot can count in the old view.
 func (n *Node) onSnapshotRequest(m wire.Message) {
 	e := m.View.Epoch
-	if e > n.fence && n.cfg.Mutant&MutantNoFence == 0 {
+	if e > n.fence && !n.cfg.Mutant.on(MutantNoFence) {
 		n.fence = e
 		n.persist(Write{Kind: WriteFence, Epoch: e})
 	}
@@ -213,7 +213,7 @@ func (n *Node) memoryTable(t *replicaName) []DurableTicket {
 		}
 		out = append(out, DurableTicket{Entry: r.entry, Lifetime: r.deadline - n.now})
 	}
-	if n.cfg.Mutant&MutantMemoryTombs != 0 {
+	if n.cfg.Mutant.on(MutantMemoryTombs) {
 		return out
 	}
 	for _, req := range t.tombs.sorted() {
@@ -320,7 +320,7 @@ func (n *Node) finishSync(sync *syncState) {
 		}
 	}
 	need := len(v.PrevLeaders)/2 + 1
-	if n.cfg.Mutant&MutantHandoffFromOne != 0 {
+	if n.cfg.Mutant.on(MutantHandoffFromOne) {
 		need = 1
 	}
 	if done < need || !complete {
@@ -403,7 +403,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
 	r.entry.Active = r.entry.Active || mayBeActive(m.Mode) ||
-		m.Shared && m.Mode == wire.ModeReadOnly && n.cfg.Mutant&MutantRestoreSharesAsReaders == 0
+		m.Shared && m.Mode == wire.ModeReadOnly && !n.cfg.Mutant.on(MutantRestoreSharesAsReaders)
 	r.deadline = max(r.deadline, n.now+n.keepHandedOver(m.Lifetime))
 	n.schedule(t, r.deadline)
 	t.highWater, t.stored = max(t.highWater, m.Ticket), true

@@ -267,7 +267,7 @@ func (mn *masterName) change(req wire.RequestID) {
 // those not blocked.)
 func (mn *masterName) toDecide(mutant Mutant) []*request {
 	var out []*request
-	if mutant&MutantSleepBlocked != 0 {
+	if mutant.on(MutantSleepBlocked) {
 		out = slices.Collect(maps.Values(mn.undecided))
 	} else if mn.changedAll {
 		out = slices.Collect(maps.Values(mn.waiters))
@@ -360,7 +360,7 @@ func (n *Node) masterName(name string) *masterName {
 }
 
 func (n *Node) quorum() int {
-	if n.cfg.Mutant&MutantQuorumOfOne != 0 {
+	if n.cfg.Mutant.on(MutantQuorumOfOne) {
 		return 1
 	}
 	return n.cfg.View.Quorum()
@@ -369,7 +369,7 @@ func (n *Node) quorum() int {
 func (n *Node) nextID() wire.RequestID {
 	n.counter++
 	seq := uint64(n.cfg.Incarnation)<<32 | uint64(n.counter)
-	if n.cfg.Mutant&MutantStaleIncarnation != 0 {
+	if n.cfg.Mutant.on(MutantStaleIncarnation) {
 		seq = uint64(n.counter)
 	}
 	return wire.RequestID{Node: n.cfg.ID, Seq: seq}
@@ -571,7 +571,7 @@ func (n *Node) onReleaseAck(r *request, m wire.Message) {
 }
 
 func (n *Node) onRenewAck(r *request, m wire.Message) {
-	if m.Round != r.renew.round && n.cfg.Mutant&MutantRenewAnyAck == 0 {
+	if m.Round != r.renew.round && !n.cfg.Mutant.on(MutantRenewAnyAck) {
 		n.stats.StaleReplies++
 		return
 	}
@@ -588,7 +588,7 @@ func (n *Node) onRenewAck(r *request, m wire.Message) {
 		r.leaseStart, r.unlocking = r.renew.start, false
 		n.arm(r)
 		ttl := r.a.Duration
-		if n.cfg.Mutant&MutantRenewFromDecision != 0 {
+		if n.cfg.Mutant.on(MutantRenewFromDecision) {
 			ttl += n.now - r.renew.start // the old formula: counted from the confirmation
 		}
 		n.emit(r, Event{Kind: EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration, TTL: ttl})
@@ -696,7 +696,7 @@ func (n *Node) onReport(m wire.Message) {
 	}
 	if m.BaseSeq != 0 {
 		old := mn.reports[m.From]
-		if old == nil || (old.inc != m.Incarnation || old.seq != m.BaseSeq) && n.cfg.Mutant&MutantDeltaAnyBase == 0 {
+		if old == nil || (old.inc != m.Incarnation || old.seq != m.BaseSeq) && !n.cfg.Mutant.on(MutantDeltaAnyBase) {
 			n.rewatch(mn, m.Name, m.From)
 			return // made on a report we do not have: ask for the whole table
 		}
@@ -743,7 +743,7 @@ func (n *Node) releaseStrays(leader wire.NodeID, name string, entries []wire.Ent
 // same way.
 func (n *Node) releaseStray(leader wire.NodeID, name string, req wire.RequestID) {
 	if req.Node != n.cfg.ID || req.Incarnation() != n.cfg.Incarnation || uint32(req.Seq) > n.counter ||
-		n.reqs[req] != nil || n.cfg.Mutant&MutantKeepStrays != 0 {
+		n.reqs[req] != nil || n.cfg.Mutant.on(MutantKeepStrays) {
 		return
 	}
 	n.stats.StrayReleases++
@@ -843,13 +843,13 @@ func (n *Node) decideReported() {
 // ADD_TICKET carries). Either way a request missing from it entered its
 // doorway there after our ticket, and read a mark at least as high.
 func (n *Node) fresh(r *request, rep *report) bool {
-	if rep.echo >= r.watchSeq || n.cfg.Mutant&MutantStaleReports != 0 {
+	if rep.echo >= r.watchSeq || n.cfg.Mutant.on(MutantStaleReports) {
 		return true
 	}
 	if r.watchSeq != r.firstWatch || rep.echo < r.addSeq {
 		return false
 	}
-	if n.cfg.Mutant&MutantUncheckedTicketReports != 0 {
+	if n.cfg.Mutant.on(MutantUncheckedTicketReports) {
 		return true
 	}
 	e, ok := rep.entry(r.id)
@@ -897,7 +897,7 @@ func (n *Node) judge(r *request, dry bool) bool {
 	// Grant only what is still there: a quorum of fresh reports without
 	// our ticket means it was dropped (an operator's force-unlock), and a
 	// grant would stand beside the next waiter's.
-	if n.cfg.Mutant&MutantNoOwnTicket == 0 {
+	if !n.cfg.Mutant.on(MutantNoOwnTicket) {
 		if fresh-own >= n.quorum() {
 			if !dry {
 				n.fail(r, wire.CodeLost)
@@ -962,13 +962,13 @@ func (n *Node) judge(r *request, dry bool) bool {
 // writers among themselves neither: each reads only after its own mark
 // is at a quorum.
 func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestID, bool) {
-	anyPlace := mayBeActive(r.a.Mode) && r.activated && n.cfg.Mutant&MutantSoftIgnoresLaterDoorways == 0
+	anyPlace := mayBeActive(r.a.Mode) && r.activated && !n.cfg.Mutant.on(MutantSoftIgnoresLaterDoorways)
 	for _, e := range choosing {
 		if e.Req == r.id {
 			continue
 		}
 		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
-		if below && n.cfg.Mutant&MutantIgnoreChoosing == 0 && r.relevant(e.Req) || anyPlace && e.Mode == wire.ModeReadOnly {
+		if below && !n.cfg.Mutant.on(MutantIgnoreChoosing) && r.relevant(e.Req) || anyPlace && e.Mode == wire.ModeReadOnly {
 			return e.Req, true
 		}
 	}
@@ -978,17 +978,17 @@ func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestI
 // decide carries out the policy's decision on r.
 func (n *Node) decide(r *request, d Decision) {
 	switch {
-	case d.Grant && d.Activate && !r.activated && n.cfg.Mutant&MutantNoConfirm == 0:
+	case d.Grant && d.Activate && !r.activated && !n.cfg.Mutant.on(MutantNoConfirm):
 		if !r.activating {
 			n.sendMark(r, true, nil)
 		}
-	case d.Grant && n.cfg.Mutant&(MutantNoOwnTicket|MutantUnconfirmedGrant) == 0:
+	case d.Grant && !n.cfg.Mutant.on(MutantNoOwnTicket|MutantUnconfirmedGrant):
 		n.startConfirm(r)
 	case d.Grant:
 		n.grant(r)
 	case d.Refuse != wire.CodeNone:
 		n.fail(r, d.Refuse)
-	case d.Requeue && n.cfg.Mutant&MutantSoftKeepsPlace == 0:
+	case d.Requeue && !n.cfg.Mutant.on(MutantSoftKeepsPlace):
 		n.restartDoorway(r) // its mark, if any, goes with the old ticket
 		return
 	case r.activated || r.activating:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/core/mutation"
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -170,6 +171,9 @@ func TestStaleAckAfterRestart(t *testing.T) {
 		mutant    core.Mutant
 		wantPhase string
 	}{{0, "entering"}, {core.MutantStaleIncarnation, "add-ticket"}} {
+		if c.mutant != 0 && !mutation.Need(t) {
+			continue
+		}
 		cfg := core.Config{ID: 4, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: c.mutant}
 		cfg.Incarnation = 1
 		old, _ := core.New(cfg, nil)
@@ -488,5 +492,35 @@ func TestPhasesTellEveryChange(t *testing.T) {
 	}
 	if rs := c.nodes[0].Requests(); len(rs) != 0 {
 		t.Fatalf("requests %+v after the release", rs)
+	}
+}
+
+// TestMutantsCompiledOut: in a build without the sluicemutants tag (every
+// build but the mutation tests', the released binary's among them) a
+// mutant set in the Config changes nothing: the stale acks of
+// TestStaleAckAfterRestart stay stale under MutantStaleIncarnation, as
+// on the real core. (The mutants' branches sit behind Mutant.on, a
+// constant false there, which the compiler drops.)
+func TestMutantsCompiledOut(t *testing.T) {
+	if mutation.Built {
+		t.Skip("this build has the mutants")
+	}
+	cfg := core.Config{ID: 4, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: ^core.Mutant(0)}
+	cfg.Incarnation = 1
+	old, _ := core.New(cfg, nil)
+	drain(old)
+	oldID, _ := old.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5})
+	cfg.Incarnation = 2
+	n, _ := core.New(cfg, nil)
+	drain(n)
+	if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5}); err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	for _, from := range []wire.NodeID{1, 2} {
+		_ = n.Step(wire.Message{Kind: wire.KindEnterAck, From: from, To: 4, Epoch: 1, Name: "a", Req: oldID, Incarnation: 1})
+	}
+	if got := n.Requests()[0].Phase; got != "entering" {
+		t.Errorf("every mutant set: phase %s after stale acks, want entering (the mutants are built in)", got)
 	}
 }

@@ -150,7 +150,7 @@ func (n *Node) restore(d *Durable) {
 			// does not count its page views.
 			e := dt.Entry
 			e.State = wire.StateTicket
-			e.Active = mayBeActive(e.Mode) || shared(dt.Entry) && n.cfg.Mutant&MutantRestoreSharesAsReaders == 0
+			e.Active = mayBeActive(e.Mode) || shared(dt.Entry) && !n.cfg.Mutant.on(MutantRestoreSharesAsReaders)
 			t.putRec(req, &record{entry: e, deadline: n.now + dt.Lifetime, since: n.now, restored: true})
 			if dt.Entry.Ticket > t.highWater {
 				t.highWater = dt.Entry.Ticket
@@ -175,7 +175,7 @@ func (n *Node) replicaStep(m wire.Message) {
 	// flags would then stay until their deadlines, holding up every
 	// waiter that saw them.
 	if inc := uint32(m.Req.Incarnation()); m.Kind != wire.KindRestarted && m.From == m.Req.Node && inc > n.minInc[m.From] &&
-		inc > 1 && n.cfg.Mutant&MutantNoRestartFromRequests == 0 {
+		inc > 1 && !n.cfg.Mutant.on(MutantNoRestartFromRequests) {
 		n.onRestarted(wire.Message{From: m.From, Incarnation: inc})
 	}
 	// A release may name a request of an earlier life: a former ticket
@@ -259,7 +259,7 @@ func (n *Node) onEnter(m wire.Message) {
 			// failing at once (semaphore.Admit). Stored with the ticket.
 			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing, Active: m.Shared && m.Mode == wire.ModeReadOnly},
 			deadline: n.now + n.keep(m.Lifetime),
-			try:      m.Try && n.cfg.Mutant&MutantTryDrains == 0,
+			try:      m.Try && !n.cfg.Mutant.on(MutantTryDrains),
 		})
 		n.schedule(t, t.recs[m.Req].deadline)
 		n.changedReq(t, m.Req, m.Mode)
@@ -295,11 +295,11 @@ func (n *Node) onAddTicket(m wire.Message) {
 		// A duplicate: the ticket is durable already, or is in this Ready's Persist.
 		n.watchFromTicket(t, m)
 	case r == nil || r.entry.State != wire.StateChoosing ||
-		(m.Incarnation != n.cfg.Incarnation && n.cfg.Mutant&MutantStaleIncarnation == 0):
+		(m.Incarnation != n.cfg.Incarnation && !n.cfg.Mutant.on(MutantStaleIncarnation)):
 		// The choosing flag this ticket rests on is not here, or was set
 		// in a previous life of this replica and may have been lost since.
 		reply.Reject = true
-	case m.Ticket <= t.highWater && n.cfg.Mutant&MutantSharedTickets == 0:
+	case m.Ticket <= t.highWater && !n.cfg.Mutant.on(MutantSharedTickets):
 		// Another request holds this number: tickets, and so fencing
 		// tokens, are unique per name. The master raises its number.
 		reply.Reject, reply.HighWater = true, t.highWater
@@ -308,7 +308,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 		t.highWater, t.stored = max(t.highWater, m.Ticket), true
 		n.changedReq(t, m.Req, r.entry.Mode)
-		if n.cfg.Mutant&MutantNotDurable == 0 {
+		if !n.cfg.Mutant.on(MutantNotDurable) {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now})
 		}
 		n.watchFromTicket(t, m)
@@ -383,7 +383,7 @@ func (n *Node) onRelease(m wire.Message) {
 	// ended the request and sends nothing more for it, so a ticket a
 	// crash brings back is only restored, and dropped by the other
 	// leaders' word (askHolds) or its lifetime: a delay, not a grant.
-	forced := m.From != m.Req.Node && n.cfg.Mutant&MutantLazyForcedTomb == 0
+	forced := m.From != m.Req.Node && !n.cfg.Mutant.on(MutantLazyForcedTomb)
 	n.dropRecordAs(m.Name, t, m.Req, n.now+n.keep(m.Lifetime), !forced)
 	if had && shared(r.entry) {
 		// A share's readers left ReadersAgo ticks before, on its master's
@@ -391,7 +391,7 @@ func (n *Node) onRelease(m wire.Message) {
 		// clock faster than ours, as a plain reader's counts from its
 		// release (flushReports does not count a share as a reader).
 		ago := int64(min(m.ReadersAgo, maxSpan*4))
-		if n.cfg.Mutant&MutantNoDriftMargin == 0 {
+		if !n.cfg.Mutant.on(MutantNoDriftMargin) {
 			ago = ago * 8 / 9
 		}
 		t.readerSeen = max(seen, n.now-ago)
@@ -471,7 +471,7 @@ func (n *Node) onRestarted(m wire.Message) {
 				continue
 			}
 			r := t.recs[req]
-			if r.entry.Ticket == 0 || n.cfg.Mutant&MutantDropFormerTickets != 0 {
+			if r.entry.Ticket == 0 || n.cfg.Mutant.on(MutantDropFormerTickets) {
 				// Still choosing its number here: this replica never
 				// counted for its grant. No tombstone: another replica
 				// may keep its ticket, and hand it over to this one.
@@ -509,11 +509,11 @@ func (n *Node) onExit(m wire.Message) {
 	t := n.replicaName(m.Name)
 	r := t.recs[m.Req]
 	if r != nil && r.entry.State == wire.StateChoosing && r.entry.Ticket == 0 && m.Ticket != 0 &&
-		n.cfg.Mutant&MutantNumberlessChoosing == 0 {
+		!n.cfg.Mutant.on(MutantNumberlessChoosing) {
 		r.entry.Ticket = m.Ticket
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
 		t.highWater, t.stored = max(t.highWater, m.Ticket), true
-		if n.cfg.Mutant&MutantNotDurable == 0 {
+		if !n.cfg.Mutant.on(MutantNotDurable) {
 			n.persist(Write{Kind: WriteTicket, Name: m.Name, Entry: r.entry, Lifetime: r.deadline - n.now, Lazy: true})
 		}
 		n.askYields(t, r)
@@ -587,7 +587,7 @@ func (n *Node) onHoldsAck(m wire.Message) {
 			continue
 		}
 		r.notAt[m.From] = true
-		if len(n.cfg.View.Leaders)-len(r.notAt) < n.cfg.View.Quorum() || n.cfg.Mutant&MutantDropRestoredAtOnce != 0 {
+		if len(n.cfg.View.Leaders)-len(r.notAt) < n.cfg.View.Quorum() || n.cfg.Mutant.on(MutantDropRestoredAtOnce) {
 			n.stats.RestoredDropped++
 			n.dropRecord(m.Name, t, e.Req, 0)
 		}
@@ -613,7 +613,7 @@ func (n *Node) tellFormer(to wire.NodeID, name string, r *record) {
 // every lease as long as its holder counts it.
 func (n *Node) keep(lifetime uint64) int64 {
 	l := int64(min(lifetime, maxSpan*4))
-	if n.cfg.Mutant&MutantNoDriftMargin == 0 {
+	if !n.cfg.Mutant.on(MutantNoDriftMargin) {
 		l += l / 8
 	}
 	return l
@@ -641,7 +641,7 @@ func shared(e wire.Entry) bool {
 // (the proof is in TestHandedOverLifetime).
 func (n *Node) keepHandedOver(remaining uint64) int64 {
 	r := min(remaining, maxSpan*4)
-	if n.cfg.Mutant&MutantNoDriftMargin != 0 {
+	if n.cfg.Mutant.on(MutantNoDriftMargin) {
 		return int64(r)
 	}
 	return n.keep((8*r + 8) / 9)
@@ -686,7 +686,7 @@ func (n *Node) dropRecordAs(name string, t *replicaName, req wire.RequestID, tom
 	// which the other leaders' word (askHolds) or its lifetime ends: only
 	// liveness, as long as the request's master sends nothing more for it.
 	switch {
-	case tombUntil > n.now && (r != nil || !had || !lazy) && n.cfg.Mutant&MutantMemoryTombs == 0:
+	case tombUntil > n.now && (r != nil || !had || !lazy) && !n.cfg.Mutant.on(MutantMemoryTombs):
 		// In the ticket's place; a tombstone extended in memory only
 		// (a release sent again) is not written again, unless an ack
 		// rests on it.

@@ -99,7 +99,7 @@ func (n *Node) acquireLocal(mn *masterName, r *request) {
 	r.local = sh
 	n.setPhase(r, phaseLocalWait)
 	switch {
-	case sh.yield == wire.YieldDrain && n.cfg.Mutant&MutantAdmitAfterYield == 0:
+	case sh.yield == wire.YieldDrain && !n.cfg.Mutant.on(MutantAdmitAfterYield):
 		n.endWaitingLocal(r, wire.CodeDraining)
 	case sh.held():
 		n.grantLocal(sh, r)
@@ -183,7 +183,7 @@ func (n *Node) keepShare(sh *share) {
 	if r == nil || r.phase != phaseHeld {
 		return
 	}
-	if sh.yield != wire.YieldNone && (len(sh.holders) == 0 || n.cfg.Mutant&MutantYieldWithHolders != 0) {
+	if sh.yield != wire.YieldNone && (len(sh.holders) == 0 || n.cfg.Mutant.on(MutantYieldWithHolders)) {
 		n.releaseShare(sh)
 		return
 	}
@@ -200,7 +200,7 @@ func (n *Node) releaseShare(sh *share) {
 	if len(sh.holders) > 0 {
 		r.readersLeftAt = n.now // MutantYieldWithHolders
 	}
-	if n.cfg.Mutant&MutantShareIdleFromGrant != 0 {
+	if n.cfg.Mutant.on(MutantShareIdleFromGrant) {
 		r.readersLeftAt = r.leaseStart
 	}
 	n.startRelease(r)
@@ -218,7 +218,7 @@ func (n *Node) onShareEvent(r *request, e Event) {
 		// A drain asked for while in the doorway: the readers waiting on
 		// it arrived before it, but are not granted on a share that must
 		// go (the first refusal lets it go: no holder).
-		drain := sh.yield == wire.YieldDrain && n.cfg.Mutant&MutantAdmitAfterYield == 0
+		drain := sh.yield == wire.YieldDrain && !n.cfg.Mutant.on(MutantAdmitAfterYield)
 		for _, w := range waiting {
 			if drain || !sh.held() {
 				// (Not held any more: only a core that lets a share go
@@ -350,7 +350,7 @@ func (n *Node) onYield(r *request, y wire.Yield) {
 // master asks, once per share: the leaders do not know the limit. A share
 // of this node is told at once.
 func (n *Node) askSharesAhead(r *request, ticketed []wire.Entry) {
-	if r.a.Mode != wire.ModeReadOnly || r.a.Limit == 0 || r.phase != phaseWait || n.cfg.Mutant&MutantLimitIgnoresShares != 0 {
+	if r.a.Mode != wire.ModeReadOnly || r.a.Limit == 0 || r.phase != phaseWait || n.cfg.Mutant.on(MutantLimitIgnoresShares) {
 		return
 	}
 	for _, e := range ticketed {

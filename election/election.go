@@ -48,7 +48,9 @@ type Config struct {
 	// round always gets four of the slowest round trips seen, so links
 	// slower than RetryTicks still elect. Default 15.
 	RetryTicks int64
-	// Mutant breaks the election on purpose, for mutation tests only.
+	// Mutant breaks the election on purpose, for mutation tests only; it
+	// takes effect only in builds with the sluicemutants tag
+	// (core/mutation).
 	Mutant Mutant
 }
 
@@ -265,7 +267,7 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	if over := len(e.p.Since) - (wire.MaxLives - 1); over > 0 {
 		e.p.Since = slices.Delete(e.p.Since, 0, over)
 	}
-	if e.cfg.Mutant&MutantNoCheckIn != 0 {
+	if e.cfg.Mutant.on(MutantNoCheckIn) {
 		e.checkedIn = true
 		if e.p.Valid.Epoch > 0 {
 			v := e.p.Valid.Clone()
@@ -441,7 +443,7 @@ func (e *Election) Tick() {
 		// its nonce: members added since learn it.
 		hello := wire.Message{Kind: wire.KindHello, ElectionID: e.cfg.ID.String(), View: e.p.Valid.Clone(),
 			Incarnation: e.cfg.Incarnation, StoreAge: e.age()}
-		if e.checkedIn && e.cfg.Mutant&MutantNoCheckIn == 0 {
+		if e.checkedIn && !e.cfg.Mutant.on(MutantNoCheckIn) {
 			hello.Nonce = e.cfg.Nonce
 		}
 		e.sendAll(hello, false)
@@ -561,7 +563,7 @@ func (e *Election) onPrepare(m wire.Message) error {
 		return fmt.Errorf("%w: prepare of epoch %d", ErrNotCheckedIn, m.View.Epoch)
 	}
 	ep := m.View.Epoch
-	if ep > e.p.Promised || e.cfg.Mutant&MutantTwoViewsPerEpoch != 0 && ep == e.p.Promised {
+	if ep > e.p.Promised || e.cfg.Mutant.on(MutantTwoViewsPerEpoch) && ep == e.p.Promised {
 		e.p.Promised, e.persist = ep, true
 		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, PrepareEpoch: ep, View: e.p.Accepted.Clone()})
 		return nil
@@ -609,7 +611,7 @@ func (e *Election) propose(r *round) {
 			high = v
 		}
 	}
-	if high.Epoch > e.p.Valid.Epoch && e.cfg.Mutant&MutantPrevFromOwnView == 0 {
+	if high.Epoch > e.p.Valid.Epoch && !e.cfg.Mutant.on(MutantPrevFromOwnView) {
 		if !e.quorumOf(r.voted, high.Members) || !e.quorumOf(r.voted, high.PrevMembers) {
 			return // wait for more promises
 		}
@@ -664,7 +666,7 @@ func (e *Election) onAccept(m wire.Message) error {
 		return fmt.Errorf("%w: accept of epoch %d", ErrNotCheckedIn, m.View.Epoch)
 	}
 	ep := m.View.Epoch
-	if ep >= e.p.Promised && (e.p.Accepted.Epoch < ep || e.cfg.Mutant&MutantTwoViewsPerEpoch != 0) {
+	if ep >= e.p.Promised && (e.p.Accepted.Epoch < ep || e.cfg.Mutant.on(MutantTwoViewsPerEpoch)) {
 		e.p.Promised, e.p.Accepted, e.persist = ep, m.View.Clone(), true
 		for _, id := range m.View.Members {
 			e.AddPeer(id)
@@ -710,7 +712,7 @@ func Valid(v wire.View, accepts map[wire.NodeID]bool, mutant Mutant) bool {
 	if !e.quorumOf(accepts, v.Members) {
 		return false
 	}
-	return mutant&MutantNoOldQuorum != 0 || e.quorumOf(accepts, v.PrevMembers)
+	return mutant.on(MutantNoOldQuorum) || e.quorumOf(accepts, v.PrevMembers)
 }
 
 func (e *Election) hello(m wire.Message) error {

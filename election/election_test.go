@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/quick"
 
+	"github.com/sluicehq/sluice/core/mutation"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/election"
 )
@@ -157,6 +158,9 @@ func TestOneViewPerEpoch(t *testing.T) {
 		mutant election.Mutant
 		reject bool
 	}{{0, true}, {election.MutantTwoViewsPerEpoch, false}} {
+		if c.mutant != 0 && !mutation.Need(t) {
+			continue
+		}
 		e := node(t, 1, 5, c.mutant)
 		first := view(4, 1, 2, 3)
 		other := view(4, 3, 4, 5)
@@ -251,6 +255,9 @@ func TestMembershipRules(t *testing.T) {
 		{"non-members' accepts", view(6, 1, 2, 3), set(1, 8, 9), 0, false},
 		{"non-members' accepts, mutant", view(6, 1, 2, 3), set(1, 8, 9), election.MutantNonMemberVotes, true},
 	} {
+		if c.mutant != 0 && !mutation.Need(t) {
+			continue
+		}
 		if got := election.Valid(c.v, c.accepts, c.mutant); got != c.want {
 			t.Errorf("%s: valid %v, want %v", c.name, got, c.want)
 		}
@@ -259,6 +266,9 @@ func TestMembershipRules(t *testing.T) {
 		mutant  election.Mutant
 		answers bool
 	}{{0, false}, {election.MutantNoCheckIn, true}} {
+		if c.mutant != 0 && !mutation.Need(t) {
+			continue
+		}
 		e, err := election.New(election.Config{Node: 1, Bootstrap: members(5), Incarnation: 2, Nonce: 9, Mutant: c.mutant,
 			ID: election.ID{Priority: 14, Address: "a", Name: "n1"}}, nil)
 		if err != nil {
@@ -316,6 +326,9 @@ func TestMembershipRules(t *testing.T) {
 		{"member behind the confirmed life", []election.Life{{Incarnation: 6, Nonce: 7}}, false, 0, true},
 		{"no confirmed life, member behind", []election.Life{{Incarnation: 6, Nonce: 7}}, true, 0, false},
 	} {
+		if c.mutant != 0 && !mutation.Need(t) {
+			continue
+		}
 		m, err := election.New(election.Config{Node: 2, Bootstrap: members(5), Incarnation: 1, Nonce: 1, Mutant: c.mutant,
 			ID: election.ID{Priority: 13, Address: "a", Name: "n2"}}, &election.Persisted{
 			Lives: map[wire.NodeID]election.Life{1: {Incarnation: 4, Nonce: 1}}})
@@ -343,6 +356,9 @@ func TestMembershipRules(t *testing.T) {
 		{"store older than told", 7, 0, false},
 		{"store older than told, mutant", 7, election.MutantNoWriteMarks, true},
 	} {
+		if c.mutant != 0 && !mutation.Need(t) {
+			continue
+		}
 		m, err := election.New(election.Config{Node: 2, Bootstrap: members(5), Incarnation: 1, Nonce: 1, Mutant: c.mutant,
 			ID: election.ID{Priority: 13, Address: "a", Name: "n2"}}, &election.Persisted{
 			Lives: map[wire.NodeID]election.Life{1: {Incarnation: 4, Nonce: 1}}})

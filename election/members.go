@@ -114,7 +114,7 @@ func (e *Election) Stale() error {
 // quorumOf reports whether the nodes in votes hold a majority of set.
 // The mutant counts every vote, members or not.
 func (e *Election) quorumOf(votes map[wire.NodeID]bool, set []wire.NodeID) bool {
-	if e.cfg.Mutant&MutantNonMemberVotes != 0 {
+	if e.cfg.Mutant.on(MutantNonMemberVotes) {
 		return len(votes) >= Quorum(len(set))
 	}
 	n := 0
@@ -161,7 +161,7 @@ func (e *Election) updateCheckedIn() {
 	// A life checked in on the operator's word is not confirmed by a
 	// majority of the others: the store keeps showing the last life that
 	// was, and this one stays among those since.
-	if full && e.cfg.Mutant&MutantNoCheckIn == 0 {
+	if full && !e.cfg.Mutant.on(MutantNoCheckIn) {
 		e.p.Confirmed, e.p.Since, e.persist = e.p.Since[len(e.p.Since)-1], e.p.Since[len(e.p.Since)-1:], true
 	}
 	if e.p.Valid.Epoch > 0 {
@@ -224,13 +224,13 @@ func (e *Election) onCheckIn(m wire.Message) error {
 	// the check-ins since).
 	remembers := slices.Contains(m.Lives, known) ||
 		!m.Unconfirmed && len(m.Lives) > 0 && known.Incarnation < m.Lives[0].Incarnation
-	if e.cfg.Mutant&MutantClimbingLives != 0 {
+	if e.cfg.Mutant.on(MutantClimbingLives) {
 		remembers = true
 	}
 	// The store is older than the age its last life told in its hellos.
 	var older mark
 	if mk, ok := e.marks[m.From]; ok && len(m.Lives) > 0 && mk.inc == m.Lives[len(m.Lives)-1].Incarnation &&
-		mk.writes > m.StoreAge && e.cfg.Mutant&MutantNoWriteMarks == 0 {
+		mk.writes > m.StoreAge && !e.cfg.Mutant.on(MutantNoWriteMarks) {
 		older = mk
 	}
 	switch {
@@ -262,7 +262,7 @@ func (e *Election) onCheckInAck(m wire.Message) error {
 		return nil // for an earlier life
 	}
 	if m.Reject {
-		if e.cfg.Mutant&MutantNoCheckIn != 0 {
+		if e.cfg.Mutant.on(MutantNoCheckIn) {
 			return nil
 		}
 		e.stale = &StaleError{By: m.From, Knows: m.KnownIncarnation, Mine: e.cfg.Incarnation, Seen: m.KnownStoreAge}

@@ -14,9 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/core/mutation"
 )
 
 const bound = 60 * time.Second // every wait below ends by itself within this
@@ -49,6 +52,32 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// mutantBinary is sluice built with the mutants (the sluicemutants tag,
+// core/mutation): the only build with the hidden --broken flag. It is
+// built once, beside the test's own build.
+func mutantBinary(t *testing.T) string {
+	t.Helper()
+	mutantBuild.once.Do(func() {
+		path := binary + "-mutants"
+		out, err := exec.Command("go", "build", "-tags", mutation.Tag, "-o", path, "../cmd/sluice").CombinedOutput()
+		if err != nil {
+			mutantBuild.err = fmt.Errorf("go build -tags %s: %v\n%s", mutation.Tag, err, out)
+			return
+		}
+		mutantBuild.path = path
+	})
+	if mutantBuild.err != nil {
+		t.Fatal(mutantBuild.err)
+	}
+	return mutantBuild.path
+}
+
+var mutantBuild struct {
+	once sync.Once
+	path string
+	err  error
 }
 
 // shortDir is a temporary directory with a short path: Unix socket paths

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"cmp"
 	"github.com/sluicehq/sluice/semaphore/client"
 )
 
@@ -30,6 +31,9 @@ type faultCluster struct {
 	lab   *netLab
 	// extra flags for every agent (a broken build's hidden flag)
 	extra []string
+	// bin is the agents' binary: the test build's, or a broken one
+	// (mutantBinary).
+	bin string
 }
 
 type faultNode struct {
@@ -120,9 +124,9 @@ func (c *faultCluster) start(i int) {
 	args := c.args(i)
 	if n.ns != "" {
 		// ip netns exec execs the agent: the process is the agent's.
-		n.p = startCmd(c.t, "ip", append([]string{"netns", "exec", n.ns, binary}, args...)...)
+		n.p = startCmd(c.t, "ip", append([]string{"netns", "exec", n.ns, cmp.Or(c.bin, binary)}, args...)...)
 	} else {
-		n.p = start(c.t, args...)
+		n.p = startProc(c.t, exec.Command(cmp.Or(c.bin, binary), args...))
 	}
 	n.stopped = false
 	n.p.waitLine(c.t, "API on "+n.sock)

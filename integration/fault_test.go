@@ -138,7 +138,9 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 		t.Run(b.broken, func(t *testing.T) {
 			const runs = 3
 			for run := 1; run <= runs; run++ {
-				r := newFaultRun(t, false, "--broken", b.broken)
+				c := newFaultCluster(t, 5, false, "--broken", b.broken)
+				c.bin = mutantBinary(t)
+				r := startFaultRun(t, c)
 				// A long holder of /a through a node that does not lead,
 				// so that the fault meets a held lock.
 				held := r.holdLong(r.c.others(r.c.leaders(0)...)[0], "/a", semaphore.Exclusive, 8*time.Second, 5*time.Second)

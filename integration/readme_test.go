@@ -3,11 +3,14 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,14 +18,29 @@ import (
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
-// readmeBlock is the first fenced block of lang in the README.
+// docFiles are the project's documents whose commands run as tests: the
+// README, the operator's manual, the design, and testing.
+var docFiles = []string{"../README.md", "../cmd/sluice/MANUAL.md", "../core/DESIGN.md", "TESTING.md"}
+
+// docs is the documents' text, one after the other in docFiles' order.
+func docs(t *testing.T) string {
+	t.Helper()
+	var all strings.Builder
+	for _, f := range docFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+		all.WriteString("\n")
+	}
+	return all.String()
+}
+
+// readmeBlock is the first fenced block of lang in the documents.
 func readmeBlock(t *testing.T, lang string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "\n```"+lang+"\n")
+	_, rest, ok := strings.Cut(docs(t), "\n```"+lang+"\n")
 	if !ok {
 		t.Fatalf("README has no %s block", lang)
 	}
@@ -95,11 +113,7 @@ func TestReadmeExamples(t *testing.T) {
 // contains marker.
 func readmeBlockAfter(t *testing.T, marker string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), marker)
+	_, rest, ok := strings.Cut(docs(t), marker)
 	if !ok {
 		t.Fatalf("README has no %q", marker)
 	}
@@ -250,4 +264,121 @@ func TestReadmeSwarmKey(t *testing.T) {
 		"--api", filepath.Join(dir, "api.sock"))
 	p.waitLine(t, "API on")
 	stopAgent(t, p)
+}
+
+// readmeCommands are the `sluice` command lines of the README's sh
+// blocks, a line ending in \ joined with the next, comments dropped.
+func readmeCommands(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comment := regexp.MustCompile(`\s+#\s.*$`)
+	var out []string
+	for _, part := range strings.Split(string(b), "```sh\n")[1:] {
+		block, _, _ := strings.Cut(part, "```")
+		block = strings.ReplaceAll(block, "\\\n", " ")
+		for _, line := range strings.Split(block, "\n") {
+			line = strings.TrimSpace(comment.ReplaceAllString(line, ""))
+			if strings.HasPrefix(line, "sluice ") {
+				out = append(out, strings.Join(strings.Fields(line), " "))
+			}
+		}
+	}
+	return out
+}
+
+// TestReadmeCommands runs the README's sluice commands against a real
+// agent, as written but for the site's upstream, ports and scripts
+// (true), and the three-machine cluster's on loopback: three agents with
+// their own identities and one secret, as the README makes them.
+func TestReadmeCommands(t *testing.T) {
+	sock := startDev(t)
+	dir := shortDir(t)
+	site := newUpstreamSite(t)
+	scripts := strings.NewReplacer("./report.sh", "true", "./read.sh", "true", "./upgrade.sh", "true")
+	var agentLine, idLine string
+	ran := 0
+	for _, line := range readmeCommands(t) {
+		args := strings.Fields(scripts.Replace(line))[1:]
+		switch args[0] {
+		case "agent":
+			agentLine = line
+			continue
+		case "id":
+			idLine = line
+			continue
+		case "status":
+			continue // run on the loopback cluster below
+		case "proxy":
+			addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			args = append(strings.Fields(strings.NewReplacer("0.0.0.0:80", addr, "http://127.0.0.1:8080", site.srv.URL).Replace(strings.Join(args, " "))),
+				"--api", sock)
+			p := start(t, args...)
+			p.waitLine(t, "proxying")
+			if code, body := getPage(t, http.DefaultClient, "http://"+addr+"/"); code != 200 || !strings.Contains(body, "hello from upstream") {
+				t.Errorf("%s: %d %q", line, code, body)
+			}
+			ran++
+			continue
+		}
+		code, out, errs := sluice(t, sock, args...)
+		want := map[string][]int{"lock": {0}, "locks": {0}, "unlock": {0, 1}, "drain": {0}, "undrain": {0, 1}}[args[0]]
+		if !slices.Contains(want, code) {
+			t.Errorf("%s: exit %d, want one of %v\n%s%s", line, code, want, out, errs)
+		}
+		ran++
+	}
+	if ran < 6 || agentLine == "" || idLine == "" {
+		t.Fatalf("ran %d of the README's commands; agent line %q, id line %q", ran, agentLine, idLine)
+	}
+
+	// The three-machine cluster, on loopback: the README's secret, ids and
+	// agent line, with each machine's address and directory put in.
+	key := filepath.Join(dir, "swarm.key")
+	_, secret, _ := strings.Cut(docs(t), "one cluster secret and copy it to all three")
+	_, secret, _ = strings.Cut(secret, "```sh\n")
+	secret, _, _ = strings.Cut(secret, "```")
+	var printf string
+	for _, l := range strings.Split(secret, "\n") {
+		if strings.HasPrefix(l, "printf ") {
+			printf = strings.ReplaceAll(l, "/etc/sluice/swarm.key", key)
+		}
+	}
+	if out, err := exec.Command("bash", "-ec", printf+"; chmod 600 "+key).CombinedOutput(); printf == "" || err != nil {
+		t.Fatalf("the README's secret %q: %v\n%s", printf, err, out)
+	}
+	var ids, datas, ports, socks []string
+	for i := range 3 {
+		data := filepath.Join(dir, fmt.Sprintf("m%d", i+1))
+		code, out, errs := sluice(t, "", strings.Fields(strings.Replace(idLine, "/var/lib/sluice", data, 1))[1:]...)
+		if code != 0 || !strings.HasPrefix(out, "12D3KooW") {
+			t.Fatalf("%s: %d %q %q", idLine, code, out, errs)
+		}
+		ids, datas = append(ids, strings.TrimSpace(out)), append(datas, data)
+		ports, socks = append(ports, strconv.Itoa(freePort(t))), append(socks, filepath.Join(data, "api.sock"))
+	}
+	for i := range 3 {
+		j, k := (i+1)%3, (i+2)%3
+		line := strings.NewReplacer(
+			"--name web-1", fmt.Sprintf("--name web-%d", i+1),
+			"/var/lib/sluice", datas[i],
+			"/etc/sluice/swarm.key", key,
+			"12D3KooWA...,12D3KooWB...,12D3KooWC...", strings.Join(ids, ","),
+			"/ip4/0.0.0.0/tcp/4001", "/ip4/127.0.0.1/tcp/"+ports[i],
+			"/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWB...", "/ip4/127.0.0.1/tcp/"+ports[j]+"/p2p/"+ids[j],
+			"/ip4/10.0.0.3/tcp/4001/p2p/12D3KooWC...", "/ip4/127.0.0.1/tcp/"+ports[k]+"/p2p/"+ids[k],
+		).Replace(agentLine)
+		if strings.Contains(line, "...") {
+			t.Fatalf("the README's agent line has a placeholder the test does not know: %s", line)
+		}
+		p := start(t, append(strings.Fields(line)[1:], "--api", socks[i])...)
+		p.waitLine(t, "API on")
+	}
+	for _, s := range socks {
+		if code, out, errs := sluice(t, s, "status", "--wait-ready", "30s"); code != 0 || !strings.Contains(out, "LOCK_READY") {
+			t.Fatalf("status --wait-ready on the loopback cluster: %d %q %q", code, out, errs)
+		}
+	}
 }

@@ -18,8 +18,8 @@ import (
 	"time"
 )
 
-// The README's recipes for `sluice proxy`, run as written: the blocks are
-// read from the README, with the test's ports, paths and socket put in.
+// The manual's recipes for `sluice proxy`, run as written: the blocks are
+// read from the operator's manual, with the test's ports, paths and socket put in.
 
 // debianTool is the path of a program from Debian's packages, "" when it
 // is not installed.
@@ -59,11 +59,7 @@ func phpFPM() string {
 // readmeBlockOf is the fenced block of lang whose first line is first.
 func readmeBlockOf(t *testing.T, lang, first string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, part := range strings.Split(string(b), "\n```"+lang+"\n")[1:] {
+	for _, part := range strings.Split(docs(t), "\n```"+lang+"\n")[1:] {
 		block, _, _ := strings.Cut(part, "\n```\n")
 		if strings.HasPrefix(block, first+"\n") {
 			return block + "\n"
@@ -73,7 +69,7 @@ func readmeBlockOf(t *testing.T, lang, first string) string {
 	return ""
 }
 
-// proxyArgs are the arguments of the README's `sluice proxy` line in the
+// proxyArgs are the arguments of the manual's `sluice proxy` line in the
 // sh block that begins with comment, with the test's addresses.
 func proxyArgs(t *testing.T, comment, listen, upstream, sock string) []string {
 	t.Helper()
@@ -85,7 +81,7 @@ func proxyArgs(t *testing.T, comment, listen, upstream, sock string) []string {
 			return append(strings.Fields(args), "--api", sock)
 		}
 	}
-	t.Fatalf("no sluice proxy line in the README's block %q", comment)
+	t.Fatalf("no sluice proxy line in the manual's block %q", comment)
 	return nil
 }
 
@@ -151,7 +147,7 @@ func waitServed(t *testing.T, url, want string) {
 	}
 }
 
-// TestRecipeInFrontOfNginxPHP: the README's nginx server block with
+// TestRecipeInFrontOfNginxPHP: the manual's nginx server block with
 // PHP-FPM (Debian's, when installed; a Go upstream otherwise) behind its
 // `sluice proxy` line: pages pass; a drain with a reason gives visitors
 // the maintenance page and its preview link the PHP site; after it the
@@ -247,7 +243,7 @@ func getPage(t *testing.T, c *http.Client, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestRecipeBehindALoadBalancer: the README's balancer (Debian's nginx
+// TestRecipeBehindALoadBalancer: the manual's balancer (Debian's nginx
 // when installed, else Go's reverse proxy taking turns) in front of two
 // frontends running its `sluice proxy` line: visitors reach the site
 // through both, with their address first in X-Forwarded-For, and one
@@ -337,7 +333,7 @@ func TestRecipeBehindALoadBalancer(t *testing.T) {
 	}
 }
 
-// TestRecipeSystemdUnit: the README's unit for `sluice proxy` passes
+// TestRecipeSystemdUnit: the manual's unit for `sluice proxy` passes
 // systemd-analyze verify (where systemd is installed), and its ExecStart
 // line, run with the test's binary, socket and ports, serves the site.
 func TestRecipeSystemdUnit(t *testing.T) {

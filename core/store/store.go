@@ -305,7 +305,7 @@ func bump(db *badger.DB, id uint64, fresh bool) (State, error) {
 			// one epoch.
 			return fmt.Errorf("%w: the identity key (node %d) was used before, but the store is empty: "+
 				"the node's votes and lock table are lost, and it must not serve as node %d again. "+
-				"Follow the README runbook 'A node lost its disk': move identity.key away, start the node "+
+				"Follow the manual's runbook 'A node lost its disk' (cmd/sluice/MANUAL.md): move identity.key away, start the node "+
 				"again with --join, then run `sluice members remove OLD` and `sluice members add NEW` (OLD is %d)",
 				ErrLost, id, id, id)
 		case st.Identity != 0 && id != 0 && st.Identity != id:

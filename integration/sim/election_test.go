@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/election"
+
+	"github.com/sluicehq/sluice/core/mutation"
 )
 
 var (
@@ -77,6 +79,9 @@ func TestElection(t *testing.T) {
 
 // TestElectionMutantsAreCaught: broken elections must be caught.
 func TestElectionMutantsAreCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	const bound = 500
 	for _, m := range []struct {
 		name   string
@@ -132,6 +137,9 @@ func TestElectionKnownGaps(t *testing.T) {
 // that the election refuses: at the seed where the mutant is caught, the
 // real election passes.
 func TestWriteMarksMutantIsCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	world := KnownGaps &^ GapNewestLifeRollbacks
 	for seed := int64(1); seed <= 500; seed++ {
 		_, err := RunElection(ElectionOptions{Seed: seed, Mutant: election.MutantNoWriteMarks, LeaveOut: world})

@@ -6,6 +6,8 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/election"
+
+	"github.com/sluicehq/sluice/core/mutation"
 )
 
 var (
@@ -44,6 +46,9 @@ func TestSimMembers(t *testing.T) {
 // start, whatever their disk lost, must break a lock invariant (with the
 // frequent disk faults of leaders, where the harm is quickest to show).
 func TestCheckInMutantIsCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	requireCaught(t, "nodes serving without a check-in", Options{Elect: true, Operators: true, LeaderDiskFaults: true,
 		ElectionMutant: election.MutantNoCheckIn})
 }
@@ -52,6 +57,9 @@ func TestCheckInMutantIsCaught(t *testing.T) {
 // by hellos let a leader restored from a copy of its running life serve
 // a table that lost tickets.
 func TestStoreAgeMutantIsCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	// Swarms (faults drawn per seed) reach the rolled-back leader with the
 	// lost tickets still wanted: the plain members world no longer does
 	// within the bound since masters release their strays at once.

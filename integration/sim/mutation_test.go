@@ -9,6 +9,8 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore"
+
+	"github.com/sluicehq/sluice/core/mutation"
 )
 
 // mutationBound is how many seeds a broken core may survive before the
@@ -50,6 +52,9 @@ func requireCaught(t *testing.T, what string, o Options) {
 // scenario core/testdata/handoff_fences_old_leaders.txt and
 // TestScenariosCatchMutants pin that one.)
 func TestHandoffMutantsAreCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant
@@ -121,6 +126,9 @@ func TestShareLimitMutantIsCaught(t *testing.T) {
 // only a timeout breaks; with patient clients and no faults the name then
 // stays free far past the bound TestSimModesLiveness holds the real core to.
 func TestModesStallMutantIsCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	for seed := int64(1); seed <= mutationBound; seed++ {
 		_, err := Run(Options{Seed: seed, Modes: true, NoFaults: true, Patient: true, IdleBound: modesIdleBound,
 			Mutant: core.MutantSoftKeepsPlace})
@@ -146,6 +154,9 @@ func TestSuspendClockMutantIsCaught(t *testing.T) {
 // TestActivationMutantIsCaught: soft writers granted without being seen
 // first must be caught.
 func TestActivationMutantIsCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	requireCaught(t, "soft writers granted without activation", Options{Modes: true, Mutant: core.MutantNoConfirm})
 }
 
@@ -156,6 +167,9 @@ func TestActivationMutantIsCaught(t *testing.T) {
 // liveness, which the settle probe catches, and are pinned by scripted
 // scenarios in core/testdata as well.
 func TestMutantsAreCaught(t *testing.T) {
+	if !mutation.Need(t) {
+		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
+	}
 	// One name makes the races of the doorway frequent enough to be caught
 	// within the bound. The lease mutants: the old renewal arithmetic,
 	// dropping a restarted agent's granted tickets, and granting without

@@ -66,7 +66,7 @@ var (
 )
 
 // staleHelp is the runbook the log and the status point to.
-const staleHelp = "this node must not vote or serve again under its identity; follow the README runbook " +
+const staleHelp = "this node must not vote or serve again under its identity; follow the manual's runbook (cmd/sluice/MANUAL.md) " +
 	"'A node lost its disk': move its data directory away, start it again with --join (a new identity), " +
 	"then run `sluice members remove OLD-ID` and `sluice members add NEW-ID`"
 

@@ -21,7 +21,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
 	"github.com/sluicehq/sluice/semaphore/api"
@@ -54,15 +53,6 @@ func startError(err error) error {
 		return &usageError{err: err}
 	}
 	return err
-}
-
-// brokenBuilds are the deliberately unsafe agents that the integration
-// tests start with the hidden --broken flag, to prove that their checks
-// catch a lock service that grants twice.
-var brokenBuilds = map[string]core.Mutant{
-	"":              0,
-	"quorum-of-one": core.MutantQuorumOfOne, // every phase completes with one leader's ack
-	"not-durable":   core.MutantNotDurable,  // leaders acknowledge tickets they never persist
 }
 
 // agentFlags are the flags of `sluice agent`.
@@ -148,8 +138,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key, made by 'sluice id --data DIR'), so that --initial-members can name the node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fl.StringVar(&f.broken, "broken", "", "")
-	_ = fl.MarkHidden("broken")
+	addBrokenFlag(cmd, &f.broken)
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "")
 	_ = fl.MarkHidden("cpu-profile")
 	fl.StringVar(&f.config, "config", "", "YAML file with any of these settings (keys: the flag names); flags win over SLUICE_* environment variables, which win over the file")
@@ -189,12 +178,9 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	if f.name == "" {
 		f.name, _ = os.Hostname()
 	}
-	mutant, ok := brokenBuilds[f.broken]
-	if !ok {
-		return none, usageErrorf("agent: --broken: unknown %q", f.broken)
-	}
-	if mutant != 0 {
-		log.Error("THIS AGENT IS BROKEN ON PURPOSE: it may grant a lock twice; only tests start it so", "broken", f.broken)
+	mutant, err := brokenBuild(f.broken, log)
+	if err != nil {
+		return none, err
 	}
 	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"github.com/sluicehq/sluice/core/mutation"
+
 	"bytes"
 	"os"
 	"runtime"
@@ -110,6 +112,13 @@ func TestAgentHiddenFlags(t *testing.T) {
 	for _, hidden := range []string{"--broken", "--cpu-profile"} {
 		if strings.Contains(stdout, hidden) {
 			t.Errorf("help shows the hidden %s:\n%s", hidden, stdout)
+		}
+	}
+	// Only a build with the mutants has --broken at all.
+	if !mutation.Built {
+		if code, _, stderr := runCapture(t, "agent", "--in-memory", "--broken", "quorum-of-one"); code != ExitUsage ||
+			!strings.Contains(stderr, "unknown flag: --broken") {
+			t.Errorf("--broken in a build without the mutants: exit %d %q, want %d and an unknown flag", code, stderr, ExitUsage)
 		}
 	}
 }

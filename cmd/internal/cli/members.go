@@ -80,7 +80,7 @@ func newMembersVouchCmd() *cobra.Command {
 			"restored from a backup or a copy, wiped, or taken from another machine:\n" +
 			"it then checks in with a majority of all members counting itself (two\n" +
 			"of three). Then remove the lost member and add its replacement. If the\n" +
-			"directory was restored, do not vouch: replace the node (see the README's\n" +
+			"directory was restored, do not vouch: replace the node (see the manual's\n" +
 			"runbooks); vouching for a restored copy can grant a lock twice.",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
