@@ -58,6 +58,11 @@ type AgentConfig struct {
 	// a node that joins a running cluster as a non-member instead. With
 	// neither, a node without Peers bootstraps a cluster of itself; a
 	// node with Peers is refused (ErrConfig): it could decide alone.
+	// InitialMembers of the one word InitialFromPeers ("peers") names
+	// this node and the nodes of Peers, so the ids are given once: every
+	// first member must then list all the others in its Peers (a member
+	// whose list differs is of another cluster, and never serves with
+	// them).
 	InitialMembers []string
 	Join           bool
 	// ClusterSize, when set, must equal the number of InitialMembers.
@@ -399,18 +404,37 @@ func readKeyFile(path string) (p2p.PrivKey, error) {
 	return k, nil
 }
 
+// InitialFromPeers, as the one InitialMembers, names this node and the
+// nodes of Peers.
+const InitialFromPeers = "peers"
+
 // bootstrap reads the initial members: peer ids, this node's among them.
 func bootstrap(cfg AgentConfig, self wire.NodeID) ([]wire.NodeID, error) {
 	if len(cfg.InitialMembers) == 0 {
 		return nil, nil
 	}
-	pids, err := p2p.ParsePeerIDs(cfg.InitialMembers)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --initial-members: %w", ErrConfig, err)
+	var ids []wire.NodeID
+	if len(cfg.InitialMembers) == 1 && cfg.InitialMembers[0] == InitialFromPeers {
+		if len(cfg.Peers) == 0 {
+			return nil, fmt.Errorf("%w: --initial-members peers takes the members from --peers, and there are none", ErrConfig)
+		}
+		peers, err := p2p.NodeIDsOf(cfg.Peers)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --peers: %w", ErrConfig, err)
+		}
+		ids = append([]wire.NodeID{self}, peers...)
+	} else {
+		pids, err := p2p.ParsePeerIDs(cfg.InitialMembers)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --initial-members: %w (peer ids, or the one word %q)", ErrConfig, err, InitialFromPeers)
+		}
+		for _, p := range pids {
+			ids = append(ids, p2p.NodeIDOf(p))
+		}
 	}
 	var boot []wire.NodeID
-	for _, p := range pids {
-		if id := p2p.NodeIDOf(p); !slices.Contains(boot, id) {
+	for _, id := range ids {
+		if !slices.Contains(boot, id) {
 			boot = append(boot, id)
 		}
 	}

@@ -117,7 +117,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.data, "data", "", "data directory: identity key and lock table")
 	fl.StringSliceVar(&f.listen, "listen", []string{"/ip4/0.0.0.0/tcp/4001"}, "libp2p listen multiaddrs")
 	fl.StringSliceVar(&f.peers, "peers", nil, "other nodes, as multiaddrs ending in /p2p/ID")
-	fl.StringSliceVar(&f.initial, "initial-members", nil, "peer ids of the cluster's first members, this node's among them (first start only)")
+	fl.StringSliceVar(&f.initial, "initial-members", nil, "peer ids of the cluster's first members, this node's among them, or \"peers\": this node and every node of --peers (first start only)")
 	fl.BoolVar(&f.join, "join", false, "join the running cluster of --peers as a non-member (then: sluice members add ID)")
 	fl.IntVar(&f.size, "cluster-size", 0, "number of initial members, as a check of --initial-members (optional)")
 	fl.DurationVar(&f.electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
