@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"flag"
 	"slices"
 	"strings"
 	"testing"
@@ -17,12 +18,28 @@ import (
 // mutation test declares the simulator blind to it.
 const mutationBound = 1200
 
-// caughtWithin runs seeds 1..mutationBound until run fails a safety check
-// (a liveness failure is not what a safety mutant must show), and returns
-// the seed and what failed, or 0.
-func caughtWithin(t *testing.T, run func(seed int64) (Result, error)) (int64, string) {
+// mutationFull makes every mutation test search from seed 1, as CI does:
+// a plain run starts a mutant's search at the seed that caught it when it
+// was last searched from 1 (the caught fields below), so that `go test
+// ./...` stays fast. A mutant that seed no longer catches is searched on
+// to the bound, and the test fails if nothing catches it; -mutation-full
+// then finds the new seed to write down.
+var mutationFull = flag.Bool("mutation-full", false, "the mutation tests search every mutant from seed 1, not from the seed that caught it last")
+
+// firstSeed is where a search for a mutant last caught at caught starts.
+func firstSeed(caught int64) int64 {
+	if *mutationFull || caught < 1 {
+		return 1
+	}
+	return caught
+}
+
+// caughtWithin runs seeds from firstSeed(from) to mutationBound until run
+// fails a safety check (a liveness failure is not what a safety mutant
+// must show), and returns the seed and what failed, or 0.
+func caughtWithin(t *testing.T, from int64, run func(seed int64) (Result, error)) (int64, string) {
 	t.Helper()
-	for seed := int64(1); seed <= mutationBound; seed++ {
+	for seed := firstSeed(from); seed <= mutationBound; seed++ {
 		_, err := run(seed)
 		var f *Failure
 		if errors.As(err, &f) && !strings.Contains(f.What, "liveness") && !strings.Contains(f.What, "probe") {
@@ -35,10 +52,11 @@ func caughtWithin(t *testing.T, run func(seed int64) (Result, error)) (int64, st
 	return 0, ""
 }
 
-// requireCaught fails the test unless the options are caught by a safety check.
-func requireCaught(t *testing.T, what string, o Options) {
+// requireCaught fails the test unless the options are caught by a safety
+// check; caught is the seed that caught them last (0: unknown).
+func requireCaught(t *testing.T, what string, o Options, caught int64) {
 	t.Helper()
-	seed, why := caughtWithin(t, func(seed int64) (Result, error) { o.Seed = seed; return Run(o) })
+	seed, why := caughtWithin(t, caught, func(seed int64) (Result, error) { o.Seed = seed; return Run(o) })
 	if seed == 0 {
 		t.Fatalf("the simulator did not catch %s in %d seeds", what, mutationBound)
 	}
@@ -63,7 +81,7 @@ func TestHandoffMutantsAreCaught(t *testing.T) {
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			requireCaught(t, m.name, Options{Elect: true, Mutant: m.mutant})
+			requireCaught(t, m.name, Options{Elect: true, Mutant: m.mutant}, 0)
 		})
 	}
 }
@@ -86,7 +104,7 @@ func readersIgnoreWriters(me core.Candidate, others []wire.Entry) core.Decision 
 // TestModeMutantIsCaught: readers that ignore a priority writer must be
 // caught by the mode invariants.
 func TestModeMutantIsCaught(t *testing.T) {
-	requireCaught(t, "readers ignoring writers", Options{Modes: true, Admit: readersIgnoreWriters})
+	requireCaught(t, "readers ignoring writers", Options{Modes: true, Admit: readersIgnoreWriters}, 0)
 }
 
 // ignoreLimits is a broken policy: readers disregard their limit.
@@ -97,7 +115,7 @@ func ignoreLimits(me core.Candidate, others []wire.Entry) core.Decision {
 
 // TestLimitMutantIsCaught: readers that ignore their limit must be caught.
 func TestLimitMutantIsCaught(t *testing.T) {
-	requireCaught(t, "readers ignoring their limit", Options{Modes: true, Admit: ignoreLimits})
+	requireCaught(t, "readers ignoring their limit", Options{Modes: true, Admit: ignoreLimits}, 0)
 }
 
 // shareCountsAsOne is the reader limit's old policy: a node's shared read
@@ -117,7 +135,7 @@ func shareCountsAsOne(me core.Candidate, others []wire.Entry) core.Decision {
 // TestShareLimitMutantIsCaught: a limit that counts a node's shared read
 // ticket as one reader, whatever its page views, must be caught.
 func TestShareLimitMutantIsCaught(t *testing.T) {
-	requireCaught(t, "a shared read ticket counted as one reader", Options{Modes: true, Admit: shareCountsAsOne})
+	requireCaught(t, "a shared read ticket counted as one reader", Options{Modes: true, Admit: shareCountsAsOne}, 460)
 }
 
 // TestModesStallMutantIsCaught: a soft writer that keeps its place before
@@ -148,7 +166,7 @@ func TestModesStallMutantIsCaught(t *testing.T) {
 // resume it grants page views on a shared read ticket the leaders dropped,
 // beside the writer they let in meanwhile.
 func TestSuspendClockMutantIsCaught(t *testing.T) {
-	requireCaught(t, "a clock that stops in suspend", Options{Suspends: true, Modes: true, ReadHeavy: true, MonotonicAgentClock: true})
+	requireCaught(t, "a clock that stops in suspend", Options{Suspends: true, Modes: true, ReadHeavy: true, MonotonicAgentClock: true}, 0)
 }
 
 // TestActivationMutantIsCaught: soft writers granted without being seen
@@ -157,7 +175,7 @@ func TestActivationMutantIsCaught(t *testing.T) {
 	if !mutation.Need(t) {
 		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
 	}
-	requireCaught(t, "soft writers granted without activation", Options{Modes: true, Mutant: core.MutantNoConfirm})
+	requireCaught(t, "soft writers granted without activation", Options{Modes: true, Mutant: core.MutantNoConfirm}, 0)
 }
 
 // TestMutantsAreCaught proves the simulator is worth its seeds: each
@@ -239,12 +257,15 @@ func TestMutantsAreCaught(t *testing.T) {
 		// world, when set, gives each seed's options instead (a test's
 		// own world, such as TestSimHostile's).
 		world func(seed int64) Options
+		// caught is the seed that caught it when last searched from 1
+		// (0: a low one; see firstSeed).
+		caught int64
 	}{
-		{"quorum of one", core.MutantQuorumOfOne, true, Options{}, nil, nil},
-		{"quorum of one, messages in batches", core.MutantQuorumOfOne, true, Options{Batch: true}, nil, nil},
-		{"acks tickets it never persists", core.MutantNotDurable, true, Options{}, nil, nil},
-		{"shared ticket numbers", core.MutantSharedTickets, true, Options{}, nil, nil},
-		{"request ids without incarnation", core.MutantStaleIncarnation, false, Options{}, nil, nil},
+		{"quorum of one", core.MutantQuorumOfOne, true, Options{}, nil, nil, 0},
+		{"quorum of one, messages in batches", core.MutantQuorumOfOne, true, Options{Batch: true}, nil, nil, 0},
+		{"acks tickets it never persists", core.MutantNotDurable, true, Options{}, nil, nil, 0},
+		{"shared ticket numbers", core.MutantSharedTickets, true, Options{}, nil, nil, 0},
+		{"request ids without incarnation", core.MutantStaleIncarnation, false, Options{}, nil, nil, 0},
 		// Drift and rollback mutants lose a lease when a quorum of its
 		// copies goes early; a leader that missed a request's ADD_TICKET
 		// takes the number from EXITING, so most tickets have a third
@@ -252,36 +273,36 @@ func TestMutantsAreCaught(t *testing.T) {
 		// with that copy off (MutantNumberlessChoosing, which is safe: the
 		// behaviour of every run before EXITING carried the number), so the harm shows.
 		{"renewal counted from the confirmation", core.MutantRenewFromDecision | core.MutantNumberlessChoosing, true, Options{Names: 1},
-			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}, nil},
-		{"drops a restarted agent's granted tickets", core.MutantDropFormerTickets, true, Options{}, nil, nil},
-		{"grants without its own ticket", core.MutantNoOwnTicket, true, Options{LoseRevocations: true}, nil, nil},
-		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil, nil},
+			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}, nil, 170},
+		{"drops a restarted agent's granted tickets", core.MutantDropFormerTickets, true, Options{}, nil, nil, 0},
+		{"grants without its own ticket", core.MutantNoOwnTicket, true, Options{LoseRevocations: true}, nil, nil, 0},
+		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil, nil, 0},
 		// The worst clocks in a swarm: the plain worlds no longer lose a
 		// lease this way within the bound since masters release their
 		// strays at once.
 		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true,
-			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil},
-		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil},
-		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil},
-		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil},
-		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil, nil},
-		{"lets a shared read ticket go with holders", core.MutantYieldWithHolders, true, Options{Modes: true, ReadHeavy: true}, nil, nil},
+			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 652},
+		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 644},
+		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil, 0},
+		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil, 0},
+		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
+		{"lets a shared read ticket go with holders", core.MutantYieldWithHolders, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
 		{"says a share's readers left at its grant", core.MutantShareIdleFromGrant, true, Options{Modes: true, ReadHeavy: true, NoFaults: true},
-			[]Options{{Modes: true, ReadHeavy: true}}, nil},
+			[]Options{{Modes: true, ReadHeavy: true}}, nil, 0},
 		// A completed renewal must rest on a quorum's answers to it: the
 		// hostile world's late answers meet the next renewal.
-		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil},
+		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 76},
 		// Tombstones in memory only: a leader restarted in the hostile
 		// world takes back a ticket its release missed, and a request a
 		// force-unlock found waiting is granted.
-		{"keeps tombstones in memory only", core.MutantMemoryTombs, true, Options{}, nil, hostileWorld},
+		{"keeps tombstones in memory only", core.MutantMemoryTombs, true, Options{}, nil, hostileWorld, 389},
 		{"writes a force-unlock's tombstone lazily", core.MutantLazyForcedTomb, true,
-			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil},
+			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 233},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			for seed := int64(1); seed <= mutationBound; seed++ {
+			for seed := firstSeed(m.caught); seed <= mutationBound; seed++ {
 				sets := append([]Options{m.o}, m.more...)
 				if m.world != nil {
 					sets = []Options{m.world(seed)}
