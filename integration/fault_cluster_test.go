@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -51,10 +52,18 @@ type faultNode struct {
 // addr is the node's mesh address with its peer id.
 func (n *faultNode) addr() string { return n.listen + "/p2p/" + n.id }
 
+// faultSuite runs the fault tests: five agents as processes under kills,
+// pauses, partitions, full disks and hostile input, each for seconds. CI
+// runs them; a plain go test ./... leaves them out, to stay fast.
+var faultSuite = flag.Bool("faults", false, "run the fault suite (five-agent clusters under faults; CI does)")
+
 // newFaultCluster prepares n agents (not started). withLab puts each in a
 // network namespace; it needs root and the ip tool, and skips otherwise.
 func newFaultCluster(t *testing.T, n int, withLab bool, extra ...string) *faultCluster {
 	t.Helper()
+	if !*faultSuite && *soak <= 0 {
+		t.Skip("the fault suite runs with -faults (CI runs it: .ci/run)")
+	}
 	c := &faultCluster{t: t, root: shortDir(t), extra: extra}
 	c.psk = c.writeSecret("swarm.key")
 	if withLab {
