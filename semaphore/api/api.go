@@ -202,6 +202,14 @@ type CoreStats struct {
 	RestoredDropped uint64 `json:"restored_dropped"`
 }
 
+// The defaults of an acquire that leaves them out: how long it waits for
+// the grant, and how long the lease lasts. A timeout of 0 given is an
+// answer at once (a try), in both protocols.
+const (
+	DefaultTimeout  = 30 * time.Second
+	DefaultDuration = time.Minute
+)
+
 // AcquireBody is the body of POST /v1/acquire.
 type AcquireBody struct {
 	Name     string `json:"name"`

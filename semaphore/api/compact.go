@@ -38,7 +38,9 @@ const (
 var ErrCompact = errors.New("api: malformed compact frame")
 
 // CompactRequest is one call. Acquire uses the lock's fields, release and
-// renew Lease only.
+// renew Lease only. An acquire is read as its HTTP body would be: a
+// Duration, Grace or Quiet of 0 is the default, and a Timeout of 0 is an
+// answer at once (HTTP's "timeout": "0s"): send DefaultTimeout to wait.
 type CompactRequest struct {
 	Op                              byte
 	Name                            string

@@ -60,6 +60,16 @@ type Options struct {
 	AutoRenew bool
 }
 
+// compactTimeout is o's timeout as the compact protocol carries it: there
+// a 0 is an answer at once, so the default (Options.Timeout's zero value)
+// is sent as itself.
+func compactTimeout(o Options) time.Duration {
+	if o.Timeout == 0 && !o.Try {
+		return api.DefaultTimeout
+	}
+	return o.Timeout
+}
+
 func span(d time.Duration) api.Span {
 	if d == 0 {
 		return "" // the agent's default
@@ -112,7 +122,7 @@ func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, 
 	)
 	if o.Owner == "" && o.Reason == "" && o.ETA == 0 && o.ReadersGrace == 0 && o.Preview == "" {
 		reply, ok, err = c.compact(ctx, op, &api.CompactRequest{Op: api.OpAcquire, Name: name, Mode: mode.String(), Try: o.Try,
-			Timeout: o.Timeout, Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
+			Timeout: compactTimeout(o), Duration: o.Duration, Grace: o.Grace, Quiet: o.Quiet, Limit: o.Limit})
 	}
 	lj, expires := reply.LeaseJSON, sent.add(reply.TTLNanos)
 	switch {

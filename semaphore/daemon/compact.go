@@ -3,7 +3,6 @@ package daemon
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -172,13 +171,8 @@ func (m *apiMux) call(ctx context.Context, req api.CompactRequest) api.CompactRe
 	)
 	switch req.Op {
 	case api.OpAcquire:
-		r := Request{Name: req.Name, Try: req.Try, Limit: req.Limit, Mode: semaphore.Exclusive,
-			Timeout: cmp.Or(req.Timeout, defaultTimeout), Duration: cmp.Or(req.Duration, defaultDuration),
-			Grace: req.Grace, Quiet: req.Quiet}
-		if req.Mode != "" {
-			r.Mode, err = semaphore.ParseMode(req.Mode)
-		}
-		if err == nil {
+		var r Request
+		if r, err = compactAcquire(req); err == nil {
 			l, err = m.node.Acquire(ctx, r)
 		}
 	case api.OpRelease:

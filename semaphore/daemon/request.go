@@ -56,8 +56,8 @@ const maxOwner = 256
 // Limits on what a client may ask for, and the defaults of the API.
 const (
 	maxSpan         = 30 * 24 * time.Hour // timeouts, durations, grace, quiet
-	defaultDuration = time.Minute
-	defaultTimeout  = 30 * time.Second
+	defaultDuration = api.DefaultDuration
+	defaultTimeout  = api.DefaultTimeout
 	// maxLimit: a reader limit above the requests a name may have at all
 	// can never bind.
 	maxLimit = core.DefaultMaxWaiters
@@ -118,6 +118,22 @@ const MinDuration = DefaultTick
 // validName checks a lock's name, for requests and force-unlocks
 // (semaphore.CheckName).
 func validName(name string) error { return semaphore.CheckName(name) }
+
+// compactAcquire reads an acquire of the compact protocol with
+// ParseAcquire, the one reader of an acquire: the same defaults and the
+// same checks as HTTP's. The frame has no "not given": a duration, grace
+// or quiet of 0 is the default, and a timeout of 0, as "0s" in HTTP, is
+// an answer at once (the Go client sends its default timeout itself).
+func compactAcquire(req api.CompactRequest) (Request, error) {
+	given := func(d time.Duration) api.Span {
+		if d == 0 {
+			return ""
+		}
+		return api.Span(d.String())
+	}
+	return ParseAcquire(api.AcquireBody{Name: req.Name, Mode: req.Mode, Try: req.Try, Limit: req.Limit,
+		Timeout: api.Span(req.Timeout.String()), Duration: given(req.Duration), Grace: given(req.Grace), Quiet: given(req.Quiet)})
+}
 
 // ParseAcquire reads the body of POST /v1/acquire into a Request, with the
 // API's defaults for what it leaves out (mode exclusive, timeout 30s,
