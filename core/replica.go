@@ -162,9 +162,7 @@ func (n *Node) restore(d *Durable) {
 // mayBeActive: whether a ticket of mode m whose active mark was lost (a
 // restart, a handoff) must be taken as active until its master says
 // otherwise. Only writers that let later readers pass are marked.
-func mayBeActive(m wire.Mode) bool {
-	return m == wire.ModeReadWrite || m == wire.ModeReadWriteGentle
-}
+func mayBeActive(m wire.Mode) bool { return m.Soft() }
 
 // replicaStep handles the messages a leader answers: one handler a kind.
 func (n *Node) replicaStep(m wire.Message) {
@@ -624,7 +622,7 @@ func (n *Node) keep(lifetime uint64) int64 {
 // keeps soft writers out while it is in the table, so a quiet period counts
 // from when its readers left, which its release tells (Message.ReadersAgo).
 func shared(e wire.Entry) bool {
-	return e.Mode == wire.ModeReadOnly && e.Active
+	return e.Mode.Shared() && e.Active
 }
 
 // keepHandedOver is how many ticks a replica keeps a ticket or tombstone

@@ -73,7 +73,7 @@ type share struct {
 
 // sharing reports whether a goes through the node's share of its name.
 func (n *Node) sharing(a Acquire) bool {
-	return n.cfg.ShareLease > 0 && a.Mode == wire.ModeReadOnly && a.Limit == 0 && len(n.cfg.View.Leaders) > 0
+	return n.cfg.ShareLease > 0 && a.Mode.Shared() && a.Limit == 0 && len(n.cfg.View.Leaders) > 0
 }
 
 // held reports whether sh can grant local readers now.

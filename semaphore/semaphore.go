@@ -90,10 +90,11 @@ func ParseMode(s string) (Mode, error) {
 // period a request carries as it is.
 const DefaultQuiet = 10 * time.Minute
 
-func writer(m Mode) bool { return m != ReadOnly }
+// writer and soft read the modes' traits (wire.Mode's one table).
+func writer(m Mode) bool { return m.Writer() }
 
 // soft writers let later readers pass while they wait.
-func soft(m Mode) bool { return m == ReadWrite || m == ReadWriteGentle }
+func soft(m Mode) bool { return m.Soft() }
 
 // Admit is the core.Admit policy of the semaphore. Tickets are in bakery
 // order (number, then request id); others are every other ticket of the

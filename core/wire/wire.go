@@ -51,6 +51,24 @@ func (m Mode) Valid() bool { return m >= ModeExclusive && m < modeEnd }
 
 var modeNames = [...]string{"", "exclusive", "read-only", "read-write-priority", "read-write", "read-write-gentle"}
 
+// modeTraits is the one table of what each mode is: the core and the
+// semaphore's policy both read it.
+var modeTraits = [modeEnd]struct{ shared, soft bool }{
+	ModeReadOnly:        {shared: true},
+	ModeReadWrite:       {soft: true},
+	ModeReadWriteGentle: {soft: true},
+}
+
+// Shared: a reader, held beside other readers (READ_ONLY).
+func (m Mode) Shared() bool { return m.Valid() && modeTraits[m].shared }
+
+// Writer: any mode but READ_ONLY, held alone.
+func (m Mode) Writer() bool { return m.Valid() && !modeTraits[m].shared }
+
+// Soft: a writer that lets later readers pass while it waits, and is
+// marked active before it goes in (READ_WRITE, READ_WRITE_GENTLE).
+func (m Mode) Soft() bool { return m.Valid() && modeTraits[m].soft }
+
 func (m Mode) String() string { return NameOf(modeNames[:], m, "mode") }
 
 // EntryState is how far a request has come at one replica. States only move
