@@ -12,7 +12,7 @@ import (
 )
 
 // allowedImports is the direction of imports between the project's
-// packages (core/DESIGN.md, "Architecture"): what each package may import of ours.
+// packages (core/HOW_IT_WORKS.md, "Architecture"): what each package may import of ours.
 // A package not listed may import nothing of ours.
 var allowedImports = map[string][]string{
 	"cmd/sluice":                  {"cmd/internal/cli"},

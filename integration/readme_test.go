@@ -20,7 +20,7 @@ import (
 
 // docFiles are the project's documents whose commands run as tests: the
 // README, the operator's manual, the design, and testing.
-var docFiles = []string{"../README.md", "../cmd/sluice/MANUAL.md", "../core/DESIGN.md", "TESTING.md"}
+var docFiles = []string{"../README.md", "../cmd/sluice/MANUAL.md", "../core/HOW_IT_WORKS.md", "TESTING.md"}
 
 // docs is the documents' text, one after the other in docFiles' order.
 func docs(t *testing.T) string {
@@ -388,6 +388,37 @@ func TestReadmeCommands(t *testing.T) {
 	for _, s := range socks {
 		if code, out, errs := sluice(t, s, "status", "--wait-ready", "30s"); code != 0 || !strings.Contains(out, "LOCK_READY") {
 			t.Fatalf("status --wait-ready on the loopback cluster: %d %q %q", code, out, errs)
+		}
+	}
+}
+
+// TestManualMembersExample: the manual's `sluice members` example has the
+// real output's columns and summary line (its ids are cut short, and its
+// rows elided, for the page).
+func TestManualMembersExample(t *testing.T) {
+	sock := startDev(t)
+	_, example, ok := strings.Cut(docs(t), "$ sluice members\n")
+	if !ok {
+		t.Fatal("the manual has no `$ sluice members` example")
+	}
+	example, _, _ = strings.Cut(example, "\n$ ")
+	lines := strings.Split(example, "\n")
+	code, out, errs := sluice(t, sock, "members")
+	if code != 0 {
+		t.Fatalf("sluice members: %d %q", code, errs)
+	}
+	real := strings.Split(strings.TrimSpace(out), "\n")
+	if strings.Join(strings.Fields(lines[0]), " ") != strings.Join(strings.Fields(real[0]), " ") {
+		t.Errorf("the example's header %q, the real one %q", lines[0], real[0])
+	}
+	summary := regexp.MustCompile(`^cluster [0-9a-f]+, view epoch \d+, \d+ voters$`)
+	if last := lines[len(lines)-1]; !summary.MatchString(last) || !summary.MatchString(real[len(real)-1]) {
+		t.Errorf("the example's summary %q, the real one %q", last, real[len(real)-1])
+	}
+	row := regexp.MustCompile(`^\d+\s+12D3KooW\S+\s+\S+\s+/ip4/\S+\s+(yes|no)\s+(yes\s+)?(yes|no)$`)
+	for _, l := range append(lines[1:3], real[1:len(real)-1]...) {
+		if !row.MatchString(strings.TrimSpace(l)) {
+			t.Errorf("a row that is not NODE PEER NAME ADDRESS VOTER [LEADER] REACHABLE: %q", l)
 		}
 	}
 }

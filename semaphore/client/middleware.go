@@ -141,7 +141,7 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	writer := &writerWord{c: c, name: name, info: MaintenanceInfo{Name: name}}
+	writer := &writerWord{c: c, name: name, info: MaintenanceInfo{Name: name}, checks: make(chan struct{}, maxPreviewChecks)}
 	unavailable := func(w http.ResponseWriter, r *http.Request) {
 		info := writer.get(r.Context())
 		info.RetryAfter = int((o.RetryAfter + time.Second - 1) / time.Second)
@@ -270,8 +270,14 @@ func PreviewHash(token string) string {
 }
 
 // previewWait bounds the look at the cluster's table that checks a
-// preview token.
-const previewWait = 2 * time.Second
+// preview token; maxPreviewChecks bounds how many run at once, per name.
+const (
+	previewWait      = 2 * time.Second
+	maxPreviewChecks = 4
+)
+
+// previewTokenLen is the length of a token NewPreviewToken makes.
+var previewTokenLen = base64.RawURLEncoding.EncodedLen(32)
 
 // preview serves r when it carries the preview token of the writer that
 // holds the name now, and says whether it answered. The table is asked
@@ -288,7 +294,16 @@ func preview(w http.ResponseWriter, r *http.Request, next http.Handler, writer *
 		}
 		token = c.Value
 	}
-	if len(token) > 256 {
+	if len(token) != previewTokenLen {
+		return false // not one NewPreviewToken made: no table is asked
+	}
+	// A flood of made-up tokens must not become a flood of tables: past
+	// maxPreviewChecks at once, the maintenance page.
+	select {
+	case writer.checks <- struct{}{}:
+		defer func() { <-writer.checks }()
+	default:
+		log.Warn("preview checks at their limit: answering the maintenance page", "name", writer.name)
 		return false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), previewWait)
@@ -367,10 +382,12 @@ type maintenanceJSON struct {
 type writerWord struct {
 	c    *Client
 	name string
-	mu   sync.Mutex
-	info MaintenanceInfo
-	at   time.Time
-	busy bool
+	// checks holds a place for each preview check under way.
+	checks chan struct{}
+	mu     sync.Mutex
+	info   MaintenanceInfo
+	at     time.Time
+	busy   bool
 }
 
 const (

@@ -108,7 +108,7 @@ func TestMiddlewarePreview(t *testing.T) {
 	if a := ask("", token); a.status != 200 || a.body != "site preview=1" {
 		t.Fatalf("a preview: %+v", a)
 	}
-	for _, bad := range []string{other, token + "x", strings.Repeat("a", 300)} {
+	for _, bad := range []string{other, token + "x", token[:len(token)-1], strings.Repeat("a", 300)} {
 		if a := ask("", bad); a.status != http.StatusServiceUnavailable {
 			t.Fatalf("a wrong token %.20q: %+v", bad, a)
 		}
