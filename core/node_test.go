@@ -174,25 +174,32 @@ func TestStaleAckAfterRestart(t *testing.T) {
 		if c.mutant != 0 && !mutation.Need(t) {
 			continue
 		}
-		cfg := core.Config{ID: 4, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: c.mutant}
-		cfg.Incarnation = 1
-		old, _ := core.New(cfg, nil)
-		drain(old)
-		oldID, _ := old.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5})
-		cfg.Incarnation = 2
-		n, _ := core.New(cfg, nil)
-		drain(n)
-		if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5}); err != nil {
-			t.Fatal(err)
-		}
-		drain(n)
-		for _, from := range []wire.NodeID{1, 2} {
-			_ = n.Step(wire.Message{Kind: wire.KindEnterAck, From: from, To: 4, Epoch: 1, Name: "a", Req: oldID, Incarnation: 1})
-		}
-		if got := n.Requests()[0].Phase; got != c.wantPhase {
+		if got := phaseAfterStaleAcks(t, c.mutant); got != c.wantPhase {
 			t.Errorf("mutant %d: phase %s after stale acks, want %s", c.mutant, got, c.wantPhase)
 		}
 	}
+}
+
+// phaseAfterStaleAcks is the phase of node 4's first request of its
+// second life after two ENTERING acks for its first life's request.
+func phaseAfterStaleAcks(t *testing.T, mutant core.Mutant) string {
+	t.Helper()
+	cfg := core.Config{ID: 4, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: mutant}
+	cfg.Incarnation = 1
+	old, _ := core.New(cfg, nil)
+	drain(old)
+	oldID, _ := old.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5})
+	cfg.Incarnation = 2
+	n, _ := core.New(cfg, nil)
+	drain(n)
+	if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5}); err != nil {
+		t.Fatal(err)
+	}
+	drain(n)
+	for _, from := range []wire.NodeID{1, 2} {
+		_ = n.Step(wire.Message{Kind: wire.KindEnterAck, From: from, To: 4, Epoch: 1, Name: "a", Req: oldID, Incarnation: 1})
+	}
+	return n.Requests()[0].Phase
 }
 
 func TestReadyHandsOutOnlyWhatAdvanceDrops(t *testing.T) {
@@ -505,22 +512,7 @@ func TestMutantsCompiledOut(t *testing.T) {
 	if mutation.Built {
 		t.Skip("this build has the mutants")
 	}
-	cfg := core.Config{ID: 4, View: wire.View{Epoch: 1, Leaders: []wire.NodeID{1, 2, 3}}, Mutant: ^core.Mutant(0)}
-	cfg.Incarnation = 1
-	old, _ := core.New(cfg, nil)
-	drain(old)
-	oldID, _ := old.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5})
-	cfg.Incarnation = 2
-	n, _ := core.New(cfg, nil)
-	drain(n)
-	if _, err := n.Acquire(core.Acquire{Name: "a", Mode: wire.ModeExclusive, Timeout: 50, Duration: 5}); err != nil {
-		t.Fatal(err)
-	}
-	drain(n)
-	for _, from := range []wire.NodeID{1, 2} {
-		_ = n.Step(wire.Message{Kind: wire.KindEnterAck, From: from, To: 4, Epoch: 1, Name: "a", Req: oldID, Incarnation: 1})
-	}
-	if got := n.Requests()[0].Phase; got != "entering" {
+	if got := phaseAfterStaleAcks(t, ^core.Mutant(0)); got != "entering" {
 		t.Errorf("every mutant set: phase %s after stale acks, want entering (the mutants are built in)", got)
 	}
 }
