@@ -73,13 +73,25 @@ type Client struct {
 	// nil on TCP or with Config.HTTPOnly.
 	compactPool *compactPool
 	// bg counts calls made in the background (the middleware's
-	// releases); Close waits for them.
-	bg sync.WaitGroup
+	// releases); Close waits for them. closing, under bgMu, says Close
+	// began: a WaitGroup must not grow while it is waited for.
+	bg      sync.WaitGroup
+	bgMu    sync.Mutex
+	closing bool
 }
 
-// background runs fn on a goroutine of its own that Close waits for.
+// background runs fn on a goroutine of its own that Close waits for; once
+// Close began (a request that ends as its frontend shuts down), it runs
+// fn before returning instead.
 func (c *Client) background(fn func()) {
+	c.bgMu.Lock()
+	if c.closing {
+		c.bgMu.Unlock()
+		fn()
+		return
+	}
 	c.bg.Add(1)
+	c.bgMu.Unlock()
 	go func() {
 		defer c.bg.Done()
 		fn()
@@ -130,6 +142,9 @@ func (c *Client) Addr() string { return c.addr }
 // closes the client's idle connections. Leases are not touched:
 // release them first.
 func (c *Client) Close() error {
+	c.bgMu.Lock()
+	c.closing = true
+	c.bgMu.Unlock()
 	c.bg.Wait()
 	c.hc.CloseIdleConnections()
 	if c.compactPool != nil {

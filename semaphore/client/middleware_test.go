@@ -591,3 +591,42 @@ func TestMiddlewareTellsReadersAWriterWaits(t *testing.T) {
 		t.Fatalf("the drain: %v", err)
 	}
 }
+
+// TestMiddlewareRequestEndsAfterClose: a request that ends after its
+// client's Close (a frontend shutting down) still gives its lock back.
+// (A Close that waits while such a release starts was a WaitGroup grown
+// during its Wait: the race detector caught it in the websocket tests.)
+func TestMiddlewareRequestEndsAfterClose(t *testing.T) {
+	a, c := startAgent(t)
+	ctx := ctxT(t)
+	c2, err := client.New(client.Config{API: a.APIAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, let := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(c2.Middleware("/closing", client.MiddlewareOptions{})(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			close(entered)
+			<-let
+			io.WriteString(w, "done")
+		})))
+	defer srv.Close()
+	replied := getAsync(t, srv)
+	<-entered
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(let)
+	if got := <-replied; got.status != 200 || got.body != "done" {
+		t.Fatalf("the request: %+v", got)
+	}
+	// Its release ran before the handler's return reached net/http: a
+	// writer gets the name at once.
+	w, err := c.Acquire(ctx, "/closing", semaphore.Exclusive, client.Options{Try: true})
+	if err != nil {
+		t.Fatalf("a writer after the request: %v", err)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
