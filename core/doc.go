@@ -57,4 +57,9 @@
 // themselves first, and serves only then (handoff.go). Requests that were
 // not granted restart their doorway at the new epoch under a fresh wire id;
 // their client handle stays the same.
+//
+// Config.Mutant switches deliberate bugs on for the mutation tests; it
+// takes effect only in builds with the sluicemutants tag (core/mutation).
+// How the core works and why it is safe, with a page view and a drain
+// walked through, is in HOW_IT_WORKS.md beside this package.
 package core
