@@ -65,13 +65,11 @@ func newUpstreamSite(t *testing.T) *upstreamSite {
 		}
 	})
 	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
-		conn, rw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
+		conn, rw, ok := upgradeWebsocket(w)
+		if !ok {
 			return
 		}
 		defer conn.Close()
-		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		_ = rw.Flush()
 		_, _ = io.Copy(conn, rw) // echo until the client closes
 		u.mu.Lock()
 		if u.echoEnd == 0 {
@@ -83,6 +81,22 @@ func newUpstreamSite(t *testing.T) *upstreamSite {
 	u.srv = httptest.NewServer(mux)
 	t.Cleanup(u.srv.Close)
 	return u
+}
+
+// upgradeWebsocket takes w's connection over and answers the upgrade (a
+// test site's websocket: no handshake key is checked); false when the
+// connection could not be taken or answered.
+func upgradeWebsocket(w http.ResponseWriter) (net.Conn, *bufio.ReadWriter, bool) {
+	conn, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, nil, false
+	}
+	fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	if rw.Flush() != nil {
+		conn.Close()
+		return nil, nil, false
+	}
+	return conn, rw, true
 }
 
 func (u *upstreamSite) ended(which *int64) int64 {

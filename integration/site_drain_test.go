@@ -92,15 +92,11 @@ func recordingSite(log *servedLog) http.Handler {
 		}
 	})
 	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
-		conn, rw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
+		conn, _, ok := upgradeWebsocket(w)
+		if !ok {
 			return
 		}
 		defer conn.Close()
-		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		if rw.Flush() != nil {
-			return
-		}
 		for {
 			if _, err := conn.Write([]byte{0x81, 4, 't', 'i', 'c', 'k'}); err != nil {
 				return
