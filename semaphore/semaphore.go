@@ -56,17 +56,49 @@ const (
 	Exclusive = wire.ModeExclusive
 )
 
-// Errors a client may see, under the names clients use. They are the
-// sentinels of the table in core/codes, which the core and the agent
-// return, so errors.Is works across all of them, and each has a stable
-// wire and JSON spelling.
+// The failures a client may see, each under its one Go name: these are
+// the sentinels of the table in core/codes (the core and the agent return
+// them, the client turns an answer's code back into them), so errors.Is
+// works on an error from any of them. Each has one stable JSON code, the
+// "error" of an API answer (sluice's manual lists them), and its message
+// begins with that failure's name, for people.
 var (
+	// ErrDraining: a writer holds or waits for the name, so a reader's
+	// request is refused at once (code draining).
 	ErrDraining = codes.ErrDraining
+	// ErrTimedOut: others held the name for the whole wait (timedout).
 	ErrTimedOut = codes.ErrTimedOut
+	// ErrNotReady: the cluster cannot decide requests now: no leaders in
+	// agreement, a quorum of them lost, or this agent stopping or its
+	// store failed (not_ready). Try again.
 	ErrNotReady = codes.ErrNotReady
-	ErrLost     = codes.ErrLost
-	ErrInvalid  = codes.ErrInvalid
+	// ErrLost: a granted lease ended before its holder released it
+	// (lost).
+	ErrLost = codes.ErrLost
+	// ErrInvalid: a request that cannot be served as asked (invalid, and
+	// bad_request for one the API could not read).
+	ErrInvalid = codes.ErrInvalid
+	// ErrOverflow: too many requests wait on the name (overflow).
 	ErrOverflow = codes.ErrOverflow
+	// ErrUnknownLease: no such lease or request: released, or ended and
+	// forgotten (unknown_lease).
+	ErrUnknownLease = codes.ErrUnknownLease
+	// ErrUnauthorized: the bearer token is missing or wrong
+	// (unauthorized).
+	ErrUnauthorized = codes.ErrUnauthorized
+	// ErrForbidden: the agent knows the caller, and its role does not
+	// allow the call on that name (forbidden).
+	ErrForbidden = codes.ErrForbidden
+	// ErrUnavailable: the agent could not be reached (no socket,
+	// connection refused or broken), did not answer as an agent does, or
+	// answered with a code the table does not know (unavailable).
+	ErrUnavailable = codes.ErrUnavailable
+	// ErrConflict: a membership change lost to another, met one under
+	// way, or had nothing to vouch for (conflict). Try again.
+	ErrConflict = codes.ErrConflict
+	// ErrChangeTimedOut: a membership change was not confirmed in time
+	// (change_timedout). It may still commit: list the members to see.
+	ErrChangeTimedOut = codes.ErrChangeTimedOut
 )
 
 var modeNames = map[string]Mode{

@@ -9,14 +9,14 @@ import (
 
 // The sentinels of the failures a client can see. The core returns the
 // first seven; semaphore gives the core's codes the names clients use
-// (semaphore.ErrDraining), the client its own (client.ErrUnavailable).
+// (semaphore.ErrDraining), the client its own (semaphore.ErrUnavailable).
 var (
-	ErrInvalid  = errors.New("core: invalid request")
-	ErrOverflow = errors.New("core: too many waiters on one name")
-	ErrNotReady = errors.New("core: no valid view")
-	ErrTimedOut = errors.New("core: timed out")
-	ErrDraining = errors.New("core: draining")
-	ErrLost     = errors.New("core: lease lost")
+	ErrInvalid  = errors.New("invalid request")
+	ErrOverflow = errors.New("too many requests wait on this name")
+	ErrNotReady = errors.New("not ready to decide requests")
+	ErrTimedOut = errors.New("timed out")
+	ErrDraining = errors.New("draining: a writer holds or waits for this name")
+	ErrLost     = errors.New("lease lost")
 	// ErrUnknownLease: no such lease or request (released, or ended and
 	// forgotten), at the core, the agent or, as the client hears it, both.
 	ErrUnknownLease = errors.New("unknown lease")

@@ -19,23 +19,6 @@ import (
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
-// Errors of the client beyond the semaphore's sentinels: the sentinels of
-// their codes in the table (core/codes), as the agent's are.
-var (
-	// ErrUnavailable: the agent could not be reached (no socket,
-	// connection refused or broken), did not answer as an agent does, or
-	// answered with a code the table does not know.
-	ErrUnavailable = codes.ErrUnavailable
-	// ErrUnknownLease: the agent has no such lease (released, or ended
-	// and forgotten).
-	ErrUnknownLease = codes.ErrUnknownLease
-	// ErrUnauthorized: the bearer token is missing or wrong.
-	ErrUnauthorized = codes.ErrUnauthorized
-	// ErrForbidden: the agent knows the caller, and its role does not
-	// allow the call on that name.
-	ErrForbidden = codes.ErrForbidden
-)
-
 // Environment variables read when Config leaves the field empty.
 const (
 	EnvAPI   = "SLUICE_API"
@@ -177,7 +160,7 @@ func sentinel(code string) error {
 	if r, ok := codes.ByCode(code); ok {
 		return r.Err
 	}
-	return ErrUnavailable
+	return semaphore.ErrUnavailable
 }
 
 // send does one request and returns the answer when it is a 200; every
@@ -206,7 +189,7 @@ func (c *Client) send(ctx context.Context, op, method, path string, in any) (*ht
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("client: %s: %w", op, ctx.Err())
 		}
-		return nil, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+		return nil, fmt.Errorf("client: %s: %w: %w", op, semaphore.ErrUnavailable, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil
@@ -236,7 +219,7 @@ func (c *Client) call(ctx context.Context, op, method, path string, in, out any)
 		if ctx.Err() != nil {
 			return fmt.Errorf("client: %s: %w", op, ctx.Err())
 		}
-		return fmt.Errorf("client: %s: reading the answer: %w: %w", op, ErrUnavailable, err)
+		return fmt.Errorf("client: %s: reading the answer: %w: %w", op, semaphore.ErrUnavailable, err)
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("second Release: %v", err)
 	}
-	if err := l.Renew(ctx); !errors.Is(err, client.ErrUnknownLease) {
-		t.Fatalf("Renew after Release: %v, want ErrUnknownLease", err)
+	if err := l.Renew(ctx); !errors.Is(err, semaphore.ErrUnknownLease) {
+		t.Fatalf("Renew after Release: %v, want semaphore.ErrUnknownLease", err)
 	}
 	// The name is free again, with a higher token.
 	next, err := c.Acquire(ctx, "/a", semaphore.Exclusive, client.Options{Try: true})
@@ -100,11 +100,11 @@ func TestUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Acquire(ctx, "/a", semaphore.Exclusive, client.Options{}); !errors.Is(err, client.ErrUnavailable) {
-		t.Fatalf("acquire without an agent: %v, want ErrUnavailable", err)
+	if _, err := c.Acquire(ctx, "/a", semaphore.Exclusive, client.Options{}); !errors.Is(err, semaphore.ErrUnavailable) {
+		t.Fatalf("acquire without an agent: %v, want semaphore.ErrUnavailable", err)
 	}
-	if _, err := c.Status(ctx); !errors.Is(err, client.ErrUnavailable) {
-		t.Fatalf("status without an agent: %v, want ErrUnavailable", err)
+	if _, err := c.Status(ctx); !errors.Is(err, semaphore.ErrUnavailable) {
+		t.Fatalf("status without an agent: %v, want semaphore.ErrUnavailable", err)
 	}
 	// TCP: a port nobody listens on.
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -118,8 +118,8 @@ func TestUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	if _, err := tc.Locks(ctx, ""); !errors.Is(err, client.ErrUnavailable) {
-		t.Fatalf("locks on a closed port: %v, want ErrUnavailable", err)
+	if _, err := tc.Locks(ctx, ""); !errors.Is(err, semaphore.ErrUnavailable) {
+		t.Fatalf("locks on a closed port: %v, want semaphore.ErrUnavailable", err)
 	}
 	// Something else answers at the address: not an agent.
 	other := httptest.NewServer(http.NotFoundHandler())
@@ -127,13 +127,13 @@ func TestUnavailable(t *testing.T) {
 	oc, _ := client.New(client.Config{API: other.Listener.Addr().String(), Token: "t"})
 	defer oc.Close()
 	var apiErr *client.APIError
-	if _, err := oc.Status(ctx); !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.Status != 404 {
-		t.Fatalf("status from a web server: %v, want ErrUnavailable (404)", err)
+	if _, err := oc.Status(ctx); !errors.Is(err, semaphore.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Fatalf("status from a web server: %v, want semaphore.ErrUnavailable (404)", err)
 	}
 	// A canceled context is the caller's doing, not the agent's.
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := c.Status(canceled); !errors.Is(err, context.Canceled) || errors.Is(err, client.ErrUnavailable) {
+	if _, err := c.Status(canceled); !errors.Is(err, context.Canceled) || errors.Is(err, semaphore.ErrUnavailable) {
 		t.Fatalf("status with a canceled context: %v", err)
 	}
 }
@@ -173,8 +173,8 @@ func TestTCPToken(t *testing.T) {
 	}
 	bad, _ := client.New(client.Config{API: a.APIAddr(), Token: "wrong"})
 	defer bad.Close()
-	if _, err := bad.Status(ctx); !errors.Is(err, client.ErrUnauthorized) {
-		t.Fatalf("wrong token: %v, want ErrUnauthorized", err)
+	if _, err := bad.Status(ctx); !errors.Is(err, semaphore.ErrUnauthorized) {
+		t.Fatalf("wrong token: %v, want semaphore.ErrUnauthorized", err)
 	}
 	l, err := good.Acquire(ctx, "/t", semaphore.Exclusive, client.Options{Try: true})
 	if err != nil {
@@ -234,7 +234,7 @@ func TestForceUnlockThenRenew(t *testing.T) {
 	if !errors.Is(l.Err(), semaphore.ErrLost) {
 		t.Fatalf("Release hid the loss: %v", l.Err())
 	}
-	if _, err := c.ForceUnlock(ctx, "/f", "", 12345, "test"); !errors.Is(err, client.ErrUnknownLease) {
+	if _, err := c.ForceUnlock(ctx, "/f", "", 12345, "test"); !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("force-unlock of an unknown token: %v", err)
 	}
 }
@@ -327,8 +327,8 @@ func TestAgentStopLeaseRunsToExpiry(t *testing.T) {
 	if !errors.Is(l.Err(), semaphore.ErrLost) || !strings.Contains(l.Err().Error(), "expired") {
 		t.Fatalf("Err: %v, want ErrLost by the expiry", l.Err())
 	}
-	if err := l.Release(ctx); !errors.Is(err, client.ErrUnavailable) {
-		t.Fatalf("release with the agent gone: %v, want ErrUnavailable", err)
+	if err := l.Release(ctx); !errors.Is(err, semaphore.ErrUnavailable) {
+		t.Fatalf("release with the agent gone: %v, want semaphore.ErrUnavailable", err)
 	}
 	c.Close()
 }
@@ -407,9 +407,9 @@ func TestAPIErrorSentinels(t *testing.T) {
 	for code, want := range map[string]error{
 		"timedout": semaphore.ErrTimedOut, "draining": semaphore.ErrDraining, "not_ready": semaphore.ErrNotReady,
 		"invalid": semaphore.ErrInvalid, "bad_request": semaphore.ErrInvalid, "overflow": semaphore.ErrOverflow,
-		"lost": semaphore.ErrLost, "unknown_lease": client.ErrUnknownLease, "unauthorized": client.ErrUnauthorized,
-		"unavailable": client.ErrUnavailable, "canceled": client.ErrUnavailable, "from-a-newer-agent": client.ErrUnavailable,
-		"": client.ErrUnavailable,
+		"lost": semaphore.ErrLost, "unknown_lease": semaphore.ErrUnknownLease, "unauthorized": semaphore.ErrUnauthorized,
+		"unavailable": semaphore.ErrUnavailable, "canceled": semaphore.ErrUnavailable, "from-a-newer-agent": semaphore.ErrUnavailable,
+		"": semaphore.ErrUnavailable,
 	} {
 		if err := (&client.APIError{Op: "op", Status: 500, Code: code}); !errors.Is(err, want) {
 			t.Errorf("%q: %v is not %v", code, err, want)

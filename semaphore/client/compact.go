@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore"
 	"io"
 	"net"
 	"sync/atomic"
@@ -102,7 +103,7 @@ func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest
 		if ctx.Err() != nil {
 			return reply, true, fmt.Errorf("client: %s: %w", op, ctx.Err())
 		}
-		return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+		return reply, true, fmt.Errorf("client: %s: %w: %w", op, semaphore.ErrUnavailable, err)
 	}
 	reply, err = cc.call(ctx, req)
 	if stale(cc, err, req.Op) && ctx.Err() == nil {
@@ -115,7 +116,7 @@ func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest
 			if ctx.Err() != nil {
 				return reply, true, fmt.Errorf("client: %s: %w", op, ctx.Err())
 			}
-			return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+			return reply, true, fmt.Errorf("client: %s: %w: %w", op, semaphore.ErrUnavailable, err)
 		}
 		reply, err = cc.call(ctx, req)
 	}
@@ -131,7 +132,7 @@ func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest
 		if ctx.Err() != nil {
 			return reply, true, fmt.Errorf("client: %s: %w", op, ctx.Err())
 		}
-		return reply, true, fmt.Errorf("client: %s: %w: %w", op, ErrUnavailable, err)
+		return reply, true, fmt.Errorf("client: %s: %w: %w", op, semaphore.ErrUnavailable, err)
 	}
 	if cc.spoiled {
 		_ = cc.c.Close()

@@ -32,7 +32,7 @@
 //   - Errors of the agent unwrap to the sentinel of their code in the
 //     table the agent answers from (core/codes): the semaphore sentinels
 //     (semaphore.ErrTimedOut, ErrDraining, ErrNotReady, ErrInvalid,
-//     ErrOverflow, ErrLost) or this package's ErrUnknownLease and
+//     ErrOverflow, ErrLost, ErrUnknownLease and
 //     ErrUnauthorized; an agent that cannot be reached, or answers a code
 //     the table lacks, gives ErrUnavailable. Use errors.Is; *APIError has
 //     the details.

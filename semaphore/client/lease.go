@@ -383,7 +383,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !ok {
 		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
 	}
-	if err != nil && !errors.Is(err, ErrUnknownLease) {
+	if err != nil && !errors.Is(err, semaphore.ErrUnknownLease) {
 		return err
 	}
 	l.mu.Lock()
@@ -412,7 +412,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		if lerr != nil {
 			return lerr
 		}
-		return fmt.Errorf("client: renew %s: released: %w", l.id, ErrUnknownLease)
+		return fmt.Errorf("client: renew %s: released: %w", l.id, semaphore.ErrUnknownLease)
 	}
 	sent := now(l.clock)
 	op := "renew " + l.id
@@ -430,7 +430,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return nil
 	case errors.Is(err, semaphore.ErrLost):
 		l.end(err)
-	case errors.Is(err, ErrUnknownLease):
+	case errors.Is(err, semaphore.ErrUnknownLease):
 		// The agent ended it (an operator's unlock reaches it at once)
 		// before this renewal: lost, as for the watcher.
 		err = fmt.Errorf("%w: %w", semaphore.ErrLost, err)
@@ -516,7 +516,7 @@ func (l *Lease) watch() {
 			retry = retryFirst
 			continue
 		}
-		if err == nil || errors.Is(err, ErrUnknownLease) {
+		if err == nil || errors.Is(err, semaphore.ErrUnknownLease) {
 			// Not even the state a new watch starts with: the agent does
 			// not have the lease. A restarted agent lost it from its
 			// memory while the leaders keep it: a renewal takes it over,
@@ -579,7 +579,7 @@ func (l *Lease) watchOnce() (int, error) {
 			l.end(l.lost("was unlocked by the agent (%s)", cmp.Or(e.Code, "no code")))
 		case "failed":
 			err := sentinel(e.Code)
-			if errors.Is(err, ErrUnavailable) {
+			if errors.Is(err, semaphore.ErrUnavailable) {
 				err = semaphore.ErrLost
 			}
 			l.end(fmt.Errorf("client: lease %s on %q failed (%s): %w", l.id, l.name, e.Code, err))

@@ -19,11 +19,7 @@ var (
 	// must not be made (unknown node, not a member, would leave no
 	// quorum), conflict for one that lost to another change or met one
 	// under way (try again).
-	ErrMembership = errors.New("client: membership change refused")
-	// ErrChangeTimedOut: the change was not confirmed in time, by the
-	// agent's bound (change_timedout) or by the caller's context. It may
-	// still commit: list the members to see.
-	ErrChangeTimedOut = codes.ErrChangeTimedOut
+	ErrMembership = errors.New("membership change refused")
 )
 
 // Members lists the cluster's voters and the other nodes the agent knows
@@ -76,7 +72,7 @@ func (c *Client) changeMembers(ctx context.Context, op string, body api.MembersB
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The request may have reached the agent, which goes on with the
 		// change without us.
-		return out, fmt.Errorf("%w: %w", ErrChangeTimedOut, err)
+		return out, fmt.Errorf("%w: %w", semaphore.ErrChangeTimedOut, err)
 	}
 	return out, changeErr(err)
 }
@@ -95,11 +91,11 @@ func changeErr(err error) error {
 		ae.Status == http.StatusConflict && ae.Code == codes.Conflict:
 		return &changeError{kind: ErrMembership, api: ae}
 	case ae.Code == codes.ChangeTimedOut:
-		return &changeError{kind: ErrChangeTimedOut, api: ae}
+		return &changeError{kind: semaphore.ErrChangeTimedOut, api: ae}
 	case ae.Code == codes.BadRequest && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed):
 		// An agent from before /v1/members (a rolling upgrade): not a
 		// mistake of the caller, whatever code it gives.
-		return &changeError{kind: ErrUnavailable, api: ae,
+		return &changeError{kind: semaphore.ErrUnavailable, api: ae,
 			note: "the agent does not serve /v1/members (an older version?)"}
 	}
 	return err

@@ -34,7 +34,7 @@ func TestMembersAgent(t *testing.T) {
 	if !errors.Is(err, client.ErrMembership) || !errors.As(err, &ae) || ae.Code != codes.BadRequest {
 		t.Fatalf("removing the only member: %v, want ErrMembership (bad_request)", err)
 	}
-	if errors.Is(err, client.ErrUnavailable) || errors.Is(err, semaphore.ErrInvalid) {
+	if errors.Is(err, semaphore.ErrUnavailable) || errors.Is(err, semaphore.ErrInvalid) {
 		t.Fatalf("a refusal counts as another error: %v", err)
 	}
 	if _, err := c.AddMember(ctx, "99"); !errors.Is(err, client.ErrMembership) {
@@ -110,12 +110,12 @@ func TestMembersChangeErrors(t *testing.T) {
 		code       string
 		wantStatus int
 	}{
-		{"bad", client.ErrMembership, client.ErrUnavailable, codes.BadRequest, 400},
-		{"conflict", client.ErrMembership, client.ErrUnavailable, codes.Conflict, 409},
+		{"bad", client.ErrMembership, semaphore.ErrUnavailable, codes.BadRequest, 400},
+		{"conflict", client.ErrMembership, semaphore.ErrUnavailable, codes.Conflict, 409},
 		{"notready", semaphore.ErrNotReady, client.ErrMembership, "not_ready", 503},
-		{"timedout", client.ErrChangeTimedOut, client.ErrUnavailable, codes.ChangeTimedOut, 504},
-		{"broken", client.ErrUnavailable, client.ErrMembership, codes.Unavailable, 500},
-		{"old", client.ErrUnavailable, semaphore.ErrInvalid, codes.BadRequest, 405},
+		{"timedout", semaphore.ErrChangeTimedOut, semaphore.ErrUnavailable, codes.ChangeTimedOut, 504},
+		{"broken", semaphore.ErrUnavailable, client.ErrMembership, codes.Unavailable, 500},
+		{"old", semaphore.ErrUnavailable, semaphore.ErrInvalid, codes.BadRequest, 405},
 	} {
 		for name, change := range map[string]func(context.Context, string) (api.MembersChanged, error){
 			"add": c.AddMember, "remove": c.RemoveMember,
@@ -141,11 +141,11 @@ func TestMembersChangeCallerDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctxT(t), 100*time.Millisecond)
 	defer cancel()
 	_, err := c.AddMember(ctx, "5")
-	if !errors.Is(err, client.ErrChangeTimedOut) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("add past the caller's deadline: %v, want ErrChangeTimedOut and DeadlineExceeded", err)
+	if !errors.Is(err, semaphore.ErrChangeTimedOut) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("add past the caller's deadline: %v, want semaphore.ErrChangeTimedOut and DeadlineExceeded", err)
 	}
 	// Already over before the call: nothing was sent.
-	if _, err := c.RemoveMember(ctx, "5"); errors.Is(err, client.ErrChangeTimedOut) || !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.RemoveMember(ctx, "5"); errors.Is(err, semaphore.ErrChangeTimedOut) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("remove with an expired context: %v, want DeadlineExceeded only", err)
 	}
 }

@@ -293,7 +293,7 @@ func (n *Node) tokenRequest(ctx context.Context, q querier, name string, token u
 			}
 		}
 	}
-	return "", fmt.Errorf("%w: no ticket %d on %q in the cluster's table", ErrUnknownLease, token, name)
+	return "", fmt.Errorf("%w: no ticket %d on %q in the cluster's table", semaphore.ErrUnknownLease, token, name)
 }
 
 // ClusterAudit is the audit notes of every member the view lists alive,

@@ -334,7 +334,7 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 			writer.Store(&req)
 		}
 		if l != nil && name != "" && l.req.Name != name {
-			done <- fmt.Errorf("%w: %s on %q", ErrUnknownLease, id, name)
+			done <- fmt.Errorf("%w: %s on %q", semaphore.ErrUnknownLease, id, name)
 			return
 		}
 		if l != nil || n.earlierLife(h) {
@@ -348,7 +348,7 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 			// it for its client.
 			switch {
 			case !n.earlierLife(h):
-				done <- fmt.Errorf("%w: %s", ErrUnknownLease, id)
+				done <- fmt.Errorf("%w: %s", semaphore.ErrUnknownLease, id)
 				return
 			case n.core.Release(h, name) == nil:
 				// They told this life so (core.Node.Former): given back.
@@ -401,7 +401,7 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 
 // errNameNeeded: a lease of an earlier life released without its name,
 // which this life does not know.
-var errNameNeeded = fmt.Errorf("%w: give the lease's name", ErrUnknownLease)
+var errNameNeeded = fmt.Errorf("%w: give the lease's name", semaphore.ErrUnknownLease)
 
 // earlierLife reports whether h is a request of an earlier life of this
 // node: a lease the leaders may keep for a client that outlived it.
@@ -415,7 +415,7 @@ func (n *Node) earlierLife(h wire.RequestID) bool {
 // it is in that merge: ErrUnknownLease when it is not.
 func (n *Node) clusterEntry(ctx context.Context, h wire.RequestID, name string) (string, api.Entry, error) {
 	if n.cfg.Cluster == nil {
-		return "", api.Entry{}, fmt.Errorf("%w: %s: a lease of this agent before its restart: give its name", ErrUnknownLease, h)
+		return "", api.Entry{}, fmt.Errorf("%w: %s: a lease of this agent before its restart: give its name", semaphore.ErrUnknownLease, h)
 	}
 	t, err := n.ClusterLocks(ctx, n.cfg.Cluster, name)
 	if err != nil {
@@ -436,7 +436,7 @@ func (n *Node) clusterEntry(ctx context.Context, h wire.RequestID, name string) 
 	if name != "" {
 		on = fmt.Sprintf(" on %q", name)
 	}
-	return "", api.Entry{}, fmt.Errorf("%w: %s%s: no leader of a quorum has it (released, force-unlocked or expired)", ErrUnknownLease, h, on)
+	return "", api.Entry{}, fmt.Errorf("%w: %s%s: no leader of a quorum has it (released, force-unlocked or expired)", semaphore.ErrUnknownLease, h, on)
 }
 
 // releaseCall names a call waiting for EventReleased: a client's Release
@@ -486,7 +486,7 @@ func (n *Node) onReleased(e core.Event) {
 	case wire.CodeNone:
 		ch <- nil
 	case wire.CodeUnknownLease:
-		ch <- fmt.Errorf("%w: no leader of a quorum has %s on %q (give the request id `sluice locks` shows)", ErrUnknownLease, e.Req, e.Name)
+		ch <- fmt.Errorf("%w: no leader of a quorum has %s on %q (give the request id `sluice locks` shows)", semaphore.ErrUnknownLease, e.Req, e.Name)
 	default:
 		ch <- fmt.Errorf("%w: release of %s not confirmed by a quorum of the leaders", codes.ErrNotReady, e.Req)
 	}
@@ -538,7 +538,7 @@ func (n *Node) RenewHeld(ctx context.Context, id string, as Held) (Lease, error)
 			}
 			return nil
 		case l == nil, as.Name != "" && l.req.Name != as.Name:
-			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
+			return fmt.Errorf("%w: %s", semaphore.ErrUnknownLease, id)
 		case n.failed != nil:
 			return n.failed
 		}
@@ -582,7 +582,7 @@ func (n *Node) adopt(ctx context.Context, h wire.RequestID, as Held) (Lease, err
 			return Lease{}, err
 		}
 		if !e.Holder {
-			return Lease{}, fmt.Errorf("%w: %s on %q waits in line: it was never granted", ErrUnknownLease, h, name)
+			return Lease{}, fmt.Errorf("%w: %s on %q waits in line: it was never granted", semaphore.ErrUnknownLease, h, name)
 		}
 		req.Name, token = name, e.Ticket
 		if m, err := semaphore.ParseMode(e.Mode); err == nil {
@@ -611,7 +611,7 @@ func (n *Node) adopt(ctx context.Context, h wire.RequestID, as Held) (Lease, err
 		}
 		if l = n.leases[h]; l != nil { // taken over meanwhile, by another call
 			if l.req.Name != req.Name {
-				return fmt.Errorf("%w: %s on %q", ErrUnknownLease, h, req.Name)
+				return fmt.Errorf("%w: %s on %q", semaphore.ErrUnknownLease, h, req.Name)
 			}
 			if err := n.mayUse(ctx, "renew", l, ""); err != nil {
 				return err
@@ -646,7 +646,7 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 	if err := n.run(ctx, func() error {
 		l := n.leases[h]
 		if l == nil {
-			return fmt.Errorf("%w: %s", ErrUnknownLease, id)
+			return fmt.Errorf("%w: %s", semaphore.ErrUnknownLease, id)
 		}
 		if err := n.mayUse(ctx, "watch", l, ""); err != nil {
 			return err
@@ -810,7 +810,7 @@ func (n *Node) onRenewFailed(l *lease, e core.Event, ev api.Event) {
 	if l.adopting {
 		// Not a lease of the cluster's (any more): nobody's, here too.
 		putLatest(l.renewed, fmt.Errorf("%w: %s on %q: no quorum of the leaders keeps it (released, force-unlocked or expired)",
-			ErrUnknownLease, l.handle, l.req.Name))
+			semaphore.ErrUnknownLease, l.handle, l.req.Name))
 		n.drop(l, false)
 		n.core.Disown(l.handle)
 		return

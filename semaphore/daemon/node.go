@@ -53,16 +53,13 @@ type Store interface {
 // first three: each is also an ErrNotReady (a client hears not_ready).
 var (
 	// ErrStopped: the node's loop is not running (stopped, or not started).
-	ErrStopped = codes.Mark(codes.ErrNotReady, "daemon: node stopped")
+	ErrStopped = codes.Mark(codes.ErrNotReady, "not ready: this agent is stopping or stopped")
 	// ErrStoreFailed: a write to disk failed; the node stopped serving
 	// rather than grant from a table it cannot keep.
-	ErrStoreFailed = codes.Mark(codes.ErrNotReady, "daemon: store failed")
+	ErrStoreFailed = codes.Mark(codes.ErrNotReady, "not ready: this agent could not write its store, and stopped serving")
 	// ErrStale: the members know a newer life of this node than its store
 	// does; the node stopped rather than vote or serve with lost state.
-	ErrStale = codes.Mark(codes.ErrNotReady, "daemon: this node's store is older than what the cluster knows of it")
-	// ErrUnknownLease: no such lease or request at this node (the table's
-	// unknown_lease).
-	ErrUnknownLease = codes.ErrUnknownLease
+	ErrStale = codes.Mark(codes.ErrNotReady, "not ready: this node's store is older than what the cluster knows of it")
 )
 
 // staleHelp is the runbook the log and the status point to.

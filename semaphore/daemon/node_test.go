@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"github.com/sluicehq/sluice/semaphore"
 	"maps"
 	"slices"
 	"sync"
@@ -288,8 +289,8 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 	// A release that names another lock is not this lease's (ids repeat
 	// across the lives of a node whose disk was lost): refused, and the
 	// lease holds on.
-	if err := n.Release(ctx, l.ID, l.Name+"x"); !errors.Is(err, daemon.ErrUnknownLease) {
-		t.Fatalf("release naming another lock: %v, want ErrUnknownLease", err)
+	if err := n.Release(ctx, l.ID, l.Name+"x"); !errors.Is(err, semaphore.ErrUnknownLease) {
+		t.Fatalf("release naming another lock: %v, want semaphore.ErrUnknownLease", err)
 	}
 	if err := n.Release(ctx, l.ID, l.Name); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestRestartedNodeKeepsLease(t *testing.T) {
 	if _, err := n.Renew(ctx, held.ID); err != nil {
 		t.Fatalf("second renewal: %v", err)
 	}
-	if _, err := n.RenewHeld(ctx, held.ID, daemon.Held{Name: "/other"}); !errors.Is(err, daemon.ErrUnknownLease) {
+	if _, err := n.RenewHeld(ctx, held.ID, daemon.Held{Name: "/other"}); !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("renew of the lease on another name: %v, want unknown lease", err)
 	}
 	for i := range 4 {
@@ -52,14 +53,14 @@ func TestRestartedNodeKeepsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	never := fmt.Sprintf("%d.%d.%d", node, inc, counter+1000)
-	if _, err := n.RenewHeld(ctx, never, daemon.Held{Name: "/job"}); !errors.Is(err, daemon.ErrUnknownLease) {
+	if _, err := n.RenewHeld(ctx, never, daemon.Held{Name: "/job"}); !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("renew of an id the cluster never had: %v, want unknown lease", err)
 	}
-	if err := n.Release(ctx, never, "/job"); !errors.Is(err, daemon.ErrUnknownLease) {
+	if err := n.Release(ctx, never, "/job"); !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("release of an id the cluster never had: %v, want unknown lease", err)
 	}
 	other := fmt.Sprintf("%d.%d.%d", uint64(c.ids[0]), 1, counter)
-	if _, err := n.RenewHeld(ctx, other, daemon.Held{Name: "/job"}); !errors.Is(err, daemon.ErrUnknownLease) {
+	if _, err := n.RenewHeld(ctx, other, daemon.Held{Name: "/job"}); !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("renew of another node's id: %v, want unknown lease", err)
 	}
 	for _, bad := range []string{"", "x", "1.2", "0.1.1", "1.2.3.4", fmt.Sprintf("%d.%d.99999999999", node, inc)} {
@@ -78,7 +79,7 @@ func TestRestartedNodeKeepsLease(t *testing.T) {
 	if err := n.Release(ctx, held.ID, "/job"); err != nil {
 		t.Fatalf("release through the restarted node: %v", err)
 	}
-	if _, err := n.RenewHeld(ctx, held.ID, daemon.Held{Name: "/job"}); !errors.Is(err, daemon.ErrUnknownLease) {
+	if _, err := n.RenewHeld(ctx, held.ID, daemon.Held{Name: "/job"}); !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("renew after the release: %v, want unknown lease", err)
 	}
 	next := mustAcquire(t, c.node(1), "/job", "exclusive", time.Minute)
@@ -95,7 +96,7 @@ func TestRestartedNodeReleasesLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	n := c.node(3)
-	if err := n.Release(ctx, held.ID, "/other"); !errors.Is(err, daemon.ErrUnknownLease) {
+	if err := n.Release(ctx, held.ID, "/other"); !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("release on another name: %v, want unknown lease", err)
 	}
 	if err := n.Release(ctx, held.ID, "/job"); err != nil {
@@ -104,7 +105,7 @@ func TestRestartedNodeReleasesLease(t *testing.T) {
 	}
 	// Released already: said so, or released again (the first release
 	// may still be on its way to the last leader); either way given back.
-	if err := n.Release(ctx, held.ID, "/job"); err != nil && !errors.Is(err, daemon.ErrUnknownLease) {
+	if err := n.Release(ctx, held.ID, "/job"); err != nil && !errors.Is(err, semaphore.ErrUnknownLease) {
 		t.Fatalf("second release: %v, want nil or unknown lease", err)
 	}
 	if _, err := acquire(t, c.node(0), "/job", "exclusive", settle, time.Minute); err != nil {

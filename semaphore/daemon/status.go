@@ -318,7 +318,7 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 				}
 			}
 			if len(reqs) == 0 {
-				return fmt.Errorf("%w: no ticket %d on %q", ErrUnknownLease, token, name)
+				return fmt.Errorf("%w: no ticket %d on %q", semaphore.ErrUnknownLease, token, name)
 			}
 		}
 		for _, r := range reqs {
@@ -377,7 +377,7 @@ func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]str
 			if len(reqs) > 0 {
 				readers += max(1, ptrValue(e.Readers))
 			}
-			if err != nil && !errors.Is(err, ErrUnknownLease) { // gone meanwhile: fine
+			if err != nil && !errors.Is(err, semaphore.ErrUnknownLease) { // gone meanwhile: fine
 				n.noteRevoked(ctx, name, readers)
 				return out, readers, err
 			}

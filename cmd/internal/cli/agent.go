@@ -355,7 +355,7 @@ func newDevCmd() *cobra.Command {
 			}
 			if httpListen != "" {
 				if err := daemon.CheckOperatorListen(httpListen, "", nil); err != nil {
-					return usageErrorf("dev: %s (dev serves its operator page on loopback only)", withoutPackages(err.Error()))
+					return usageErrorf("dev: %v (dev serves its operator page on loopback only)", err)
 				}
 			}
 			token := ""

@@ -78,9 +78,9 @@ func apiError(what string, err error) error {
 		return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s: not obtained: %s", what, msg)}
 	case errors.Is(err, semaphore.ErrInvalid):
 		return &usageError{err: &saidError{msg: what + ": " + msg, err: err}}
-	case errors.Is(err, client.ErrUnavailable), errors.Is(err, semaphore.ErrNotReady):
+	case errors.Is(err, semaphore.ErrUnavailable), errors.Is(err, semaphore.ErrNotReady):
 		return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s: %s", what, msg)}
-	case errors.Is(err, client.ErrForbidden):
+	case errors.Is(err, semaphore.ErrForbidden):
 		return &exitError{code: ExitNoPerm, msg: fmt.Sprintf("%s: %s", what, msg)}
 	}
 	return &saidError{msg: what + ": " + msg, err: err}
@@ -102,9 +102,9 @@ func plainError(err error) string {
 	var op *net.OpError
 	switch {
 	case errors.As(err, &ae):
-		// The agent's message names its code; its packages' prefixes
-		// ("core: timed out") say nothing to an operator.
-		return withoutPackages(cmp.Or(ae.Message, ae.Code, "error"))
+		// The agent's message is written for people and begins with
+		// what failed ("invalid request: ...").
+		return cmp.Or(ae.Message, ae.Code, "error")
 	case errors.As(err, &op):
 		where := ""
 		if op.Addr != nil {
@@ -114,17 +114,7 @@ func plainError(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return "the agent did not answer in time"
 	}
-	return withoutPackages(err.Error())
-}
-
-// withoutPackages drops the Go packages' prefixes of sentinel errors
-// ("core: timed out"): they say nothing to an operator.
-func withoutPackages(msg string) string {
-	for _, p := range []string{"core: ", "semaphore: ", "daemon: ", "client: "} {
-		msg = strings.TrimPrefix(msg, p)
-		msg = strings.ReplaceAll(msg, ": "+p, ": ")
-	}
-	return msg
+	return err.Error()
 }
 
 // splitCommand takes NAME before "--" and CMD ARGS after it.
@@ -204,7 +194,7 @@ func newLockCmd() *cobra.Command {
 			}
 			mode, err := semaphore.ParseMode(f.mode)
 			if err != nil {
-				return usageErrorf("lock: --mode: %s", strings.TrimPrefix(withoutPackages(err.Error()), "invalid request: "))
+				return usageErrorf("lock: --mode: %s", strings.TrimPrefix(err.Error(), semaphore.ErrInvalid.Error()+": "))
 			}
 			if err := f.check(cmd, name, mode); err != nil {
 				return err

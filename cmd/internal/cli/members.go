@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore"
 	"io"
 	"strconv"
 	"strings"
@@ -137,7 +138,7 @@ func newMembersChangeCmd(verb, done, short string,
 				case errors.Is(err, client.ErrMembership) && errors.As(err, &ae):
 					// The agent's reason is the whole story: nothing changed.
 					return &exitError{code: ExitFailure, msg: fmt.Sprintf("%s: %s", what, ae.Message)}
-				case errors.Is(err, client.ErrChangeTimedOut):
+				case errors.Is(err, semaphore.ErrChangeTimedOut):
 					return &exitError{code: ExitFailure,
 						msg: fmt.Sprintf("%s: not confirmed in time; it may still commit: check 'sluice members'", what)}
 				default:

@@ -73,7 +73,7 @@ func newStatusCmd() *cobra.Command {
 			for {
 				st, err = c.Status(ctx)
 				// An agent still starting has no socket yet: wait for it too.
-				unreachable := errors.Is(err, client.ErrUnavailable) && time.Now().Before(deadline)
+				unreachable := errors.Is(err, semaphore.ErrUnavailable) && time.Now().Before(deadline)
 				if err != nil && !unreachable {
 					return apiError("status", err)
 				}
@@ -424,7 +424,7 @@ func release(ctx context.Context, c *client.Client, name string, token uint64, l
 	var released []string
 	for _, req := range append(waiters, holders...) {
 		r, err := c.ForceUnlock(ctx, name, req, 0, user())
-		if errors.Is(err, client.ErrUnknownLease) {
+		if errors.Is(err, semaphore.ErrUnknownLease) {
 			continue // released or ended meanwhile
 		}
 		if err != nil {
