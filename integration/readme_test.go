@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/semaphore/api"
 )
@@ -266,14 +267,11 @@ func TestReadmeSwarmKey(t *testing.T) {
 	stopAgent(t, p)
 }
 
-// readmeCommands are the `sluice` command lines of the README's sh
+// docCommands are the `sluice` command lines of the documents' sh
 // blocks, a line ending in \ joined with the next, comments dropped.
-func readmeCommands(t *testing.T) []string {
+func docCommands(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := docs(t)
 	comment := regexp.MustCompile(`\s+#\s.*$`)
 	var out []string
 	for _, part := range strings.Split(string(b), "```sh\n")[1:] {
@@ -289,7 +287,7 @@ func readmeCommands(t *testing.T) []string {
 	return out
 }
 
-// TestReadmeCommands runs the README's sluice commands against a real
+// TestReadmeCommands runs the documents' sluice commands against a real
 // agent, as written but for the site's upstream, ports and scripts
 // (true), and the three-machine cluster's on loopback: three agents with
 // their own identities and one secret, as the README makes them.
@@ -297,10 +295,10 @@ func TestReadmeCommands(t *testing.T) {
 	sock := startDev(t)
 	dir := shortDir(t)
 	site := newUpstreamSite(t)
-	scripts := strings.NewReplacer("./report.sh", "true", "./read.sh", "true", "./upgrade.sh", "true")
+	scripts := strings.NewReplacer("./report.sh", "true", "./read.sh", "true", "./upgrade.sh", "true", "./migrate.sh", "true")
 	var agentLine, idLine string
 	ran := 0
-	for _, line := range readmeCommands(t) {
+	for _, line := range docCommands(t) {
 		args := strings.Fields(scripts.Replace(line))[1:]
 		switch args[0] {
 		case "agent":
@@ -358,7 +356,86 @@ func TestReadmeCommands(t *testing.T) {
 	if out, err := exec.Command("bash", "-ec", printf+"; chmod 600 "+key).CombinedOutput(); printf == "" || err != nil {
 		t.Fatalf("the README's secret %q: %v\n%s", printf, err, out)
 	}
-	var ids, datas, ports, socks []string
+	ids, ports, socks := loopbackCluster(t, filepath.Join(dir, "readme"), idLine, agentLine, key)
+	// The manual's line, which gives every id, makes a cluster too.
+	_, manualLine, _ := strings.Cut(docs(t), "   sluice agent --name web-1 --data /var/lib/sluice \\\n")
+	manualLine, _, _ = strings.Cut(manualLine, "```")
+	manualLine = strings.Join(strings.Fields(strings.ReplaceAll("sluice agent --name web-1 --data /var/lib/sluice "+manualLine, "\\\n", " ")), " ")
+	if !strings.Contains(manualLine, "12D3KooWA...,12D3KooWB...,12D3KooWC...") {
+		t.Fatalf("the manual's agent line does not list the ids: %s", manualLine)
+	}
+	_, _, manualSocks := loopbackCluster(t, filepath.Join(dir, "manual"), idLine, manualLine, key)
+	for _, s := range manualSocks {
+		if code, out, errs := sluice(t, s, "status", "--wait-ready", "30s"); code != 0 || !strings.Contains(out, "LOCK_READY") {
+			t.Fatalf("status --wait-ready on the manual's loopback cluster: %d %q %q", code, out, errs)
+		}
+	}
+	for _, s := range socks {
+		if code, out, errs := sluice(t, s, "status", "--wait-ready", "30s"); code != 0 || !strings.Contains(out, "LOCK_READY") {
+			t.Fatalf("status --wait-ready on the loopback cluster: %d %q %q", code, out, errs)
+		}
+	}
+
+	// A fourth machine, started with --join as the manual says, becomes a
+	// member with the manual's `members add` line, and leaves with its
+	// `members remove` line.
+	data := filepath.Join(dir, "m4")
+	code, out, errs := sluice(t, "", strings.Fields(strings.Replace(idLine, "/var/lib/sluice", data, 1))[1:]...)
+	if code != 0 {
+		t.Fatalf("%s: %d %q", idLine, code, errs)
+	}
+	id4 := strings.TrimSpace(out)
+	line := strings.NewReplacer(
+		"--name web-1", "--name web-4",
+		"/var/lib/sluice", data,
+		"/etc/sluice/swarm.key", key,
+		"--initial-members peers", "--join",
+		"/ip4/0.0.0.0/tcp/4001", "/ip4/127.0.0.1/tcp/"+strconv.Itoa(freePort(t)),
+		"/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWB...", "/ip4/127.0.0.1/tcp/"+ports[1]+"/p2p/"+ids[1],
+		"/ip4/10.0.0.3/tcp/4001/p2p/12D3KooWC...", "/ip4/127.0.0.1/tcp/"+ports[2]+"/p2p/"+ids[2],
+	).Replace(agentLine)
+	if !strings.Contains(line, "--join") || strings.Contains(line, "...") {
+		t.Fatalf("the README's agent line does not make a joining machine: %s", line)
+	}
+	start(t, append(strings.Fields(line)[1:], "--api", filepath.Join(data, "api.sock"))...).waitLine(t, "API on")
+	manual := docs(t)
+	_, add, _ := strings.Cut(manual, "$ sluice members add ")
+	add, _, _ = strings.Cut(add, " ")
+	_, remove, _ := strings.Cut(manual, "$ sluice members remove ")
+	remove, _, _ = strings.Cut(remove, " ")
+	if add == "" || remove == "" {
+		t.Fatal("the manual has no `members add` or `members remove` line")
+	}
+	voters := func(want int) {
+		t.Helper()
+		code, out, errs := sluice(t, socks[0], "members", "--json")
+		if code != 0 || strings.Count(out, `"voter": true`) != want {
+			t.Fatalf("members: exit %d, want %d voters %q\n%s", code, want, errs, out)
+		}
+	}
+	for deadline := time.Now().Add(bound); ; time.Sleep(50 * time.Millisecond) { // polling: the cluster hears the new machine's hello in its own time
+		code, out, errs := sluice(t, socks[0], "members", "add", strings.Replace(add, "12D3KooWF...", id4, 1))
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(errs, "never said hello") {
+			t.Fatalf("members add: exit %d %q %q", code, out, errs)
+		}
+	}
+	voters(4)
+	if code, out, errs := sluice(t, socks[0], "members", "remove", strings.Replace(remove, "12D3KooWC...", id4, 1)); code != 0 {
+		t.Fatalf("members remove: exit %d %q %q", code, out, errs)
+	}
+	voters(3)
+}
+
+// loopbackCluster starts three agents on loopback as agentLine (a
+// document's, for web-1 on 10.0.0.1 with web-2 and web-3 as its peers)
+// says, each with its own identity made by idLine's command in dir, and
+// the secret in key. It gives their ids, ports and API sockets.
+func loopbackCluster(t *testing.T, dir, idLine, agentLine, key string) (ids, ports, socks []string) {
+	t.Helper()
+	var datas []string
 	for i := range 3 {
 		data := filepath.Join(dir, fmt.Sprintf("m%d", i+1))
 		code, out, errs := sluice(t, "", strings.Fields(strings.Replace(idLine, "/var/lib/sluice", data, 1))[1:]...)
@@ -380,16 +457,12 @@ func TestReadmeCommands(t *testing.T) {
 			"/ip4/10.0.0.3/tcp/4001/p2p/12D3KooWC...", "/ip4/127.0.0.1/tcp/"+ports[k]+"/p2p/"+ids[k],
 		).Replace(agentLine)
 		if strings.Contains(line, "...") {
-			t.Fatalf("the README's agent line has a placeholder the test does not know: %s", line)
+			t.Fatalf("the agent line has a placeholder the test does not know: %s", line)
 		}
 		p := start(t, append(strings.Fields(line)[1:], "--api", socks[i])...)
 		p.waitLine(t, "API on")
 	}
-	for _, s := range socks {
-		if code, out, errs := sluice(t, s, "status", "--wait-ready", "30s"); code != 0 || !strings.Contains(out, "LOCK_READY") {
-			t.Fatalf("status --wait-ready on the loopback cluster: %d %q %q", code, out, errs)
-		}
-	}
+	return ids, ports, socks
 }
 
 // TestManualMembersExample: the manual's `sluice members` example has the
@@ -419,6 +492,43 @@ func TestManualMembersExample(t *testing.T) {
 	for _, l := range append(lines[1:3], real[1:len(real)-1]...) {
 		if !row.MatchString(strings.TrimSpace(l)) {
 			t.Errorf("a row that is not NODE PEER NAME ADDRESS VOTER [LEADER] REACHABLE: %q", l)
+		}
+	}
+}
+
+// TestManualSession runs the manual's first session as a shell runs it,
+// with the built binary for `go run ./cmd/sluice`: the exclusive lock's
+// command sees its token, the drain runs once the reader is done, and the
+// operator's force-unlock ends the nightly job's lock.
+func TestManualSession(t *testing.T) {
+	sock := startDev(t)
+	_, block, ok := strings.Cut(docs(t), "\n```\ngo run ./cmd/sluice status")
+	if !ok {
+		t.Fatal("the manual has no session of `go run ./cmd/sluice` lines")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	script := "set -e\n" + strings.ReplaceAll("go run ./cmd/sluice status"+block, "go run ./cmd/sluice ", binary+" ") +
+		"wait %2 || echo nightly ended $?\n" // the force-unlocked job's lock; `wait` also waits for the reader
+	// A person types the next line after the job started; the script
+	// waits for its lock to be held, as the table shows it.
+	held := "sleep 600 &\nuntil " + binary + " locks /jobs/nightly | grep -q ' held '; do sleep 0.05; done\n"
+	if !strings.Contains(script, "sleep 600 &") {
+		t.Fatal("the manual's session has no nightly job")
+	}
+	script = strings.Replace(script, "sleep 600 &", held, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Env = append(os.Environ(), "SLUICE_API="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the manual's session: %v\n%s", err, out)
+	}
+	for _, want := range []string{"LOCK_READY", "holding /jobs/report, token ", "upgrading", "/jobs/nightly", "nightly ended"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the manual's session printed no %q:\n%s", want, out)
 		}
 	}
 }

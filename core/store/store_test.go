@@ -706,10 +706,15 @@ func TestCloseRacesSubmit(t *testing.T) {
 			}
 		}
 	})
+	// Close once the writers are under way: the first answered Submit says
+	// so, so Close meets a busy store however the machine is loaded.
+	busy := make(chan struct{})
+	var once sync.Once
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 200 {
 				err := wait(t, s.Submit(Batch{Writes: []core.Write{{Kind: core.WriteFence, Epoch: uint64(g*1000 + i)}}}))
+				once.Do(func() { close(busy) })
 				if err != nil && !errors.Is(err, ErrClosed) {
 					t.Error(err)
 					return
@@ -717,7 +722,7 @@ func TestCloseRacesSubmit(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(time.Millisecond)
+	<-busy
 	must(t, s.Close())
 	wg.Wait()
 }
