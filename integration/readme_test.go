@@ -532,3 +532,46 @@ func TestManualSession(t *testing.T) {
 		}
 	}
 }
+
+// TestManualConfigFile: the manual's agent.yaml, with a machine's
+// directories, ids and addresses put in, starts an agent that takes every
+// setting of it: its name, its five first members, its API socket.
+func TestManualConfigFile(t *testing.T) {
+	dir := shortDir(t)
+	yaml := readmeBlockOf(t, "yaml", "# /etc/sluice/agent.yaml")
+	var ids []string
+	for i := range 5 {
+		code, out, errs := sluice(t, "", "id", "--data", filepath.Join(dir, fmt.Sprintf("m%d", i+1)))
+		if code != 0 {
+			t.Fatalf("sluice id: %d %q", code, errs)
+		}
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	key := filepath.Join(dir, "swarm.key")
+	if err := os.WriteFile(key, []byte("/key/swarm/psk/1.0.0/\n/base16/\n"+strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	pairs := []string{"/var/lib/sluice", filepath.Join(dir, "m1"), "/etc/sluice/swarm.key", key, "/run/sluice/api.sock", sock,
+		"/ip4/10.0.0.1/tcp/4001", "/ip4/127.0.0.1/tcp/" + strconv.Itoa(freePort(t))}
+	for i, letter := range "ABCDE" {
+		pairs = append(pairs, fmt.Sprintf("12D3KooW%c...", letter), ids[i])
+		if i > 0 {
+			pairs = append(pairs, fmt.Sprintf("/ip4/10.0.0.%d/tcp/4001/p2p/12D3KooW...", i+1),
+				fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), ids[i]))
+		}
+	}
+	yaml = strings.NewReplacer(pairs...).Replace(yaml)
+	if strings.Contains(yaml, "...") || strings.Contains(yaml, "10.0.0.") {
+		t.Fatalf("the manual's agent.yaml has a placeholder the test does not know:\n%s", yaml)
+	}
+	file := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, "agent", "--config", file).waitLine(t, "API on")
+	code, out, errs := sluice(t, sock, "members", "--json")
+	if code != 0 || strings.Count(out, `"voter": true`) != 5 || !strings.Contains(out, `"web-1"`) {
+		t.Fatalf("members of the agent started from the manual's file: %d %q\n%s", code, errs, out)
+	}
+}
