@@ -9,6 +9,8 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/sluicehq/sluice/core/wire"
 )
 
 // announcement is what a host publishes about itself on MembersTopic.
@@ -16,13 +18,20 @@ type announcement struct {
 	Peer  string   `json:"peer"`
 	Name  string   `json:"name,omitempty"`
 	Addrs []string `json:"addrs,omitempty"`
+	// Version is the release the agent runs, Codec the newest wire codec
+	// it reads. An older agent ignores them, as it ignores any field it
+	// does not know, and announces neither.
+	Version string `json:"version,omitempty"`
+	Codec   int    `json:"codec,omitempty"`
 }
 
 // learned is a validated announcement, handed from the validator to the reader.
 type learned struct {
-	id    peer.ID
-	name  string
-	addrs []ma.Multiaddr
+	id      peer.ID
+	name    string
+	addrs   []ma.Multiaddr
+	version string
+	codec   byte
 }
 
 const (
@@ -85,10 +94,13 @@ func parseAnnouncement(data []byte, author peer.ID) (*learned, error) {
 	if id != author {
 		return nil, fmt.Errorf("announces %s but was published by %s", id, author)
 	}
-	if len(a.Name) > maxNameLen || len(a.Addrs) > maxAddrs {
-		return nil, fmt.Errorf("name of %d bytes or %d addresses", len(a.Name), len(a.Addrs))
+	if len(a.Name) > maxNameLen || len(a.Addrs) > maxAddrs || len(a.Version) > maxNameLen {
+		return nil, fmt.Errorf("name of %d bytes, version of %d or %d addresses", len(a.Name), len(a.Version), len(a.Addrs))
 	}
-	l := &learned{id: id, name: a.Name}
+	if a.Codec < 0 || a.Codec > 255 {
+		return nil, fmt.Errorf("codec %d", a.Codec)
+	}
+	l := &learned{id: id, name: a.Name, version: a.Version, codec: byte(a.Codec)}
 	for _, s := range a.Addrs {
 		m, err := ma.NewMultiaddr(s)
 		if err != nil {
@@ -109,7 +121,7 @@ func (h *Host) announce() {
 	t := time.NewTicker(announceEvery)
 	defer t.Stop()
 	for {
-		data, err := json.Marshal(announcement{Peer: h.host.ID().String(), Name: h.name, Addrs: h.Addrs()})
+		data, err := json.Marshal(announcement{Peer: h.host.ID().String(), Name: h.name, Addrs: h.Addrs(), Version: h.version, Codec: int(h.codec)})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(h.ctx, publishTimeout)
 			err = h.topic.Publish(ctx, data)
@@ -140,7 +152,17 @@ func (h *Host) readAnnouncements() {
 		}
 		h.stats.announcements.Add(1)
 		h.addMember(l.id, l.name, l.addrs, true)
+		h.setVersion(NodeIDOf(l.id), l.version, l.codec)
 		// Dial now rather than at the next tick; the dial uses the addresses just learned.
 		h.poke()
+	}
+}
+
+// setVersion records the release and the newest codec node announced.
+func (h *Host) setVersion(node wire.NodeID, version string, codec byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m := h.members[node]; m != nil {
+		m.version, m.reads = version, codec
 	}
 }

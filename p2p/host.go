@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,8 +31,12 @@ import (
 )
 
 const (
-	// LockProtocol carries the frames of the core and the election.
-	LockProtocol protocol.ID = "/sluice/lock/1"
+	// LockProtocol carries the frames of the core and the election, in
+	// codec 4 (wire.Version).
+	LockProtocol protocol.ID = "/sluice/lock/2"
+	// LockProtocolCodec3 carries them in codec 3, for the agents of the
+	// previous release, which speak nothing newer.
+	LockProtocolCodec3 protocol.ID = "/sluice/lock/1"
 	// MembersTopic is the gossipsub topic of membership announcements.
 	MembersTopic = "/sluice/members/1"
 
@@ -56,6 +61,37 @@ const (
 	protectTag  = "sluice-member"
 )
 
+// lockProtocols are the lock protocols this build speaks, newest first,
+// each with the codec of its frames: a writer opens its stream with all of
+// them, and the peer takes the newest it speaks too.
+var lockProtocols = []struct {
+	id    protocol.ID
+	codec byte
+}{{LockProtocol, wire.Version}, {LockProtocolCodec3, wire.MinVersion}}
+
+// lockProtocolIDs are the ids of the lock protocols of codecs up to
+// newest, newest first.
+func lockProtocolIDs(newest byte) []protocol.ID {
+	var ids []protocol.ID
+	for _, p := range lockProtocols {
+		if p.codec <= newest {
+			ids = append(ids, p.id)
+		}
+	}
+	return ids
+}
+
+// codecOf is the codec of protocol id; 0 for one that is not a lock
+// protocol.
+func codecOf(id protocol.ID) byte {
+	for _, p := range lockProtocols {
+		if p.id == id {
+			return p.codec
+		}
+	}
+	return 0
+}
+
 // Config configures a Host.
 type Config struct {
 	// Key is the node's identity; required.
@@ -76,6 +112,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Name is the human node name carried in announcements.
 	Name string
+	// Version is the release this agent runs, carried in announcements so
+	// that every member can tell which versions the cluster runs; empty:
+	// not announced.
+	Version string
+
+	// maxCodec, when set, is the newest codec the host speaks: a host of
+	// the previous release, for tests of mixed clusters.
+	maxCodec byte
 }
 
 // Member is a cluster peer as this host knows it.
@@ -85,6 +129,12 @@ type Member struct {
 	Name      string
 	Addrs     []string
 	Connected bool
+	// Version is the release the peer announced; empty when it announced
+	// none (it runs a release older than announcements of versions).
+	Version string
+	// Codec is the newest wire codec the peer reads, as its announcement
+	// or its lock stream said; 0 when not known yet.
+	Codec byte
 }
 
 // Stats are cumulative counters of a Host.
@@ -99,6 +149,9 @@ type Stats struct {
 	Dropped uint64
 	// Resets counts lock streams this host reset (write failure, bad frame).
 	Resets uint64
+	// Refused counts frames of a codec, a kind or a must-understand field
+	// this build does not know: dropped one by one, the stream kept.
+	Refused uint64
 	// Dials and DialFailures count connection attempts and lock stream opens.
 	Dials         uint64
 	DialFailures  uint64
@@ -106,7 +159,7 @@ type Stats struct {
 }
 
 type counters struct {
-	framesIn, framesOut, malformed, oversized, dropped, resets, dials, dialFailures, announcements atomic.Uint64
+	framesIn, framesOut, malformed, oversized, dropped, resets, refused, dials, dialFailures, announcements atomic.Uint64
 }
 
 // member is the state of one known peer. The queue and its writer live as
@@ -117,8 +170,14 @@ type member struct {
 	name  string
 	addrs []ma.Multiaddr // transport addresses, without /p2p
 	queue chan frames
+	// codec is the codec the peer's lock stream was opened in, the one
+	// frames to it are written in; 0 before the first stream opened, when
+	// they are written in wire.MinVersion, which every peer reads.
+	codec atomic.Uint32
 
 	// guarded by Host.mu
+	version  string // the release the peer announced
+	reads    byte   // the newest codec the peer announced it reads
 	dialing  bool
 	nextDial time.Time
 	backoff  backoff
@@ -136,6 +195,8 @@ type Host struct {
 	sub      *pubsub.Subscription
 	self     wire.NodeID
 	name     string
+	version  string
+	codec    byte // the newest codec this host speaks
 	log      *slog.Logger
 	maxFrame int
 	queueLen int
@@ -179,6 +240,8 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		host:     lh,
 		self:     NodeIDOf(lh.ID()),
 		name:     cfg.Name,
+		version:  cfg.Version,
+		codec:    cmp.Or(cfg.maxCodec, wire.Version),
 		log:      cfg.Logger,
 		maxFrame: cfg.MaxFrame,
 		queueLen: cfg.QueueLen,
@@ -201,7 +264,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if err := h.startGossip(); err != nil {
 		return fail(err)
 	}
-	lh.SetStreamHandler(LockProtocol, h.handleStream)
+	for _, id := range lockProtocolIDs(h.codec) {
+		lh.SetStreamHandler(id, h.handleStream)
+	}
 	h.addConfiguredPeers(peers)
 	h.wg.Add(3)
 	go h.maintain()
@@ -253,6 +318,10 @@ func startLibp2p(cfg Config) (host.Host, map[peer.ID]struct{}, error) {
 		libp2p.DisableMetrics(), // metrics would register in the global prometheus registry
 		libp2p.Ping(false),
 		libp2p.WithDialTimeout(dialTimeout),
+	}
+	if cfg.Version != "" {
+		// Identify tells every peer at once, before any announcement.
+		opts = append(opts, libp2p.UserAgent(userAgentPrefix+cfg.Version))
 	}
 	if cfg.PSK != nil {
 		opts = append(opts, libp2p.PrivateNetwork(cfg.PSK))
@@ -331,9 +400,11 @@ func resourceManager() (network.ResourceManager, error) {
 	limits.ProtocolPeerLimits = maps.Clone(limits.ProtocolPeerLimits)
 	limits.PeerLimits = maps.Clone(limits.PeerLimits)
 	libp2p.SetDefaultServiceLimits(&limits)
-	limits.AddProtocolPeerLimit(LockProtocol,
-		rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 64 << 20},
-		rcmgr.BaseLimitIncrease{})
+	for _, p := range lockProtocols {
+		limits.AddProtocolPeerLimit(p.id,
+			rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 64 << 20},
+			rcmgr.BaseLimitIncrease{})
+	}
 	limits.AddProtocolPeerLimit(QueryProtocol,
 		rcmgr.BaseLimit{StreamsInbound: 4, StreamsOutbound: 4, Streams: 8, Memory: 2 * MaxAnswer},
 		rcmgr.BaseLimitIncrease{})
@@ -394,12 +465,18 @@ func (h *Host) Members() []Member {
 		if len(addrs) == 0 {
 			addrs = h.host.Peerstore().Addrs(m.id)
 		}
+		version, reads := m.version, m.reads
+		if version == "" || reads == 0 {
+			version, reads = h.identified(m.id, version, reads)
+		}
 		out = append(out, Member{
 			Node:      m.node,
 			Peer:      m.id,
 			Name:      m.name,
 			Addrs:     p2pAddrs(m.id, addrs),
 			Connected: h.host.Network().Connectedness(m.id) == network.Connected,
+			Version:   version,
+			Codec:     max(reads, byte(m.codec.Load())),
 		})
 	}
 	h.mu.RUnlock()
@@ -415,6 +492,32 @@ func (h *Host) Members() []Member {
 	return out
 }
 
+// userAgentPrefix begins the libp2p agent version of a sluice agent that
+// knows its release: "sluice/0.9.0".
+const userAgentPrefix = "sluice/"
+
+// identified fills in the release and the newest codec of id from what
+// libp2p's identify learned of it (its agent version and protocols), when
+// its announcement did not say them yet.
+func (h *Host) identified(id peer.ID, version string, codec byte) (string, byte) {
+	ps := h.host.Peerstore()
+	if version == "" {
+		if av, err := ps.Get(id, "AgentVersion"); err == nil {
+			if s, ok := av.(string); ok && strings.HasPrefix(s, userAgentPrefix) && len(s) <= maxNameLen {
+				version = strings.TrimPrefix(s, userAgentPrefix)
+			}
+		}
+	}
+	if codec == 0 {
+		if ids, err := ps.SupportsProtocols(id, lockProtocolIDs(wire.Version)...); err == nil {
+			for _, p := range ids {
+				codec = max(codec, codecOf(p))
+			}
+		}
+	}
+	return version, codec
+}
+
 // Stats returns the counters.
 func (h *Host) Stats() Stats {
 	c := &h.stats
@@ -428,6 +531,7 @@ func (h *Host) Stats() Stats {
 		Dials:         c.dials.Load(),
 		DialFailures:  c.dialFailures.Load(),
 		Announcements: c.announcements.Load(),
+		Refused:       c.refused.Load(),
 	}
 }
 
@@ -441,7 +545,9 @@ func (h *Host) Close() error {
 	h.closed = true
 	h.mu.Unlock()
 	h.cancel() // also stops pubsub, whose life is h.ctx
-	h.host.RemoveStreamHandler(LockProtocol)
+	for _, p := range lockProtocols {
+		h.host.RemoveStreamHandler(p.id)
+	}
 	err := h.host.Close()
 	h.wg.Wait()
 	return err

@@ -245,7 +245,7 @@ func TestBadFrames(t *testing.T) {
 		{"length over cap", appendUvarint(nil, over), true},
 		{"huge varint", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, true},
 		{"padded varint", []byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}, false},
-		{"garbage body", append(appendUvarint(nil, 5), 0xff, 0xff, 0xff, 0xff, 0xff), false},
+		{"garbage body", append(appendUvarint(nil, 5), wire.Version, byte(wire.KindEnter), 0xff, 0xff, 0xff), false},
 		{"empty body", appendUvarint(nil, 0), false},
 	}
 	for i, tc := range cases {

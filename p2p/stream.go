@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -31,7 +33,7 @@ func (h *Host) Send(m wire.Message) bool {
 	}
 	// Encoding here, not in the writer, snapshots m: the caller may reuse
 	// its slices as soon as Send returns.
-	f, err := encodeFrame(&m)
+	f, err := encodeFrame(&m, p.writeCodec())
 	if err != nil {
 		h.stats.dropped.Add(1)
 		h.log.Warn("p2p: unencodable message dropped", "to", m.To, "kind", m.Kind, "err", err)
@@ -54,42 +56,44 @@ func (h *Host) Send(m wire.Message) bool {
 func (h *Host) SendAll(msgs []wire.Message) int {
 	dropped := 0
 	type batch struct {
-		to wire.NodeID
+		to   wire.NodeID
+		peer *member // nil: unknown, or the host is closed
 		frames
 	}
 	var batches []batch // few peers: a slice beats a map
 	var body []byte
 	for i := range msgs {
 		m := &msgs[i]
-		var err error
-		if m.To != h.self {
-			body, err = wire.Encode(body[:0], m)
-		}
-		if m.To == h.self || err != nil {
-			if err != nil {
-				h.log.Warn("p2p: unencodable message dropped", "to", m.To, "kind", m.Kind, "err", err)
-			}
+		if m.To == h.self {
 			dropped++
 			continue
 		}
 		k := slices.IndexFunc(batches, func(b batch) bool { return b.to == m.To })
 		if k < 0 {
 			k = len(batches)
-			batches = append(batches, batch{to: m.To})
+			batches = append(batches, batch{to: m.To, peer: h.openPeer(m.To)})
 		}
 		b := &batches[k]
+		if b.peer == nil {
+			dropped++
+			continue
+		}
+		var err error
+		if body, err = wire.EncodeVersion(body[:0], m, b.peer.writeCodec()); err != nil {
+			h.log.Warn("p2p: unencodable message dropped", "to", m.To, "kind", m.Kind, "err", err)
+			dropped++
+			continue
+		}
 		b.b = binary.AppendUvarint(b.b, uint64(len(body)))
 		b.b = append(b.b, body...)
 		b.n++
 	}
 	for _, b := range batches {
-		p := h.openPeer(b.to)
-		if p == nil {
-			dropped += int(b.n)
+		if b.peer == nil || b.n == 0 {
 			continue
 		}
 		select {
-		case p.queue <- b.frames:
+		case b.peer.queue <- b.frames:
 		default:
 			dropped += int(b.n)
 		}
@@ -97,6 +101,10 @@ func (h *Host) SendAll(msgs []wire.Message) int {
 	h.stats.dropped.Add(uint64(dropped))
 	return dropped
 }
+
+// writeCodec is the codec frames to m are written in: its stream's, or
+// the oldest this build writes before a stream said more.
+func (m *member) writeCodec() byte { return max(byte(m.codec.Load()), wire.MinVersion) }
 
 // frames are encoded frames queued for a peer's stream: n of them in b.
 type frames struct {
@@ -128,7 +136,7 @@ func (h *Host) SendWait(ctx context.Context, m wire.Message) error {
 		h.stats.dropped.Add(1)
 		return fmt.Errorf("%w: node %d is unknown, or the host is closed", ErrUnknownPeer, m.To)
 	}
-	f, err := encodeFrame(&m)
+	f, err := encodeFrame(&m, p.writeCodec())
 	if err != nil {
 		h.stats.dropped.Add(1)
 		return err
@@ -148,9 +156,9 @@ func (h *Host) SendWait(ctx context.Context, m wire.Message) error {
 // encodeFrame returns the uvarint length and the encoded message in one
 // allocation: the body is encoded after room for the longest prefix, which
 // is then written right before it.
-func encodeFrame(m *wire.Message) ([]byte, error) {
+func encodeFrame(m *wire.Message, codec byte) ([]byte, error) {
 	const room = binary.MaxVarintLen32
-	b, err := wire.Encode(make([]byte, room, room+128), m)
+	b, err := wire.EncodeVersion(make([]byte, room, room+128), m, codec)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +194,11 @@ func (h *Host) writeLoop(m *member) {
 		}
 		if s == nil {
 			st, err := h.openLockStream(m, f.n)
+			if errors.Is(err, errDowngraded) {
+				s = st
+				bw.Reset(s)
+				continue
+			}
 			if err != nil {
 				if !h.sleep(bo.next()) {
 					return
@@ -222,7 +235,7 @@ func (h *Host) writeLoop(m *member) {
 func (h *Host) openLockStream(m *member, inHand uint64) (network.Stream, error) {
 	h.stats.dials.Add(1)
 	ctx, cancel := context.WithTimeout(h.ctx, streamTimeout)
-	st, err := h.host.NewStream(ctx, m.id, LockProtocol)
+	st, err := h.host.NewStream(ctx, m.id, lockProtocolIDs(h.codec)...)
 	cancel()
 	if err != nil {
 		h.stats.dialFailures.Add(1)
@@ -234,6 +247,15 @@ func (h *Host) openLockStream(m *member, inHand uint64) (network.Stream, error) 
 	}
 	// We never read this stream; tell the peer so.
 	_ = st.CloseRead()
+	codec := codecOf(st.Protocol())
+	if old := byte(m.codec.Swap(uint32(codec))); old > codec {
+		// The peer now reads an older codec (it was downgraded): what is
+		// queued was written for the newer one. Drop it; the core
+		// retransmits what matters.
+		h.stats.dropped.Add(inHand + drain(m.queue))
+		h.log.Info("p2p: peer speaks an older codec now", "peer", m.id, "codec", codec, "was", old)
+		return st, errDowngraded
+	}
 	return st, nil
 }
 
@@ -284,7 +306,10 @@ func (h *Host) sleep(d time.Duration) bool {
 }
 
 var (
-	errOversized = errors.New("p2p: frame over size cap")
+	// errDowngraded: the stream is open, in an older codec than the frame
+	// in hand was written in, which was dropped.
+	errDowngraded = errors.New("p2p: the peer reads an older codec now")
+	errOversized  = errors.New("p2p: frame over size cap")
 	errBadLength = errors.New("p2p: malformed frame length")
 )
 
@@ -323,14 +348,27 @@ func (h *Host) handleStream(s network.Stream) {
 	}
 }
 
-// readFrame reads and decodes the next frame of s, in buf (grown when it
-// is too small; the grown one is returned for the next frame). When the
-// stream ends or the frame is bad it closes or resets s and returns false.
+// readFrame reads and decodes the next frame of s that this build
+// understands, in buf (grown when it is too small; the grown one is
+// returned for the next frame). A newer writer's frame it does not
+// understand is refused alone. When the stream ends or a frame is bad it
+// closes or resets s and returns false.
 func (h *Host) readFrame(s network.Stream, br *bufio.Reader, buf []byte) (wire.Message, []byte, bool) {
+	for {
+		msg, grown, ok, refused := h.readOne(s, br, buf)
+		if buf = grown; !refused {
+			return msg, buf, ok
+		}
+	}
+}
+
+// readOne is readFrame for one frame; refused says it was a newer
+// writer's frame this build does not understand.
+func (h *Host) readOne(s network.Stream, br *bufio.Reader, buf []byte) (_ wire.Message, _ []byte, ok, refused bool) {
 	n, err := h.readLen(br)
 	if err != nil {
 		h.endOnLength(s, err)
-		return wire.Message{}, buf, false
+		return wire.Message{}, buf, false, false
 	}
 	if cap(buf) < n {
 		buf = make([]byte, n)
@@ -344,18 +382,30 @@ func (h *Host) readFrame(s network.Stream, br *bufio.Reader, buf []byte) (wire.M
 	}
 	if _, err := io.ReadFull(br, buf); err != nil {
 		_ = s.Reset()
-		return wire.Message{}, buf, false
+		return wire.Message{}, buf, false, false
 	}
 	if timed {
 		_ = s.SetReadDeadline(time.Time{})
 	}
 	msg, err := wire.Decode(buf)
-	if err != nil {
+	if n > 0 && buf[0] > h.codec {
+		err = fmt.Errorf("%w: %d, over this host's %d", wire.ErrVersion, buf[0], h.codec)
+	}
+	switch {
+	case errors.Is(err, wire.ErrVersion) || errors.Is(err, wire.ErrKind) || errors.Is(err, wire.ErrMustUnderstand):
+		// A newer writer's frame, whole: refuse it alone and read on. The
+		// log says so at the 1st, 2nd, 4th, 8th... refusal: a peer that
+		// keeps sending them does not flood it.
+		if n := h.stats.refused.Add(1); n&(n-1) == 0 {
+			h.refused(s.Conn().RemotePeer(), err, n)
+		}
+		return wire.Message{}, buf, true, true
+	case err != nil:
 		h.stats.malformed.Add(1)
 		h.reset(s, "malformed frame", s.Conn().RemotePeer())
-		return wire.Message{}, buf, false
+		return wire.Message{}, buf, false, false
 	}
-	return msg, buf, true
+	return msg, buf, true, false
 }
 
 // endOnLength ends s after readLen failed with err: a clean end of the
@@ -374,6 +424,19 @@ func (h *Host) endOnLength(s network.Stream, err error) {
 	default:
 		_ = s.Reset()
 	}
+}
+
+// refused logs a frame refused for what this build does not know, with
+// both ends' versions.
+func (h *Host) refused(remote peer.ID, err error, count uint64) {
+	h.mu.RLock()
+	var version string
+	if m := h.members[NodeIDOf(remote)]; m != nil {
+		version = m.version
+	}
+	h.mu.RUnlock()
+	h.log.Warn("p2p: frame refused: it needs a newer sluice", "peer", remote, "peer_version", cmp.Or(version, "not announced"),
+		"version", cmp.Or(h.version, "not set"), "codecs", fmt.Sprintf("%d to %d", wire.MinVersion, wire.Version), "refused", count, "err", err)
 }
 
 func (h *Host) reset(s network.Stream, why string, remote any) {

@@ -56,6 +56,13 @@ const (
 	Exclusive = wire.ModeExclusive
 )
 
+// Version is this release of sluice, in semantic versioning: agents of
+// two adjacent minor versions form one cluster, and a store written by
+// one opens with the next (the manual's "Upgrading sluice" says how). Its
+// agents announce it to the mesh; `sluice version` and `sluice members`
+// show it.
+const Version = "0.9.0"
+
 // The failures a client may see, each under its one Go name: these are
 // the sentinels of the table in core/codes (the core and the agent return
 // them, the client turns an answer's code back into them), so errors.Is

@@ -7,10 +7,18 @@ import (
 	"strconv"
 )
 
-// Version is the codec version, the first byte of every encoded message.
-// Version 3 writes each field under a tag of its own and only when it is
-// set; version 2 wrote every field in a fixed order.
-const Version byte = 3
+// Codec versions: the first byte of every frame. Version is what this
+// build writes to a peer that reads it; MinVersion, the oldest it still
+// reads and writes, is the codec of the previous release, so that a
+// cluster can be upgraded one agent at a time. Codec 4 writes each field
+// under a key that gives its tag, its wire type and whether a reader must
+// understand it: a reader skips a field it does not know unless it is
+// marked so. Codec 3 wrote each field's tag alone, and refused any tag it
+// did not know.
+const (
+	Version    byte = 4
+	MinVersion byte = 3
+)
 
 // Caps on what a peer may send. They bound memory per frame, not policy:
 // the core applies its own, smaller limits on names and waiters.
@@ -25,16 +33,35 @@ var (
 	ErrMalformed = errors.New("wire: malformed message")
 	// ErrTooLarge: the frame or one of its fields is over its cap.
 	ErrTooLarge = fmt.Errorf("%w: over size cap", ErrMalformed)
-	// ErrVersion: the frame was written by an unknown codec version.
+	// ErrVersion: the frame was written by a codec this build does not
+	// read (a newer one, or one older than the previous release's).
 	ErrVersion = fmt.Errorf("%w: unknown codec version", ErrMalformed)
-	// ErrKind: the frame names an unknown message kind.
+	// ErrKind: the frame names an unknown message kind. A kind is always
+	// to be understood: a sender uses a new kind only with a peer whose
+	// codec has it.
 	ErrKind = fmt.Errorf("%w: unknown message kind", ErrMalformed)
+	// ErrMustUnderstand: the frame holds a field this build does not know
+	// and its writer marked as one the reader must understand.
+	ErrMustUnderstand = fmt.Errorf("%w: a field that must be understood is unknown", ErrMalformed)
 )
 
-// A frame is the version, the kind, then the fields that are set, each as
-// its tag (a uvarint, the field's place in fields plus one) and its value,
-// in tag order. A field that is not set is not written: a frame holds only
-// what its kind uses, and a decoder takes a missing field as zero.
+// The wire types of codec 4, the low two bits of a field's key; the next
+// bit marks a field the reader must understand, and the tag is above.
+const (
+	typeVarint     = 0 // a uvarint
+	typeFlag       = 1 // no value: the key alone says true
+	typeBytes      = 2 // a uvarint length, then that many bytes
+	mustUnderstand = 1 << 2
+	keyShift       = 3
+)
+
+// A frame is the version, the kind, then the fields that are set, in tag
+// order (a field's tag is its place in fields plus one). In codec 4 each
+// is its key (a uvarint: tag<<3 | must-understand<<2 | wire type) and its
+// value as the type says; in codec 3 it was its tag and its value, which
+// only a reader that knows the tag can find the end of. A field that is
+// not set is not written: a frame holds only what its kind uses, and a
+// decoder takes a missing field as zero.
 
 // field is one field of Message on the wire.
 type field struct {
@@ -47,6 +74,13 @@ type field struct {
 	// show is the value for Message.String; "" for fields it prints its
 	// own way.
 	show func(m *Message) string
+	// typ is the field's wire type in codec 4; a value that is neither a
+	// number nor a flag goes as typeBytes, its codec 3 form inside.
+	typ byte
+	// critical marks a field an older reader must not skip: one that
+	// changes what the rest of the message means. Fields added after
+	// codec 4 set it when skipping them would be unsafe.
+	critical bool
 }
 
 // fields are the fields after the kind, in tag order. Append new fields at
@@ -57,21 +91,21 @@ var fields = [...]field{
 	number("epoch", func(m *Message) *uint64 { return &m.Epoch }),
 	number("clock", func(m *Message) *uint64 { return &m.Clock }),
 	text("name", func(m *Message) *string { return &m.Name }),
-	{name: "request", put: putReq, get: getReq},
-	{name: "mode", put: putMode, get: getMode, show: func(m *Message) string { return m.Mode.String() }},
+	{name: "request", typ: typeBytes, put: putReq, get: getReq},
+	{name: "mode", typ: typeBytes, put: putMode, get: getMode, show: func(m *Message) string { return m.Mode.String() }},
 	number("ticket", func(m *Message) *uint64 { return &m.Ticket }),
 	number("high-water", func(m *Message) *uint64 { return &m.HighWater }),
 	number("incarnation", func(m *Message) *uint32 { return &m.Incarnation }),
 	number("lifetime", func(m *Message) *uint64 { return &m.Lifetime }),
 	flag("reject", func(m *Message) *bool { return &m.Reject }),
 	flag("held", func(m *Message) *bool { return &m.Held }),
-	{name: "code", put: putCode, get: getCode, show: func(m *Message) string { return m.Code.String() }},
-	{name: "entries", put: putEntries, get: getEntries},
+	{name: "code", typ: typeBytes, put: putCode, get: getCode, show: func(m *Message) string { return m.Code.String() }},
+	{name: "entries", typ: typeBytes, put: putEntries, get: getEntries},
 	number("watch-seq", func(m *Message) *uint64 { return &m.WatchSeq }),
 	number("report-seq", func(m *Message) *uint64 { return &m.ReportSeq }),
 	number("readers-ago", func(m *Message) *uint64 { return &m.ReadersAgo }),
 	number("round", func(m *Message) *uint64 { return &m.Round }),
-	{name: "view", put: putView, get: getView},
+	{name: "view", typ: typeBytes, put: putView, get: getView},
 	text("election-id", func(m *Message) *string { return &m.ElectionID }),
 	number("prepare-epoch", func(m *Message) *uint64 { return &m.PrepareEpoch }),
 	number("promised", func(m *Message) *uint64 { return &m.Promised }),
@@ -79,7 +113,7 @@ var fields = [...]field{
 	number("cluster-size", func(m *Message) *uint64 { return &m.ClusterSize }),
 	number("nonce", func(m *Message) *uint64 { return &m.Nonce }),
 	number("store-age", func(m *Message) *uint64 { return &m.StoreAge }),
-	{name: "lives", put: putLives, get: getLives},
+	{name: "lives", typ: typeBytes, put: putLives, get: getLives},
 	flag("unconfirmed", func(m *Message) *bool { return &m.Unconfirmed }),
 	number("known-incarnation", func(m *Message) *uint32 { return &m.KnownIncarnation }),
 	number("known-store-age", func(m *Message) *uint64 { return &m.KnownStoreAge }),
@@ -99,7 +133,7 @@ var fields = [...]field{
 func number[T ~uint32 | ~uint64](name string, at func(*Message) *T) field {
 	limit := uint64(^T(0))
 	return field{
-		name: name,
+		name: name, typ: typeVarint,
 		put: func(dst []byte, m *Message) ([]byte, bool) {
 			v := uint64(*at(m))
 			return binary.AppendUvarint(dst, v), v != 0
@@ -118,7 +152,7 @@ func number[T ~uint32 | ~uint64](name string, at func(*Message) *T) field {
 // flag is a boolean field: its tag alone says true.
 func flag(name string, at func(*Message) *bool) field {
 	return field{
-		name: name,
+		name: name, typ: typeFlag,
 		put:  func(dst []byte, m *Message) ([]byte, bool) { return dst, *at(m) },
 		get:  func(_ *decoder, m *Message) { *at(m) = true },
 		show: func(*Message) string { return "true" },
@@ -128,7 +162,7 @@ func flag(name string, at func(*Message) *bool) field {
 // text is a string field of at most MaxNameLen bytes.
 func text(name string, at func(*Message) *string) field {
 	return field{
-		name: name,
+		name: name, typ: typeBytes,
 		put: func(dst []byte, m *Message) ([]byte, bool) {
 			s := *at(m)
 			return append(binary.AppendUvarint(dst, uint64(len(s))), s...), s != ""
@@ -267,26 +301,70 @@ func getLives(d *decoder, m *Message) {
 	}
 }
 
-// Encode appends the binary form of m to dst. It fails only when m breaks a
-// cap, so a peer never receives a frame it must reject for size.
-func Encode(dst []byte, m *Message) ([]byte, error) {
+// Encode appends the binary form of m to dst in codec Version. It fails
+// only when m breaks a cap, so a peer never receives a frame it must
+// reject for size.
+func Encode(dst []byte, m *Message) ([]byte, error) { return EncodeVersion(dst, m, Version) }
+
+// EncodeVersion is Encode in codec v, MinVersion to Version: the transport
+// writes to each peer in the newest codec both ends read.
+func EncodeVersion(dst []byte, m *Message, v byte) ([]byte, error) {
+	if v < MinVersion || v > Version {
+		return dst, fmt.Errorf("%w: %d (this build writes %d to %d)", ErrVersion, v, MinVersion, Version)
+	}
 	if err := checkCaps(m); err != nil {
 		return dst, err
 	}
 	start := len(dst)
-	dst = append(dst, Version, byte(m.Kind))
+	dst = append(dst, v, byte(m.Kind))
 	for i := range fields {
+		f := &fields[i]
 		mark := len(dst)
-		dst = binary.AppendUvarint(dst, uint64(i+1))
+		if v == 3 {
+			dst = binary.AppendUvarint(dst, uint64(i+1))
+		} else {
+			dst = binary.AppendUvarint(dst, f.key(i+1))
+		}
+		body := len(dst)
+		if v > 3 && f.typ == typeBytes {
+			dst = append(dst, 0) // room for a short length
+		}
 		var set bool
-		if dst, set = fields[i].put(dst, m); !set {
+		if dst, set = f.put(dst, m); !set {
 			dst = dst[:mark]
+			continue
+		}
+		if v > 3 && f.typ == typeBytes {
+			dst = putLength(dst, body)
 		}
 	}
 	if len(dst)-start > MaxFrameSize {
 		return dst[:start], fmt.Errorf("%w: %d bytes", ErrTooLarge, len(dst)-start)
 	}
 	return dst, nil
+}
+
+// key is the field's codec 4 key under tag.
+func (f *field) key(tag int) uint64 {
+	k := uint64(tag)<<keyShift | uint64(f.typ)
+	if f.critical {
+		k |= mustUnderstand
+	}
+	return k
+}
+
+// putLength writes the length of the value after the byte at at, which
+// was left for it, widening it when the length takes more than a byte.
+func putLength(dst []byte, at int) []byte {
+	n := len(dst) - at - 1
+	var pre [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(pre[:], uint64(n))
+	if k > 1 {
+		dst = append(dst, pre[1:k]...)
+		copy(dst[at+k:], dst[at+1:at+1+n])
+	}
+	copy(dst[at:], pre[:k])
+	return dst
 }
 
 func checkCaps(m *Message) error {
@@ -378,36 +456,95 @@ func (d *decoder) req(what string) RequestID {
 	return RequestID{Node: NodeID(d.uvarint(what)), Seq: d.uvarint(what)}
 }
 
-// Decode parses one message. It rejects, with an error wrapping ErrMalformed,
-// anything over a cap, any unknown version, kind, field, mode, state or
-// code, fields out of tag order or written twice, and trailing bytes.
+// Decode parses one message of codec MinVersion to Version. It rejects,
+// with an error wrapping ErrMalformed, anything over a cap, any unknown
+// version or kind, a field it does not know that is marked to be
+// understood (ErrMustUnderstand) or, in codec 3, any field it does not
+// know; any bad mode, state or code; fields out of tag order or written
+// twice; and trailing bytes. A field it does not know and need not
+// understand, of a newer writer, is skipped.
 func Decode(b []byte) (Message, error) {
 	var m Message
 	if len(b) > MaxFrameSize {
 		return m, fmt.Errorf("%w: frame of %d bytes", ErrTooLarge, len(b))
 	}
 	d := decoder{b: b}
-	if v := d.byte("version"); d.err == nil && v != Version {
-		return m, fmt.Errorf("%w: %d", ErrVersion, v)
+	v := d.byte("version")
+	if d.err == nil && (v < MinVersion || v > Version) {
+		return m, fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, v, MinVersion, Version)
 	}
 	m.Kind = Kind(d.byte("kind"))
 	if d.err == nil && !m.Kind.Valid() {
-		return m, fmt.Errorf("%w: %d", ErrKind, uint8(m.Kind))
+		return m, fmt.Errorf("%w: %d, in a frame of codec %d (this build reads %d to %d)", ErrKind, uint8(m.Kind), v, MinVersion, Version)
 	}
 	last := uint64(0)
 	for d.err == nil && len(d.b) > 0 {
-		tag := d.uvarint("field tag")
+		key := d.uvarint("field key")
 		if d.err != nil {
 			break
 		}
-		if tag <= last || tag > uint64(len(fields)) {
-			return Message{}, fmt.Errorf("%w: field tag %d after %d", ErrMalformed, tag, last)
+		tag, typ := key, byte(typeVarint)
+		if v > 3 {
+			tag, typ = key>>keyShift, byte(key&3)
+		}
+		if tag <= last || (v == 3 && tag > uint64(len(fields))) || typ > typeBytes {
+			return Message{}, fmt.Errorf("%w: field key %d after tag %d", ErrMalformed, key, last)
 		}
 		last = tag
-		fields[tag-1].get(&d, &m)
+		if tag > uint64(len(fields)) {
+			if key&mustUnderstand != 0 {
+				return Message{}, fmt.Errorf("%w: tag %d, in a frame of codec %d (this build knows %d tags)", ErrMustUnderstand, tag, v, len(fields))
+			}
+			d.skip(typ)
+			continue
+		}
+		f := &fields[tag-1]
+		switch {
+		case v == 3:
+			f.get(&d, &m)
+		case typ != f.typ:
+			return Message{}, fmt.Errorf("%w: %s of wire type %d", ErrMalformed, f.name, typ)
+		case typ == typeBytes:
+			inner := decoder{b: d.value(f.name)}
+			if d.err == nil {
+				f.get(&inner, &m)
+				if inner.err == nil && len(inner.b) > 0 {
+					inner.fail(f.name)
+				}
+				d.failWith(inner.err)
+			}
+		default:
+			f.get(&d, &m)
+		}
 	}
 	if d.err != nil {
 		return Message{}, d.err
 	}
 	return m, nil
+}
+
+// value reads a typeBytes field's length and takes that many bytes.
+func (d *decoder) value(what string) []byte {
+	n := d.uvarint(what + " length")
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(what)
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// skip passes over the value of a field of type typ that this build does
+// not know.
+func (d *decoder) skip(typ byte) {
+	switch typ {
+	case typeVarint:
+		d.uvarint("unknown field")
+	case typeBytes:
+		d.value("unknown field")
+	}
 }

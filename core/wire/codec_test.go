@@ -2,7 +2,10 @@ package wire
 
 import (
 	"bytes"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -55,15 +58,22 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// A frame holds only the fields that are set.
+// A frame holds only the fields that are set, in both codecs.
 func TestFrameHoldsOnlyWhatIsSet(t *testing.T) {
-	b, _ := Encode(nil, &Message{Kind: KindRestarted, From: 1, Incarnation: 2})
-	want := []byte{Version, byte(KindRestarted), tagOf("from"), 1, tagOf("incarnation"), 2}
+	m := Message{Kind: KindRestarted, From: 1, Incarnation: 2}
+	b, _ := Encode(nil, &m)
+	want := bytes.Join([][]byte{{Version, byte(KindRestarted)}, keyOf("from"), {1}, keyOf("incarnation"), {2}}, nil)
 	if !bytes.Equal(b, want) {
 		t.Fatalf("frame %v, want %v", b, want)
 	}
+	b, _ = EncodeVersion(nil, &m, 3)
+	want = []byte{3, byte(KindRestarted), tagOf("from"), 1, tagOf("incarnation"), 2}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("codec 3 frame %v, want %v", b, want)
+	}
 }
 
+// tagOf is a field's tag, its codec 3 key.
 func tagOf(name string) byte {
 	for i, f := range fields {
 		if f.name == name {
@@ -73,41 +83,124 @@ func tagOf(name string) byte {
 	panic("no field " + name)
 }
 
+// keyOf is a field's codec 4 key, as written.
+func keyOf(name string) []byte {
+	i := int(tagOf(name)) - 1
+	return appendUvarint(nil, fields[i].key(i+1))
+}
+
 func TestDecodeRejects(t *testing.T) {
 	good, _ := Encode(nil, ptr(sample()))
+	good3, _ := EncodeVersion(nil, ptr(sample()), 3)
 	head := []byte{Version, byte(KindEnter)}
 	with := func(parts ...[]byte) []byte { return bytes.Join(append([][]byte{head}, parts...), nil) }
+	head3 := []byte{3, byte(KindEnter)}
+	with3 := func(parts ...[]byte) []byte { return bytes.Join(append([][]byte{head3}, parts...), nil) }
+	// value is a typeBytes field's length and payload.
+	value := func(payload ...[]byte) []byte {
+		p := bytes.Join(payload, nil)
+		return append(appendUvarint(nil, uint64(len(p))), p...)
+	}
+	unknownTag := uint64(len(fields) + 1)
 	cases := map[string]struct {
 		frame []byte
 		want  error
 	}{
-		"empty":             {nil, ErrMalformed},
-		"version":           {append([]byte{9}, good[1:]...), ErrVersion},
-		"unknown kind":      {append([]byte{Version, 200}, good[2:]...), ErrKind},
-		"zero kind":         {append([]byte{Version, 0}, good[2:]...), ErrKind},
-		"truncated":         {good[:len(good)-2], ErrMalformed}, // the last field (a flag: a tag alone) and the value of the one before
-		"trailing":          {append(bytes.Clone(good), 0), ErrMalformed},
-		"oversized":         {make([]byte, MaxFrameSize+1), ErrTooLarge},
-		"long name":         {with([]byte{tagOf("name")}, appendUvarint(nil, MaxNameLen+1)), ErrTooLarge},
-		"entry count":       {with([]byte{tagOf("entries")}, appendUvarint(nil, MaxEntries+1), make([]byte, 6*MaxEntries+6)), ErrTooLarge},
-		"entry count lie":   {with([]byte{tagOf("entries"), 3}, make([]byte, 12)), ErrMalformed},
-		"no entries":        {with([]byte{tagOf("entries"), 0}), ErrMalformed},
-		"bad mode byte":     {with([]byte{tagOf("mode"), 77}), ErrMalformed},
-		"zero mode":         {with([]byte{tagOf("mode"), 0}), ErrMalformed},
-		"bad code":          {with([]byte{tagOf("code"), 200}), ErrMalformed},
-		"no lives":          {with([]byte{tagOf("lives"), 0}), ErrMalformed},
-		"lives count":       {with([]byte{tagOf("lives")}, appendUvarint(nil, MaxLives+1), make([]byte, 2*MaxLives+2)), ErrMalformed},
-		"life incarnation":  {with([]byte{tagOf("lives"), 1}, appendUvarint(nil, 1<<32), []byte{7}), ErrMalformed},
-		"incarnation range": {with([]byte{tagOf("incarnation")}, appendUvarint(nil, 1<<32)), ErrMalformed},
-		"unknown field":     {with(appendUvarint(nil, uint64(len(fields)+1)), []byte{1}), ErrMalformed},
-		"field zero":        {with([]byte{0, 1}), ErrMalformed},
-		"fields reordered":  {with([]byte{tagOf("to"), 1, tagOf("from"), 1}), ErrMalformed},
-		"field twice":       {with([]byte{tagOf("from"), 1, tagOf("from"), 2}), ErrMalformed},
+		"empty":               {nil, ErrMalformed},
+		"version":             {append([]byte{9}, good[1:]...), ErrVersion},
+		"version 2":           {append([]byte{2}, good3[1:]...), ErrVersion},
+		"unknown kind":        {append([]byte{Version, 200}, good[2:]...), ErrKind},
+		"zero kind":           {append([]byte{Version, 0}, good[2:]...), ErrKind},
+		"truncated":           {good[:len(good)-3], ErrMalformed}, // into the yield field's key
+		"truncated value":     {with(keyOf("name"), appendUvarint(nil, 5), []byte("abc")), ErrMalformed},
+		"trailing":            {append(bytes.Clone(good), 0), ErrMalformed},
+		"oversized":           {make([]byte, MaxFrameSize+1), ErrTooLarge},
+		"long name":           {with(keyOf("name"), value(appendUvarint(nil, MaxNameLen+1), make([]byte, MaxNameLen+1))), ErrTooLarge},
+		"entry count":         {with(keyOf("entries"), value(appendUvarint(nil, MaxEntries+1), make([]byte, 6*MaxEntries+6))), ErrTooLarge},
+		"entry count lie":     {with(keyOf("entries"), value([]byte{3}, make([]byte, 12))), ErrMalformed},
+		"no entries":          {with(keyOf("entries"), value([]byte{0})), ErrMalformed},
+		"bad mode byte":       {with(keyOf("mode"), value([]byte{77})), ErrMalformed},
+		"zero mode":           {with(keyOf("mode"), value([]byte{0})), ErrMalformed},
+		"mode with more":      {with(keyOf("mode"), value([]byte{1, 1})), ErrMalformed},
+		"bad code":            {with(keyOf("code"), value([]byte{200})), ErrMalformed},
+		"no lives":            {with(keyOf("lives"), value([]byte{0})), ErrMalformed},
+		"life incarnation":    {with(keyOf("lives"), value([]byte{1}, appendUvarint(nil, 1<<32), []byte{7})), ErrMalformed},
+		"incarnation range":   {with(keyOf("incarnation"), appendUvarint(nil, 1<<32)), ErrMalformed},
+		"wrong wire type":     {with([]byte{keyOf("from")[0] | typeBytes}, value([]byte{1})), ErrMalformed},
+		"unknown wire type":   {with([]byte{keyOf("from")[0] | 3, 1}), ErrMalformed},
+		"must understand":     {with(appendUvarint(nil, unknownTag<<keyShift|mustUnderstand|typeVarint), []byte{1}), ErrMustUnderstand},
+		"field zero":          {with([]byte{0, 1}), ErrMalformed},
+		"fields reordered":    {with(keyOf("to"), []byte{1}, keyOf("from"), []byte{1}), ErrMalformed},
+		"field twice":         {with(keyOf("from"), []byte{1}, keyOf("from"), []byte{2}), ErrMalformed},
+		"unknown after known": {with(appendUvarint(nil, unknownTag<<keyShift|typeVarint), []byte{1}, keyOf("from"), []byte{1}), ErrMalformed},
+		"codec 3 unknown":     {with3(appendUvarint(nil, unknownTag), []byte{1}), ErrMalformed},
+		"codec 3 truncated":   {good3[:len(good3)-2], ErrMalformed}, // the last field (a flag: a tag alone) and the value of the one before
+		"codec 3 reordered":   {with3([]byte{tagOf("to"), 1, tagOf("from"), 1}), ErrMalformed},
+		"codec 3 bad mode":    {with3([]byte{tagOf("mode"), 77}), ErrMalformed},
 	}
 	for name, c := range cases {
 		_, err := Decode(c.frame)
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", name, err, c.want)
+		}
+	}
+}
+
+// TestSkipsWhatItNeedNotUnderstand: a newer writer's fields this build
+// does not know, of every wire type and not marked to be understood, are
+// skipped, and the known part of the frame is read as it was written.
+func TestSkipsWhatItNeedNotUnderstand(t *testing.T) {
+	m := Message{Kind: KindEnter, From: 3, Name: "/site", Ticket: 9, Shared: true}
+	b, _ := Encode(nil, &m)
+	tag := uint64(len(fields) + 1)
+	for _, extra := range [][]byte{
+		appendUvarint(appendUvarint(nil, tag<<keyShift|typeVarint), 1<<40),
+		appendUvarint(nil, (tag+1)<<keyShift|typeFlag),
+		append(appendUvarint(appendUvarint(nil, (tag+2)<<keyShift|typeBytes), 300), make([]byte, 300)...),
+	} {
+		got, err := Decode(append(bytes.Clone(b), extra...))
+		if err != nil || !reflect.DeepEqual(got, m) {
+			t.Errorf("a frame with an unknown field %x: %+v, %v", extra[:2], got, err)
+		}
+	}
+}
+
+// TestCodec3Frames: frames as the previous release writes them decode to
+// the messages it meant, and this build writes codec 3 byte for byte as
+// it did, for peers that read nothing newer.
+func TestCodec3Frames(t *testing.T) {
+	data, err := os.ReadFile("testdata/codec3.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	kinds := map[Kind]bool{}
+	for i := 0; i+1 < len(lines); i += 2 {
+		var want Message
+		if err := json.Unmarshal([]byte(lines[i]), &want); err != nil {
+			t.Fatal(err)
+		}
+		frame, err := hex.DecodeString(lines[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[want.Kind] = true
+		got, err := Decode(frame)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("codec 3 frame of %v:\n got %+v, %v\nwant %+v", want.Kind, got, err, want)
+		}
+		if again, _ := EncodeVersion(nil, &want, 3); !bytes.Equal(again, frame) {
+			t.Errorf("codec 3 of %v is written\n%x, the previous release wrote\n%x", want.Kind, again, frame)
+		}
+	}
+	for k := KindEnter; k.Valid(); k++ {
+		if !kinds[k] && k <= lastCodec3Kind {
+			t.Errorf("no codec 3 frame of kind %v", k)
 		}
 	}
 }
@@ -155,8 +248,10 @@ func appendUvarint(b []byte, v uint64) []byte {
 
 func FuzzDecode(f *testing.F) {
 	for _, m := range []Message{sample(), {Kind: KindEnter, Name: "a"}, {Kind: KindRestarted, Incarnation: 3}} {
-		b, _ := Encode(nil, &m)
-		f.Add(b)
+		for v := MinVersion; v <= Version; v++ {
+			b, _ := EncodeVersion(nil, &m, v)
+			f.Add(b)
+		}
 	}
 	f.Add([]byte{})
 	f.Add([]byte{Version})
@@ -168,14 +263,17 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		// Whatever decodes must re-encode and decode to the same message.
-		again, err := Encode(nil, &m)
-		if err != nil {
-			t.Fatalf("decoded message does not encode: %v", err)
-		}
-		m2, err := Decode(again)
-		if err != nil || !reflect.DeepEqual(m, m2) {
-			t.Fatalf("re-decode differs: %v\n%+v\n%+v", err, m, m2)
+		// Whatever decodes must re-encode, in every codec, and decode to
+		// the same message.
+		for v := MinVersion; v <= Version; v++ {
+			again, err := EncodeVersion(nil, &m, v)
+			if err != nil {
+				t.Fatalf("decoded message does not encode in codec %d: %v", v, err)
+			}
+			m2, err := Decode(again)
+			if err != nil || !reflect.DeepEqual(m, m2) {
+				t.Fatalf("codec %d re-decode differs: %v\n%+v\n%+v", v, err, m, m2)
+			}
 		}
 	})
 }

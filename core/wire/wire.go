@@ -269,6 +269,10 @@ const (
 	kindEnd
 )
 
+// lastCodec3Kind is the newest kind codec 3 has: a kind added after it is
+// sent only to peers that read a codec that has it.
+const lastCodec3Kind = KindYield
+
 // Yield is how a shared read ticket must let a waiting writer in.
 type Yield uint32
 

@@ -388,6 +388,11 @@ type MemberList struct {
 	Cluster string       `json:"cluster"`
 	Epoch   uint64       `json:"epoch"`
 	Members []MemberInfo `json:"members"`
+	// Codec is the oldest wire codec a voter reads, as the voters
+	// announced it (one that announced none reads codec 3): what every
+	// member understands. A field or message kind newer than it is not
+	// sent to all; see the manual's "Upgrading sluice".
+	Codec int `json:"codec,omitempty"`
 }
 
 // MemberInfo is one node: a voter (member), or a node of the mesh that
@@ -404,6 +409,10 @@ type MemberInfo struct {
 	Reachable bool `json:"reachable"`
 	Connected bool `json:"connected"`
 	Off       bool `json:"off,omitempty"`
+	// Version is the release the node announced; Codec the newest wire
+	// codec it reads (0: not known yet).
+	Version string `json:"version,omitempty"`
+	Codec   int    `json:"codec,omitempty"`
 }
 
 // MeshPeer is a peer as the mesh knows it.
@@ -413,6 +422,8 @@ type MeshPeer struct {
 	Name      string   `json:"name,omitempty"`
 	Addrs     []string `json:"addrs,omitempty"`
 	Connected bool     `json:"connected"`
+	Version   string   `json:"version,omitempty"`
+	Codec     int      `json:"codec,omitempty"`
 }
 
 // MembersBody is POST /v1/members: add one node or remove one member,

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/semaphore"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -171,7 +172,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (_ *Agent, err error) {
 		return nil, err
 	}
 	host, err := p2p.New(ctx, p2p.Config{Key: key, Listen: cfg.Listen, Peers: cfg.Peers, PSK: cfg.PSK,
-		AllowList: allow, Logger: cfg.Logger, Name: cfg.Name})
+		AllowList: allow, Logger: cfg.Logger, Name: cfg.Name, Version: semaphore.Version})
 	if err != nil {
 		return nil, err
 	}
@@ -537,13 +538,16 @@ func (a *Agent) registerMetrics() {
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_peers_known",
 			Help: "Cluster peers this node's mesh knows of."}, func() float64 { return float64(len(a.host.Members())) }),
-		// Frames from peers that the mesh refused (it resets their stream).
+		// Frames from peers that the mesh refused.
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
-			Help:        "Frames from peers refused by the mesh, by reason; each reset its stream.",
+			Help:        frameRejectedHelp,
 			ConstLabels: prometheus.Labels{"reason": "malformed"}}, func() float64 { return float64(a.host.Stats().Malformed) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
-			Help:        "Frames from peers refused by the mesh, by reason; each reset its stream.",
+			Help:        frameRejectedHelp,
 			ConstLabels: prometheus.Labels{"reason": "oversized"}}, func() float64 { return float64(a.host.Stats().Oversized) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
+			Help:        frameRejectedHelp,
+			ConstLabels: prometheus.Labels{"reason": "too_new"}}, func() float64 { return float64(a.host.Stats().Refused) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_syncs_total",
 			Help: "Store transactions made durable (one fsync each on disk)."}, func() float64 { return float64(a.store.Stats().Syncs) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_failures_total",
@@ -704,14 +708,16 @@ func (a *Agent) closeAll() error {
 func (a *Agent) peers() []api.MeshPeer {
 	out := []api.MeshPeer{}
 	for _, m := range a.host.Members() {
-		out = append(out, api.MeshPeer{Node: nodeID(m.Node), Peer: m.Peer.String(), Name: m.Name, Addrs: m.Addrs, Connected: m.Connected})
+		out = append(out, api.MeshPeer{Node: nodeID(m.Node), Peer: m.Peer.String(), Name: m.Name, Addrs: m.Addrs, Connected: m.Connected,
+			Version: m.Version, Codec: int(m.Codec)})
 	}
 	return out
 }
 
 // meshPeers are the peers of the mesh, this node among them.
 func (a *Agent) meshPeers() []api.MeshPeer {
-	return append(a.peers(), api.MeshPeer{Node: nodeID(a.host.Self()), Peer: a.host.PeerID().String(), Addrs: a.host.Addrs()})
+	return append(a.peers(), api.MeshPeer{Node: nodeID(a.host.Self()), Peer: a.host.PeerID().String(), Addrs: a.host.Addrs(),
+		Version: semaphore.Version, Codec: int(wire.Version)})
 }
 
 func peerNode(s string) (wire.NodeID, error) {
@@ -736,3 +742,8 @@ func buildInfo() prometheus.Collector {
 	}
 	return buildInfoGauge(version, revision, goVersion)
 }
+
+// frameRejectedHelp is the help of sluice_mesh_frames_rejected_total, the
+// same for each reason, as Prometheus requires.
+const frameRejectedHelp = "Frames from peers refused by the mesh, by reason: malformed and oversized reset their stream; " +
+	"too_new (a codec, kind or must-understand field of a newer sluice) is dropped alone."

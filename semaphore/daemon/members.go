@@ -51,6 +51,16 @@ func (n *Node) Members(ctx context.Context, mesh func() []api.MeshPeer) (api.Mem
 		if nodeID(n.cfg.Self) != p.Node {
 			m.Connected = p.Connected
 		}
+		m.Version, m.Codec = p.Version, p.Codec
+	}
+	for _, m := range out.Members {
+		if m.Voter {
+			// A voter that announced no codec runs the previous release.
+			c := cmp.Or(m.Codec, int(wire.MinVersion))
+			if out.Codec == 0 || c < out.Codec {
+				out.Codec = c
+			}
+		}
 	}
 	slices.SortFunc(out.Members, func(a, b api.MemberInfo) int {
 		if a.Voter != b.Voter {

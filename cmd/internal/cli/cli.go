@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 	"io"
 	"os"
 	"runtime/debug"
@@ -53,15 +55,19 @@ const (
 var version = ""
 
 // versionString is what `sluice version` and `sluice --version` print
-// after "sluice ": the module's version (a tag for `go install ...@v1.2.3`,
-// "(devel)" for a build of a checkout), the commit and its time from the
-// build's VCS stamp (with "+dirty" for uncommitted changes), and Go's.
+// after "sluice ": the release (semaphore.Version), the wire codecs it
+// speaks, the module's version when it is a tag (`go install ...@v1.2.3`),
+// the commit and its time from the build's VCS stamp (with "+dirty" for
+// uncommitted changes), and Go's.
 func versionString() string {
+	v := fmt.Sprintf("%s (codecs %d to %d)", cmp.Or(version, semaphore.Version), wire.MinVersion, wire.Version)
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return cmp.Or(version, "unknown") + " (no build information)"
+		return v + " (no build information)"
 	}
-	v := cmp.Or(version, info.Main.Version, "(devel)")
+	if m := info.Main.Version; m != "" && m != "(devel)" {
+		v += " module " + m
+	}
 	var rev, at, dirty string
 	for _, s := range info.Settings {
 		switch s.Key {

@@ -164,7 +164,7 @@ func newMembersChangeCmd(verb, done, short string,
 
 func printMembers(w io.Writer, l api.MemberList) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tPEER\tNAME\tADDRESS\tVOTER\tLEADER\tREACHABLE")
+	fmt.Fprintln(tw, "NODE\tPEER\tNAME\tADDRESS\tVERSION\tVOTER\tLEADER\tREACHABLE")
 	voters := 0
 	for _, m := range l.Members {
 		if m.Voter {
@@ -174,11 +174,15 @@ func printMembers(w io.Writer, l api.MemberList) {
 		if m.Leader {
 			leader = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Node, orDash(m.Peer), orDash(m.Name), orDash(m.Address),
-			yesNo(m.Voter), leader, yesNo(m.Reachable))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Node, orDash(m.Peer), orDash(m.Name), orDash(m.Address),
+			orDash(m.Version), yesNo(m.Voter), leader, yesNo(m.Reachable))
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "cluster %s, view epoch %d, %d voters\n", l.Cluster, l.Epoch, voters)
+	fmt.Fprintf(w, "cluster %s, view epoch %d, %d voters", l.Cluster, l.Epoch, voters)
+	if l.Codec > 0 { // an agent of the previous release says nothing of codecs
+		fmt.Fprintf(w, ", all read codec %d", l.Codec)
+	}
+	fmt.Fprintln(w)
 }
 
 // voterList names the voters: "1 (alpha), 2 (beta)".

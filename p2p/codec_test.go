@@ -1,0 +1,101 @@
+package p2p
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
+
+// A host of the previous release (codec 3 only) and a current one talk:
+// each writes to the other in the newest codec both read, found when the
+// lock stream opens; nothing is refused or reset. Two current hosts speak
+// codec 4.
+func TestMixedCodecs(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{Version: "0.9.0"})
+	old := start(t, Config{maxCodec: wire.MinVersion, Peers: a.Addrs()})
+	b := start(t, Config{Version: "0.9.0", Peers: a.Addrs()})
+	eventually(t, "a to know the old host and b", func() bool {
+		_, o := memberOf(a, old.Self())
+		_, n := memberOf(a, b.Self())
+		return o && n
+	})
+	for i := range uint64(3) {
+		send(t, a, msg(old.Self(), i))
+		if m := recv(t, old); m.StoreAge != i || m.From != a.Self() {
+			t.Fatalf("the old host got %v", m)
+		}
+		send(t, old, msg(a.Self(), 10+i))
+		if m := recv(t, a); m.StoreAge != 10+i || m.From != old.Self() {
+			t.Fatalf("the current host got %v from the old one", m)
+		}
+		send(t, a, msg(b.Self(), 20+i))
+		if m := recv(t, b); m.StoreAge != 20+i {
+			t.Fatalf("b got %v", m)
+		}
+	}
+	if m, _ := memberOf(a, old.Self()); m.Codec != wire.MinVersion {
+		t.Errorf("a writes to the old host in codec %d, want %d", m.Codec, wire.MinVersion)
+	}
+	eventually(t, "a to know b reads codec 4 and runs 0.9.0", func() bool {
+		m, _ := memberOf(a, b.Self())
+		return m.Codec == wire.Version && m.Version == "0.9.0"
+	})
+	for _, h := range []*Host{a, old, b} {
+		if st := h.Stats(); st.Refused+st.Malformed+st.Resets != 0 {
+			t.Errorf("stats of %d: %+v", h.Self(), st)
+		}
+	}
+}
+
+// A newer writer's frame this build does not understand (a codec, a kind
+// or a field marked to be understood) is refused alone and counted; the
+// stream goes on, and a field it need not understand is skipped.
+func TestRefusesWhatItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{})
+	b := start(t, Config{Peers: a.Addrs()})
+	good := func(age uint64) []byte {
+		f, err := wire.Encode(nil, &wire.Message{Kind: wire.KindRestarted, StoreAge: age})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	unknownTag := uint64(1 << 10) // far past the fields of this build
+	withField := func(key uint64) []byte {
+		return binary.AppendUvarint(binary.AppendUvarint(good(1), key), 5)
+	}
+	newKind := append([]byte{wire.Version, 200}, good(1)[2:]...)
+	newCodec := append([]byte{wire.Version + 1}, good(1)[1:]...)
+	mustUnderstand := withField(unknownTag<<3 | 1<<2)
+	optional := withField(unknownTag << 3)
+	var frames []byte
+	for _, f := range [][]byte{newKind, newCodec, mustUnderstand, optional, good(2)} {
+		frames = binary.AppendUvarint(frames, uint64(len(f)))
+		frames = append(frames, f...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	s, err := b.host.NewStream(ctx, a.PeerID(), LockProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_ = s.SetWriteDeadline(time.Now().Add(waitLimit))
+	if _, err := s.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, a); m.StoreAge != 1 || m.Kind != wire.KindRestarted {
+		t.Fatalf("the frame with an optional unknown field: %v", m)
+	}
+	if m := recv(t, a); m.StoreAge != 2 {
+		t.Fatalf("the frame after the refused ones: %v", m)
+	}
+	if st := a.Stats(); st.Refused != 3 || st.Resets != 0 || st.Malformed != 0 {
+		t.Fatalf("stats: %+v, want 3 refused and no reset", st)
+	}
+}
