@@ -310,7 +310,7 @@ var (
 	// in hand was written in, which was dropped.
 	errDowngraded = errors.New("p2p: the peer reads an older codec now")
 	errOversized  = errors.New("p2p: frame over size cap")
-	errBadLength = errors.New("p2p: malformed frame length")
+	errBadLength  = errors.New("p2p: malformed frame length")
 )
 
 // handleStream reads the frames of one inbound lock stream until it ends.
