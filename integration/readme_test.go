@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
@@ -573,5 +574,20 @@ func TestManualConfigFile(t *testing.T) {
 	code, out, errs := sluice(t, sock, "members", "--json")
 	if code != 0 || strings.Count(out, `"voter": true`) != 5 || !strings.Contains(out, `"web-1"`) {
 		t.Fatalf("members of the agent started from the manual's file: %d %q\n%s", code, errs, out)
+	}
+}
+
+// TestChangelogNamesThisRelease: the changelog's newest release is the
+// one the binary says it is.
+func TestChangelogNamesThisRelease(t *testing.T) {
+	b, err := os.ReadFile("../cmd/sluice/CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), "\n## ")
+	newest, _, _ := strings.Cut(rest, "\n")
+	code, out, _ := sluice(t, "", "version")
+	if code != 0 || !strings.HasPrefix(out, "sluice "+newest+" ") || newest != semaphore.Version {
+		t.Fatalf("the changelog's newest release is %q; sluice version says %q (semaphore.Version %s)", newest, out, semaphore.Version)
 	}
 }

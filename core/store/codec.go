@@ -42,6 +42,7 @@ var (
 	keyAge      = []byte("m:age")
 	keyIdentity = []byte("m:identity")
 	keyElection = []byte("m:election")
+	keyFormat   = []byte("m:format")
 	ledPrefix   = []byte{prefixLed}
 	namePrefix  = []byte{prefixName}
 )

@@ -35,6 +35,11 @@
 //     so a full disk usually kills the process with SIGBUS inside Badger
 //     instead of failing the commit; a crash is fail-stop, and what was
 //     acknowledged stays durable.
+//   - The store's layout has a format (Format; a store without a record is
+//     format 1). Open refuses a newer format (ErrNewerFormat) before it
+//     reads or writes anything, and migrates an older one to Format in the
+//     transaction that bumps the incarnation, so a crash leaves either
+//     format whole.
 //   - Decoding is strict: a key or value that does not parse exactly (wrong
 //     prefix, unknown version, truncated or trailing bytes) is an error
 //     wrapping ErrCorrupt, never a panic.

@@ -32,7 +32,23 @@ var (
 	ErrLost = errors.New("store: state lost")
 	// ErrOtherIdentity: the store was started by another node.
 	ErrOtherIdentity = errors.New("store: belongs to another node")
+	// ErrNewerFormat: the store was written in a format newer than this
+	// build reads, by a newer sluice. Open writes nothing to it.
+	ErrNewerFormat = errors.New("store: written by a newer sluice")
 )
+
+// Format is the store's layout version that this build writes and the
+// newest it reads. A store without a format record is format 1, the
+// layout of every release so far; this build writes the record only once
+// its format is above 1, so that the previous release still opens what
+// it wrote (a downgrade by one release). An older store is brought up to
+// Format by migrations, in the transaction that bumps the incarnation:
+// a crash mid-migration leaves the old format whole, migrated again at the
+// next start.
+const Format = 1
+
+// migrations[f] changes a store of format f into format f+1, in txn.
+var migrations = map[uint64]func(txn *badger.Txn) error{}
 
 // defaultMaxBatch is Config.MaxBatch when it is zero or less.
 const defaultMaxBatch = 4096
@@ -289,7 +305,24 @@ func openBadger(opts badger.Options, path string) (db *badger.DB, err error) {
 func bump(db *badger.DB, id uint64, fresh bool) (State, error) {
 	var st State
 	err := db.Update(func(txn *badger.Txn) error {
-		var err error
+		// The format first: a newer one may hold keys load would call
+		// corrupt.
+		format, err := storedFormat(txn)
+		if err != nil {
+			return err
+		}
+		if format > Format {
+			return fmt.Errorf("%w: its format is %d, this build reads formats 1 to %d: "+
+				"run the release that wrote it, or a newer one", ErrNewerFormat, format, Format)
+		}
+		for ; format < Format; format++ {
+			if err := migrations[format](txn); err != nil {
+				return fmt.Errorf("store: migrating format %d to %d: %w", format, format+1, err)
+			}
+			if err := txn.Set(keyFormat, encodeUint(format+1)); err != nil {
+				return err
+			}
+		}
 		if st, err = load(txn); err != nil {
 			return err
 		}
@@ -328,6 +361,25 @@ func bump(db *badger.DB, id uint64, fresh bool) (State, error) {
 		return txn.Set(keyInc, encodeUint(uint64(st.Incarnation)))
 	})
 	return st, err
+}
+
+// storedFormat is the store's format: its record, or 1 without one.
+func storedFormat(txn *badger.Txn) (uint64, error) {
+	item, err := txn.Get(keyFormat)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var f uint64
+	if err := item.Value(func(v []byte) error { return decodeInto(&f, keyFormat, v) }); err != nil {
+		return 0, err
+	}
+	if f == 0 {
+		return 0, corrupt(keyFormat, "format 0")
+	}
+	return f, nil
 }
 
 // load reads the whole store in txn. Every key must be one of the layout.
@@ -380,6 +432,8 @@ func load(txn *badger.Txn) (State, error) {
 				p, err := decodeElection(k, v)
 				st.Election = p
 				return err
+			case string(k) == string(keyFormat):
+				return nil // read before, by storedFormat
 			default:
 				return corrupt(k, "unknown key")
 			}

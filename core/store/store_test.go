@@ -959,3 +959,40 @@ func TestAge(t *testing.T) {
 		t.Fatalf("reopened: age %d, loaded %d (%v), want 5", st.Age, got.Age, err)
 	}
 }
+
+// TestStoreFormat: a store of a newer format is refused with both formats
+// named and nothing written, however often it is tried; a store with a
+// record of this build's format opens; a store without one is format 1,
+// and stays without one (the previous release still opens it).
+func TestStoreFormat(t *testing.T) {
+	dir := t.TempDir()
+	s, st := open(t, Config{Dir: dir})
+	must(t, s.db.View(func(txn *badger.Txn) error {
+		if _, err := txn.Get(keyFormat); !errors.Is(err, badger.ErrKeyNotFound) {
+			t.Errorf("a format 1 store got a format record: %v", err)
+		}
+		return nil
+	}))
+	must(t, s.db.Update(func(txn *badger.Txn) error { return txn.Set(keyFormat, encodeUint(Format+1)) }))
+	must(t, s.Close())
+	for range 2 {
+		_, _, err := Open(context.Background(), Config{Dir: dir})
+		if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), fmt.Sprintf("format is %d, this build reads formats 1 to %d", Format+1, Format)) {
+			t.Fatalf("a newer store: %v", err)
+		}
+	}
+	// Put this build's format back: it opens, and the refusals wrote
+	// nothing (the incarnation is the next one).
+	cfg := withDefaults(Config{Dir: dir})
+	path, err := prepareDir(cfg.Dir, cfg.MinFree)
+	must(t, err)
+	db, err := openBadger(badgerOptions(cfg, path), path)
+	must(t, err)
+	must(t, db.Update(func(txn *badger.Txn) error { return txn.Set(keyFormat, encodeUint(Format)) }))
+	must(t, db.Close())
+	s, again := open(t, Config{Dir: dir})
+	if again.Incarnation != st.Incarnation+1 {
+		t.Errorf("incarnation %d after refused opens, want %d", again.Incarnation, st.Incarnation+1)
+	}
+	must(t, s.Close())
+}
