@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bytes"
 	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -51,5 +53,38 @@ func TestManualNamesEveryFailure(t *testing.T) {
 	}
 	if len(named) != len(codes.Rows()) {
 		t.Errorf("the manual names %d codes, the table has %d", len(named), len(codes.Rows()))
+	}
+}
+
+// TestReleaseBinaryHasNoMutants: the binary as `go build ./cmd/sluice`
+// makes it has no --broken flag and none of the broken builds' names (a
+// string search of the file; core's TestMutantsCompiledOut shows the
+// core's mutant branches do nothing there). With -faults, where the
+// mutants' build is made anyway, the same search finds them in it.
+func TestReleaseBinaryHasNoMutants(t *testing.T) {
+	names := [][]byte{[]byte("quorum-of-one"), []byte("not-durable")}
+	search := func(path string) (found []string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if bytes.Contains(b, n) {
+				found = append(found, string(n))
+			}
+		}
+		return found
+	}
+	if found := search(binary); len(found) > 0 {
+		t.Errorf("the release binary holds the broken builds' names %v", found)
+	}
+	code, _, errs := sluice(t, "", "agent", "--in-memory", "--broken", "quorum-of-one")
+	if code == 0 || !strings.Contains(errs, "unknown flag: --broken") {
+		t.Errorf("agent --broken: exit %d %q, want an unknown flag", code, errs)
+	}
+	if *faultSuite {
+		if found := search(mutantBinary(t)); len(found) != len(names) {
+			t.Errorf("the mutants' build holds only %v of %q: the search cannot find them", found, names)
+		}
 	}
 }

@@ -47,6 +47,7 @@ type faultNode struct {
 	stopped                bool           // SIGSTOPped
 	num                    uint64         // node number as status shows it (0: not asked yet)
 	join                   bool           // a new identity that joins (--join), not an initial member
+	bin                    string         // this agent's binary ("": the cluster's)
 }
 
 // addr is the node's mesh address with its peer id.
@@ -133,9 +134,9 @@ func (c *faultCluster) start(i int) {
 	args := c.args(i)
 	if n.ns != "" {
 		// ip netns exec execs the agent: the process is the agent's.
-		n.p = startCmd(c.t, "ip", append([]string{"netns", "exec", n.ns, cmp.Or(c.bin, binary)}, args...)...)
+		n.p = startCmd(c.t, "ip", append([]string{"netns", "exec", n.ns, cmp.Or(n.bin, c.bin, binary)}, args...)...)
 	} else {
-		n.p = startProc(c.t, exec.Command(cmp.Or(c.bin, binary), args...))
+		n.p = startProc(c.t, exec.Command(cmp.Or(n.bin, c.bin, binary), args...))
 	}
 	n.stopped = false
 	n.p.waitLine(c.t, "API on "+n.sock)

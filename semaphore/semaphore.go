@@ -63,6 +63,14 @@ const (
 // show it.
 const Version = "0.9.0"
 
+// The wire codecs this release reads and writes: MinCodec, the previous
+// release's, to Codec. An agent writes to each peer in the newest both
+// read (package core/wire).
+const (
+	MinCodec = int(wire.MinVersion)
+	Codec    = int(wire.Version)
+)
+
 // The failures a client may see, each under its one Go name: these are
 // the sentinels of the table in core/codes (the core and the agent return
 // them, the client turns an answer's code back into them), so errors.Is

@@ -76,6 +76,13 @@ type MiddlewareOptions struct {
 	// whose lease was lost mid-request running: a writer may be in by
 	// then, so its context is cancelled either way.
 	FailOpen bool
+	// AgentWait is how long a request waits for an agent that cannot be
+	// reached or is not ready (it restarts, for an upgrade) before FailOpen
+	// decides: the request is tried again meanwhile, and served as soon as
+	// the agent answers. It counts from the start of the outage, so once
+	// an agent has been gone that long, requests are answered at once.
+	// Zero: 2s; negative: no wait.
+	AgentWait time.Duration
 	// Logger gets the failures visitors are not shown (agent errors,
 	// release errors, leases lost mid-request). Nil: discarded.
 	Logger *slog.Logger
@@ -137,6 +144,8 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 		}
 	}
 	o.ContentType = cmp.Or(o.ContentType, "text/html; charset=utf-8")
+	o.AgentWait = cmp.Or(o.AgentWait, 2*time.Second)
+	var outage agentOutage
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -175,7 +184,9 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
-			l, err := c.Acquire(ctx, name, semaphore.ReadOnly, Options{Try: true, Duration: o.Duration, AutoRenew: true})
+			l, err := outage.try(ctx, o.AgentWait, func() (*Lease, error) {
+				return c.Acquire(ctx, name, semaphore.ReadOnly, Options{Try: true, Duration: o.Duration, AutoRenew: true})
+			})
 			r.Header.Del(PreviewHeader) // the middleware's word to the handler, not the visitor's
 			switch {
 			case err == nil:
@@ -619,3 +630,46 @@ func (w *leaseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *leaseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// agentOutage is what the requests of one middleware know of their
+// agent's outage: since when it cannot be reached or is not ready.
+type agentOutage struct {
+	mu    sync.Mutex
+	since time.Time // zero: the agent answered the last request
+}
+
+// agentRetryEvery is how often a waiting request tries an unreachable
+// agent again: an agent's restart takes a fraction of a second, and one
+// try costs a failed connect.
+const agentRetryEvery = 50 * time.Millisecond
+
+// try runs acquire; while the agent cannot be reached or is not ready, it
+// tries again until wait has passed since the outage began (or the
+// visitor left), and gives the last answer.
+func (a *agentOutage) try(ctx context.Context, wait time.Duration, acquire func() (*Lease, error)) (*Lease, error) {
+	t := time.NewTimer(0)
+	<-t.C
+	defer t.Stop()
+	for {
+		l, err := acquire()
+		down := errors.Is(err, semaphore.ErrUnavailable) || errors.Is(err, semaphore.ErrNotReady)
+		a.mu.Lock()
+		switch {
+		case !down:
+			a.since = time.Time{}
+		case a.since.IsZero():
+			a.since = time.Now()
+		}
+		left := wait - time.Since(a.since)
+		a.mu.Unlock()
+		if !down || left <= 0 || ctx.Err() != nil {
+			return l, err
+		}
+		t.Reset(min(agentRetryEvery, left))
+		select {
+		case <-ctx.Done():
+			return l, err
+		case <-t.C:
+		}
+	}
+}

@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +15,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/client"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
@@ -158,7 +161,7 @@ func TestMiddlewareAgentUnreachable(t *testing.T) {
 		seen := make(chan *client.Lease, 1)
 		var logs syncBuffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
-		srv := httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{FailOpen: open, Logger: log})(page(seen)))
+		srv := httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{FailOpen: open, Logger: log, AgentWait: -1})(page(seen)))
 		got := get(t, srv, "GET")
 		srv.Close()
 		switch {
@@ -170,6 +173,52 @@ func TestMiddlewareAgentUnreachable(t *testing.T) {
 		if !strings.Contains(logs.String(), "agent unavailable") || strings.Contains(got.body, "unavailable") {
 			t.Errorf("FailOpen %v: the error went to the visitor or not to the log: log %q body %q", open, logs.String(), got.body)
 		}
+	}
+}
+
+// notReadyThenGrant is an agent that answers not_ready to the first
+// refusals acquires, as one does while it restarts, and grants after; it
+// counts the acquires.
+func notReadyThenGrant(t *testing.T, refusals int64) (*client.Client, *atomic.Int64) {
+	var calls atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/acquire", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if calls.Add(1) <= refusals {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(api.ErrorJSON{Error: "not_ready", Message: "not ready: this agent is starting"})
+			return
+		}
+		json.NewEncoder(w).Encode(api.LeaseJSON{Lease: "9.1.1", Name: "/site", Mode: "read-only", Token: 7,
+			Expires: time.Now().Add(time.Minute), TTL: "1m0s", TTLMillis: 60000})
+	})
+	mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("{}")) })
+	return serveFake(t, mux), &calls
+}
+
+// An agent that restarts (not ready, or not there) holds a request back
+// for AgentWait, tried again meanwhile, and the page is served once it
+// answers; an outage older than AgentWait is answered at once.
+func TestMiddlewareWaitsForAgent(t *testing.T) {
+	c, calls := notReadyThenGrant(t, 3)
+	seen := make(chan *client.Lease, 1)
+	srv := httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{AgentWait: time.Minute})(page(seen)))
+	if got := get(t, srv, "GET"); got.status != 200 || len(seen) != 1 || <-seen == nil || calls.Load() != 4 {
+		t.Fatalf("through a restart: %+v after %d acquires; want 200 under a lease after 4", got, calls.Load())
+	}
+	srv.Close()
+
+	c, calls = notReadyThenGrant(t, 1<<40)
+	const wait = 300 * time.Millisecond
+	srv = httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{AgentWait: wait})(page(seen)))
+	defer srv.Close()
+	start := time.Now()
+	if got := get(t, srv, "GET"); got.status != 503 || time.Since(start) < wait || calls.Load() < 2 {
+		t.Fatalf("an agent that stays down: %+v after %s and %d acquires; want 503 after %s of tries", got, time.Since(start), calls.Load(), wait)
+	}
+	before := calls.Load()
+	if got := get(t, srv, "GET"); got.status != 503 || calls.Load() != before+1 {
+		t.Fatalf("the outage is older than AgentWait: %+v after %d more acquires; want 503 after 1", got, calls.Load()-before)
 	}
 }
 

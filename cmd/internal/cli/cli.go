@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore"
 	"io"
 	"os"
@@ -60,7 +59,7 @@ var version = ""
 // the commit and its time from the build's VCS stamp (with "+dirty" for
 // uncommitted changes), and Go's.
 func versionString() string {
-	v := fmt.Sprintf("%s (codecs %d to %d)", cmp.Or(version, semaphore.Version), wire.MinVersion, wire.Version)
+	v := fmt.Sprintf("%s (codecs %d to %d)", cmp.Or(version, semaphore.Version), semaphore.MinCodec, semaphore.Codec)
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return v + " (no build information)"

@@ -28,7 +28,7 @@ type proxyFlags struct {
 	listen, upstream, name, page, pageType, logLevel string
 	hosts                                            []string
 	retryAfter, duration, dialTimeout                time.Duration
-	headerTimeout, shutdown                          time.Duration
+	headerTimeout, shutdown, agentWait               time.Duration
 	failOpen, trustForwarded                         bool
 }
 
@@ -64,6 +64,7 @@ func newProxyCmd() *cobra.Command {
 	fl.DurationVar(&f.headerTimeout, "upstream-timeout", time.Minute, "how long the upstream may take to begin its answer")
 	fl.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for the requests in flight")
 	fl.BoolVar(&f.failOpen, "fail-open", false, "serve without the lock when the agent cannot be asked (default: answer 503)")
+	fl.DurationVar(&f.agentWait, "agent-wait", 2*time.Second, "how long a request waits for an agent that restarts before --fail-open decides; 0: no wait")
 	fl.BoolVar(&f.trustForwarded, "trust-forwarded", false, "keep the X-Forwarded-For of requests (behind a load balancer you trust); otherwise it starts with the client's address")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
@@ -101,6 +102,9 @@ func (f *proxyFlags) check() (*url.URL, map[string]string, *template.Template, e
 		if d.v <= 0 {
 			return nil, nil, nil, usageErrorf("proxy: %s must be above 0, got %s", d.flag, d.v)
 		}
+	}
+	if f.agentWait < 0 {
+		return nil, nil, nil, usageErrorf("proxy: --agent-wait must be 0 or above, got %s", f.agentWait)
 	}
 	var page *template.Template
 	if f.page != "" {
@@ -195,7 +199,7 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 		},
 	}
 	o := client.MiddlewareOptions{Duration: f.duration, RetryAfter: f.retryAfter, Template: page,
-		ContentType: f.pageType, FailOpen: f.failOpen, Logger: log}
+		ContentType: f.pageType, FailOpen: f.failOpen, AgentWait: noWaitIfZero(f.agentWait), Logger: log}
 	byName := map[string]http.Handler{}
 	for _, name := range append([]string{f.name}, valuesOf(hosts)...) {
 		if byName[name] == nil {
@@ -233,4 +237,13 @@ func valuesOf(m map[string]string) []string {
 		out = append(out, v)
 	}
 	return out
+}
+
+// noWaitIfZero is --agent-wait as MiddlewareOptions.AgentWait takes it:
+// the flag's 0 (no wait) is the option's negative.
+func noWaitIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -1,0 +1,149 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
+)
+
+// previousRelease is the release before this one and its commit, as the
+// changelog names them ("## 0.8.0", then "Commit 272851f").
+func previousRelease(t *testing.T) (version, commit string) {
+	t.Helper()
+	b, err := os.ReadFile("../cmd/sluice/CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## (\S+)\n\n[^\n]*?Commit ([0-9a-f]{7,40})`).FindAllStringSubmatch(string(b), -1)
+	if len(m) == 0 || m[0][1] == semaphore.Version {
+		t.Fatalf("the changelog names no earlier release with its commit")
+	}
+	return m[0][1], m[0][2]
+}
+
+// buildPrevious builds the previous release's binary from the
+// repository's history.
+func buildPrevious(t *testing.T) string {
+	t.Helper()
+	version, commit := previousRelease(t)
+	src := t.TempDir()
+	archive := exec.Command("bash", "-c", `set -o pipefail; git archive "$1" | tar -x -C "$2"`, "archive", commit, src)
+	archive.Dir = ".."
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("the previous release %s (commit %s) is not in this checkout's history, which the mixed-version test needs: %v\n%s",
+			version, commit, err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "sluice-"+version)
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the previous release %s: %v\n%s", version, err, out)
+	}
+	return bin
+}
+
+// TestFaultMixedVersions: five agents of the previous release under the
+// fault suite's workload are replaced one by one by this release's, the
+// leaders last, then back to the previous one. Drains held through the
+// first and the last agent replaced keep their leases throughout; the
+// history must hold every rule (exclusion, tokens growing, lease ids never
+// repeated, porcupine), and the run says the longest time without a
+// grant and how many there were.
+func TestFaultMixedVersions(t *testing.T) {
+	c := newFaultCluster(t, 5, false)
+	old := buildPrevious(t)
+	oldVersion, _ := previousRelease(t)
+	for _, n := range c.nodes {
+		n.bin = old
+	}
+	r := startFaultRun(t, c)
+	r.run(2 * time.Second)
+	leaders := c.leaders(0)
+	order := append(c.others(leaders...), leaders...)
+	first := r.holdLong(order[0], "/a", semaphore.ReadWritePriority, 10*time.Second, 15*time.Second)
+	last := r.holdLong(order[len(order)-1], "/b", semaphore.Exclusive, 10*time.Second, 25*time.Second)
+	r.run(time.Second)
+	begin := r.w.rec.now()
+	replace := func(to, version string) {
+		for _, i := range order {
+			stopAgent(t, c.nodes[i].p)
+			c.nodes[i].bin = to
+			c.start(i)
+			c.waitReady(i)
+			t.Logf("%s: agent %d runs %s", r.w.rec.now().Round(time.Millisecond), i+1, version)
+			r.run(time.Second)
+		}
+	}
+	replace(binary, semaphore.Version)
+	checkVersions(t, c, semaphore.Version)
+	r.wasKept(first)
+	replace(old, oldVersion)
+	end := r.w.rec.now()
+	r.wasKept(last)
+	h := r.w.stop()
+	c.waitReady()
+	probeNames(t, c, r.w.names)
+	t.Logf("history: %s", checkHistory(t, h))
+	gap, grants := longestGap(h, begin, end)
+	t.Logf("upgrade and downgrade of 5 agents in %s: %d grants, the longest time without one %s",
+		(end - begin).Round(time.Millisecond), grants, gap.Round(time.Millisecond))
+	if grants == 0 {
+		t.Fatal("nothing was granted while the agents were replaced")
+	}
+	r.res.check(t, c)
+	c.stopAll()
+}
+
+// checkVersions: every member runs version, as the members list of each
+// agent says, and they all read this build's codec. An agent learns a
+// restarted peer's release when the peer reconnects (libp2p identify) or
+// announces itself: polled, bounded.
+func checkVersions(t *testing.T, c *faultCluster, version string) {
+	t.Helper()
+	for _, n := range c.nodes {
+		for deadline := time.Now().Add(bound); ; time.Sleep(100 * time.Millisecond) {
+			code, out, errs := sluice(t, n.sock, "members", "--json")
+			var l api.MemberList
+			if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
+				t.Fatalf("members: %d %q %q", code, out, errs)
+			}
+			var versions []string
+			for _, m := range l.Members {
+				versions = append(versions, fmt.Sprintf("%s:%s/%d", m.Name, m.Version, m.Codec))
+			}
+			if l.Codec == 4 && !slices.ContainsFunc(l.Members, func(m api.MemberInfo) bool { return m.Version != version || m.Codec != 4 }) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the upgrade, %s's members say %s, all read codec %d", n.sock, strings.Join(versions, " "), l.Codec)
+			}
+		}
+	}
+}
+
+// longestGap is the longest time in [from, to] without a grant (a
+// granted acquire's return), and the grants in it.
+func longestGap(h []histOp, from, to time.Duration) (time.Duration, int) {
+	var at []time.Duration
+	for _, o := range h {
+		if !o.end && o.outcome == granted && o.ret >= from && o.ret <= to {
+			at = append(at, o.ret)
+		}
+	}
+	slices.Sort(at)
+	gap, prev := time.Duration(0), from
+	for _, a := range append(at, to) {
+		gap, prev = max(gap, a-prev), a
+	}
+	return gap, len(at)
+}
