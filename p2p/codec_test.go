@@ -51,9 +51,10 @@ func TestMixedCodecs(t *testing.T) {
 	}
 }
 
-// A newer writer's frame this build does not understand (a codec, a kind
-// or a field marked to be understood) is refused alone and counted; the
-// stream goes on, and a field it need not understand is skipped.
+// A frame of another release that this build does not understand (a
+// newer codec, kind or field marked to be understood, or the codec of a
+// release two back) is refused alone and counted; the stream goes on, and
+// a field it need not understand is skipped.
 func TestRefusesWhatItDoesNotKnow(t *testing.T) {
 	t.Parallel()
 	a := start(t, Config{})
@@ -71,10 +72,11 @@ func TestRefusesWhatItDoesNotKnow(t *testing.T) {
 	}
 	newKind := append([]byte{wire.Version, 200}, good(1)[2:]...)
 	newCodec := append([]byte{wire.Version + 1}, good(1)[1:]...)
+	oldCodec := append([]byte{wire.MinVersion - 1}, good(1)[1:]...) // two releases back
 	mustUnderstand := withField(unknownTag<<3 | 1<<2)
 	optional := withField(unknownTag << 3)
 	var frames []byte
-	for _, f := range [][]byte{newKind, newCodec, mustUnderstand, optional, good(2)} {
+	for _, f := range [][]byte{newKind, newCodec, oldCodec, mustUnderstand, optional, good(2)} {
 		frames = binary.AppendUvarint(frames, uint64(len(f)))
 		frames = append(frames, f...)
 	}
@@ -95,7 +97,7 @@ func TestRefusesWhatItDoesNotKnow(t *testing.T) {
 	if m := recv(t, a); m.StoreAge != 2 {
 		t.Fatalf("the frame after the refused ones: %v", m)
 	}
-	if st := a.Stats(); st.Refused != 3 || st.Resets != 0 || st.Malformed != 0 {
-		t.Fatalf("stats: %+v, want 3 refused and no reset", st)
+	if st := a.Stats(); st.Refused != 4 || st.Resets != 0 || st.Malformed != 0 {
+		t.Fatalf("stats: %+v, want 4 refused and no reset", st)
 	}
 }

@@ -132,8 +132,9 @@ type Member struct {
 	// Version is the release the peer announced; empty when it announced
 	// none (it runs a release older than announcements of versions).
 	Version string
-	// Codec is the newest wire codec the peer reads, as its announcement
-	// or its lock stream said; 0 when not known yet.
+	// Codec is the wire codec the peer reads: the one its lock stream was
+	// opened in, else the newest its announcement or identify claimed; 0
+	// when not known yet. A claim never sets what is written to it.
 	Codec byte
 }
 
@@ -476,7 +477,7 @@ func (h *Host) Members() []Member {
 			Addrs:     p2pAddrs(m.id, addrs),
 			Connected: h.host.Network().Connectedness(m.id) == network.Connected,
 			Version:   version,
-			Codec:     max(reads, byte(m.codec.Load())),
+			Codec:     cmp.Or(byte(m.codec.Load()), reads),
 		})
 	}
 	h.mu.RUnlock()

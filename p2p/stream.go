@@ -350,8 +350,8 @@ func (h *Host) handleStream(s network.Stream) {
 
 // readFrame reads and decodes the next frame of s that this build
 // understands, in buf (grown when it is too small; the grown one is
-// returned for the next frame). A newer writer's frame it does not
-// understand is refused alone. When the stream ends or a frame is bad it
+// returned for the next frame). A frame of another release that it does
+// not understand is refused alone. When the stream ends or a frame is bad it
 // closes or resets s and returns false.
 func (h *Host) readFrame(s network.Stream, br *bufio.Reader, buf []byte) (wire.Message, []byte, bool) {
 	for {
@@ -362,8 +362,8 @@ func (h *Host) readFrame(s network.Stream, br *bufio.Reader, buf []byte) (wire.M
 	}
 }
 
-// readOne is readFrame for one frame; refused says it was a newer
-// writer's frame this build does not understand.
+// readOne is readFrame for one frame; refused says it was another
+// release's frame this build does not understand.
 func (h *Host) readOne(s network.Stream, br *bufio.Reader, buf []byte) (_ wire.Message, _ []byte, ok, refused bool) {
 	n, err := h.readLen(br)
 	if err != nil {
@@ -393,7 +393,7 @@ func (h *Host) readOne(s network.Stream, br *bufio.Reader, buf []byte) (_ wire.M
 	}
 	switch {
 	case errors.Is(err, wire.ErrVersion) || errors.Is(err, wire.ErrKind) || errors.Is(err, wire.ErrMustUnderstand):
-		// A newer writer's frame, whole: refuse it alone and read on. The
+		// Another release's frame, whole: refuse it alone and read on. The
 		// log says so at the 1st, 2nd, 4th, 8th... refusal: a peer that
 		// keeps sending them does not flood it.
 		if n := h.stats.refused.Add(1); n&(n-1) == 0 {
@@ -435,7 +435,7 @@ func (h *Host) refused(remote peer.ID, err error, count uint64) {
 		version = m.version
 	}
 	h.mu.RUnlock()
-	h.log.Warn("p2p: frame refused: it needs a newer sluice", "peer", remote, "peer_version", cmp.Or(version, "not announced"),
+	h.log.Warn("p2p: frame refused: written by a sluice release this one does not read", "peer", remote, "peer_version", cmp.Or(version, "not announced"),
 		"version", cmp.Or(h.version, "not set"), "codecs", fmt.Sprintf("%d to %d", wire.MinVersion, wire.Version), "refused", count, "err", err)
 }
 

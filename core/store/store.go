@@ -48,7 +48,11 @@ var (
 const Format = 1
 
 // migrations[f] changes a store of format f into format f+1, in txn.
-var migrations = map[uint64]func(txn *badger.Txn) error{}
+// formatNow is Format, but for the tests of migrations.
+var (
+	migrations = map[uint64]func(txn *badger.Txn) error{}
+	formatNow  = uint64(Format)
+)
 
 // defaultMaxBatch is Config.MaxBatch when it is zero or less.
 const defaultMaxBatch = 4096
@@ -311,11 +315,11 @@ func bump(db *badger.DB, id uint64, fresh bool) (State, error) {
 		if err != nil {
 			return err
 		}
-		if format > Format {
+		if format > formatNow {
 			return fmt.Errorf("%w: its format is %d, this build reads formats 1 to %d: "+
-				"run the release that wrote it, or a newer one", ErrNewerFormat, format, Format)
+				"run the release that wrote it, or a newer one", ErrNewerFormat, format, formatNow)
 		}
-		for ; format < Format; format++ {
+		for ; format < formatNow; format++ {
 			if err := migrations[format](txn); err != nil {
 				return fmt.Errorf("store: migrating format %d to %d: %w", format, format+1, err)
 			}

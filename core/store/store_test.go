@@ -996,3 +996,43 @@ func TestStoreFormat(t *testing.T) {
 	}
 	must(t, s.Close())
 }
+
+// TestMigrationIsAtomic: a migration that fails half-way (a write made,
+// then an error: a crash mid-migration leaves the same, since the commit
+// never happened) changes nothing and Open fails; the next start
+// migrates once, and the start after that does not again.
+func TestMigrationIsAtomic(t *testing.T) {
+	defer func(f uint64) { formatNow = f; delete(migrations, Format) }(formatNow)
+	dir := t.TempDir()
+	s, _ := open(t, Config{Dir: dir})
+	must(t, s.Close())
+	formatNow = Format + 1
+	ran := 0
+	migrations[Format] = func(txn *badger.Txn) error {
+		ran++
+		if err := txn.Set(keyFence, encodeUint(42)); err != nil {
+			return err
+		}
+		if ran == 1 {
+			return errors.New("the power went out")
+		}
+		return nil
+	}
+	if _, _, err := Open(context.Background(), Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "the power went out") {
+		t.Fatalf("a failed migration: %v", err)
+	}
+	formatNow = Format
+	s, st := open(t, Config{Dir: dir}) // the old format, untouched
+	if st.Durable.Fence != 0 {
+		t.Fatalf("the failed migration's write stayed: fence %d", st.Durable.Fence)
+	}
+	must(t, s.Close())
+	formatNow = Format + 1
+	for range 2 {
+		s, st = open(t, Config{Dir: dir})
+		if st.Durable.Fence != 42 || ran != 2 {
+			t.Fatalf("after the migration: fence %d, migration run %d times, want 42 and 2", st.Durable.Fence, ran)
+		}
+		must(t, s.Close())
+	}
+}

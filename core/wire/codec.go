@@ -128,6 +128,10 @@ var fields = [...]field{
 	flag("shared", func(m *Message) *bool { return &m.Shared }),
 }
 
+// lastCodec3Tag is the newest field codec 3 has: a field added after it
+// is not written in codec 3, whose readers refuse any tag they do not know.
+const lastCodec3Tag = 40
+
 // number is a field holding an unsigned integer; a value over the type's
 // range is malformed.
 func number[T ~uint32 | ~uint64](name string, at func(*Message) *T) field {
@@ -319,6 +323,9 @@ func EncodeVersion(dst []byte, m *Message, v byte) ([]byte, error) {
 	dst = append(dst, v, byte(m.Kind))
 	for i := range fields {
 		f := &fields[i]
+		if v == 3 && i+1 > lastCodec3Tag {
+			break // codec 3 readers refuse a tag they do not know
+		}
 		mark := len(dst)
 		if v == 3 {
 			dst = binary.AppendUvarint(dst, uint64(i+1))

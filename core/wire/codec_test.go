@@ -37,6 +37,9 @@ func TestSampleSetsEveryField(t *testing.T) {
 			t.Errorf("sample leaves %s zero", v.Type().Field(i).Name)
 		}
 	}
+	if len(fields) < lastCodec3Tag || fields[lastCodec3Tag-1].name != "shared" {
+		t.Errorf("codec 3's last field is shared, tag %d", lastCodec3Tag)
+	}
 	if len(fields) != v.NumField()-1 { // all but Kind have a tag
 		t.Errorf("%d fields with a tag, Message has %d besides Kind", len(fields), v.NumField()-1)
 	}

@@ -547,7 +547,7 @@ func (a *Agent) registerMetrics() {
 			ConstLabels: prometheus.Labels{"reason": "oversized"}}, func() float64 { return float64(a.host.Stats().Oversized) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
 			Help:        frameRejectedHelp,
-			ConstLabels: prometheus.Labels{"reason": "too_new"}}, func() float64 { return float64(a.host.Stats().Refused) }),
+			ConstLabels: prometheus.Labels{"reason": "other_release"}}, func() float64 { return float64(a.host.Stats().Refused) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_syncs_total",
 			Help: "Store transactions made durable (one fsync each on disk)."}, func() float64 { return float64(a.store.Stats().Syncs) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_failures_total",
@@ -746,4 +746,4 @@ func buildInfo() prometheus.Collector {
 // frameRejectedHelp is the help of sluice_mesh_frames_rejected_total, the
 // same for each reason, as Prometheus requires.
 const frameRejectedHelp = "Frames from peers refused by the mesh, by reason: malformed and oversized reset their stream; " +
-	"too_new (a codec, kind or must-understand field of a newer sluice) is dropped alone."
+	"other_release (a codec, kind or must-understand field of a release this one does not read) is dropped alone."
