@@ -6,16 +6,24 @@
 //   - A Host is a libp2p host on TCP with Noise and yamux only (no QUIC, relay,
 //     NAT traversal or hole punching). A pre-shared key makes it a private
 //     network; an allow-list gates every connection at the secured stage.
-//   - Lock traffic travels on protocol LockProtocol: one long-lived outbound
+//   - Lock traffic travels on a lock protocol: one long-lived outbound
 //     stream per peer, fed by a bounded queue. Send never blocks; a frame that
 //     cannot be queued or written is dropped and counted, because the core
-//     retransmits. Frames are a uvarint length and a wire.Encode body, capped
-//     at Config.MaxFrame; a malformed or oversized frame resets the stream and
-//     is counted, never panics.
+//     retransmits. Frames are a uvarint length and a wire.EncodeVersion body,
+//     capped at Config.MaxFrame; a malformed or oversized frame resets the
+//     stream and is counted, never panics.
+//   - The stream is opened in the newest lock protocol both ends speak
+//     (LockProtocol, codec 4; LockProtocolCodec3, the previous release's),
+//     and frames to the peer are written in its codec: until a stream is
+//     open, in codec 3, which every peer reads. A whole frame of a codec,
+//     kind or must-understand field this build does not read is refused
+//     alone (Stats.Refused) and logged with both releases; the stream goes
+//     on.
 //   - Every message delivered on Inbox carries, in From, the node id of the
 //     authenticated peer that sent it, whatever the peer wrote there.
 //   - Membership rides on gossipsub (topic MembersTopic), off the lock path:
-//     announcements carry peer id, name and addresses; known members are
+//     announcements carry peer id, name, addresses, release and codec
+//     (identify carries the release too); known members are
 //     redialed with jittered exponential backoff until Close.
 //   - Close stops every goroutine the Host started and closes libp2p.
 //     Inbox and Joined are never closed.
