@@ -44,49 +44,61 @@ func benchMessages() []struct {
 	return out
 }
 
-// BenchmarkEncode encodes into a reused buffer, as a sender does.
+// codecs are the codecs a sender writes, the benchmarks' first level.
+var codecs = []byte{wire.MinVersion, wire.Version}
+
+// BenchmarkEncode encodes into a reused buffer, as a sender does, in each
+// codec.
 func BenchmarkEncode(b *testing.B) {
-	for _, c := range benchMessages() {
-		b.Run(c.name, func(b *testing.B) {
-			m := c.m
-			frame, err := wire.Encode(nil, &m)
-			if err != nil {
-				b.Fatal(err)
-			}
-			want := len(frame)
-			b.SetBytes(int64(want))
-			b.ReportAllocs()
-			// The first encode's buffer: room for what Encode appends
-			// and takes back (the tag of a field that is not set).
-			buf := frame
-			for b.Loop() {
-				if buf, err = wire.Encode(buf[:0], &m); err != nil || len(buf) != want {
-					b.Fatalf("encoded %d bytes, want %d: %v", len(buf), want, err)
-				}
-			}
-		})
+	for _, v := range codecs {
+		for _, c := range benchMessages() {
+			b.Run(fmt.Sprintf("codec%d/%s", v, c.name), func(b *testing.B) { benchEncode(b, c.m, v) })
+		}
 	}
 }
 
-// BenchmarkDecode decodes one frame per iteration, as a receiver does.
+func benchEncode(b *testing.B, m wire.Message, v byte) {
+	frame, err := wire.EncodeVersion(nil, &m, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	want := len(frame)
+	b.SetBytes(int64(want))
+	b.ReportAllocs()
+	// The first encode's buffer: room for what Encode appends and takes
+	// back (the key of a field that is not set).
+	buf := frame
+	for b.Loop() {
+		if buf, err = wire.EncodeVersion(buf[:0], &m, v); err != nil || len(buf) != want {
+			b.Fatalf("encoded %d bytes, want %d: %v", len(buf), want, err)
+		}
+	}
+}
+
+// BenchmarkDecode decodes one frame per iteration, as a receiver does, of
+// each codec.
 func BenchmarkDecode(b *testing.B) {
-	for _, c := range benchMessages() {
-		b.Run(c.name, func(b *testing.B) {
-			frame, err := wire.Encode(nil, &c.m)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if got, err := wire.Decode(frame); err != nil || !reflect.DeepEqual(got, c.m) {
-				b.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, c.m)
-			}
-			b.SetBytes(int64(len(frame)))
-			b.ReportAllocs()
-			for b.Loop() {
-				m, err := wire.Decode(frame)
-				if err != nil || m.Kind != c.m.Kind || len(m.Entries) != len(c.m.Entries) {
-					b.Fatalf("decoded %v: %v", m, err)
-				}
-			}
-		})
+	for _, v := range codecs {
+		for _, c := range benchMessages() {
+			b.Run(fmt.Sprintf("codec%d/%s", v, c.name), func(b *testing.B) { benchDecode(b, c.m, v) })
+		}
+	}
+}
+
+func benchDecode(b *testing.B, want wire.Message, v byte) {
+	frame, err := wire.EncodeVersion(nil, &want, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got, err := wire.Decode(frame); err != nil || !reflect.DeepEqual(got, want) {
+		b.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, want)
+	}
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := wire.Decode(frame)
+		if err != nil || m.Kind != want.Kind || len(m.Entries) != len(want.Entries) {
+			b.Fatalf("decoded %v: %v", m, err)
+		}
 	}
 }
