@@ -591,3 +591,50 @@ func TestChangelogNamesThisRelease(t *testing.T) {
 		t.Fatalf("the changelog's newest release is %q; sluice version says %q (semaphore.Version %s)", newest, out, semaphore.Version)
 	}
 }
+
+// TestTestingGuideFlags: every flag the testing guide's `go test` lines
+// give a package is one that package's tests define (flag.Bool("faults",
+// ...)) or one of go test's own, so the guide's commands run as written.
+func TestTestingGuideFlags(t *testing.T) {
+	b, err := os.ReadFile("TESTING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goTest := regexp.MustCompile(`go test (?:-tags \S+ )?(\./[a-z]\S*?)(?:/\.\.\.)?\s(.*)`)
+	flagName := regexp.MustCompile(`(?:^|\s)-([a-z][a-z0-9-]*)`)
+	own := map[string]bool{"run": true, "bench": true, "benchmem": true, "benchtime": true, "count": true, "fuzz": true,
+		"fuzztime": true, "timeout": true, "v": true, "short": true, "tags": true, "race": true}
+	checked := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		m := goTest.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		args, _, _ := strings.Cut(m[2], "#")
+		tests, _ := filepath.Glob(filepath.Join("..", m[1], "*_test.go"))
+		if len(tests) == 0 {
+			t.Errorf("%q: no tests in %s", line, m[1])
+			continue
+		}
+		var defs strings.Builder
+		for _, f := range tests {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defs.Write(b)
+		}
+		for _, f := range flagName.FindAllStringSubmatch(args, -1) {
+			if own[f[1]] || f[1] == "rewrite" && strings.Contains(defs.String(), "cockroachdb/datadriven") {
+				continue // go test's, or datadriven's
+			}
+			checked++
+			if !strings.Contains(defs.String(), `("`+f[1]+`",`) {
+				t.Errorf("%q: package %s's tests define no flag -%s", strings.TrimSpace(line), m[1], f[1])
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d of the guide's flags: the guide or this test lost its way", checked)
+	}
+}
