@@ -477,6 +477,9 @@ func Decode(b []byte) (Message, error) {
 	}
 	d := decoder{b: b}
 	v := d.byte("version")
+	if d.err == nil && v == 0 {
+		return m, fmt.Errorf("%w: codec 0, which no release wrote", ErrMalformed) // garbage, not another release
+	}
 	if d.err == nil && (v < MinVersion || v > Version) {
 		return m, fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, v, MinVersion, Version)
 	}

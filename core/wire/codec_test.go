@@ -112,6 +112,7 @@ func TestDecodeRejects(t *testing.T) {
 		"empty":               {nil, ErrMalformed},
 		"version":             {append([]byte{9}, good[1:]...), ErrVersion},
 		"version 2":           {append([]byte{2}, good3[1:]...), ErrVersion},
+		"version 0":           {append([]byte{0}, good[1:]...), ErrMalformed},
 		"unknown kind":        {append([]byte{Version, 200}, good[2:]...), ErrKind},
 		"zero kind":           {append([]byte{Version, 0}, good[2:]...), ErrKind},
 		"truncated":           {good[:len(good)-3], ErrMalformed}, // into the yield field's key
@@ -146,6 +147,11 @@ func TestDecodeRejects(t *testing.T) {
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", name, err, c.want)
 		}
+	}
+	// Codec 0 is garbage, not another release's frame: the mesh resets
+	// the stream it came on rather than read on.
+	if _, err := Decode(append([]byte{0}, good[1:]...)); errors.Is(err, ErrVersion) {
+		t.Errorf("codec 0 is taken for another release's: %v", err)
 	}
 }
 
