@@ -101,3 +101,26 @@ func TestRefusesWhatItDoesNotKnow(t *testing.T) {
 		t.Fatalf("stats: %+v, want 4 refused and no reset", st)
 	}
 }
+
+// A peer that claims a codec it does not speak (its announcement says 9)
+// is still written to in the codec its lock stream was opened in, and
+// listed with that one.
+func TestClaimedCodecIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{})
+	b := start(t, Config{Peers: a.Addrs()})
+	eventually(t, "a to know b", func() bool { _, ok := memberOf(a, b.Self()); return ok })
+	send(t, a, msg(b.Self(), 1))
+	recv(t, b)
+	a.setVersion(b.Self(), "9.9.9", 9)
+	if m, _ := memberOf(a, b.Self()); m.Codec != wire.Version || m.Version != "9.9.9" {
+		t.Fatalf("b claims codec 9: listed as %+v, want codec %d", m, wire.Version)
+	}
+	send(t, a, msg(b.Self(), 2))
+	if m := recv(t, b); m.StoreAge != 2 {
+		t.Fatalf("b got %v", m)
+	}
+	if st := b.Stats(); st.Refused+st.Malformed != 0 {
+		t.Fatalf("b refused frames: %+v", st)
+	}
+}
