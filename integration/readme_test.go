@@ -39,6 +39,17 @@ func docs(t *testing.T) string {
 	return all.String()
 }
 
+// docAfter is the documents' text after marker, the start of what they
+// must have (what, for the failure).
+func docAfter(t *testing.T, marker, what string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(docs(t), marker)
+	if !ok {
+		t.Fatalf("the documents have no %s", what)
+	}
+	return rest
+}
+
 // readmeBlock is the first fenced block of lang in the documents.
 func readmeBlock(t *testing.T, lang string) string {
 	t.Helper()
@@ -332,7 +343,7 @@ func TestReadmeCommands(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string][]int{"lock": {0}, "locks": {0}, "unlock": {0, 1}, "drain": {0}, "undrain": {0, 1}}[args[0]]
+		want := map[string][]int{"lock": {0}, "locks": {0}, "unlock": {0, 1}, "drain": {0}, "undrain": {0, 1}, "members": {0}}[args[0]]
 		if !slices.Contains(want, code) {
 			t.Errorf("%s: exit %d, want one of %v\n%s", line, code, want, out)
 		}
@@ -471,11 +482,7 @@ func loopbackCluster(t *testing.T, dir, idLine, agentLine, key string) (ids, por
 // rows elided, for the page).
 func TestManualMembersExample(t *testing.T) {
 	sock := startDev(t)
-	_, example, ok := strings.Cut(docs(t), "$ sluice members\n")
-	if !ok {
-		t.Fatal("the manual has no `$ sluice members` example")
-	}
-	example, _, _ = strings.Cut(example, "\n$ ")
+	example, _, _ := strings.Cut(docAfter(t, "$ sluice members\n", "`$ sluice members` example"), "\n$ ")
 	lines := strings.Split(example, "\n")
 	code, out, errs := sluice(t, sock, "members")
 	if code != 0 {
@@ -503,11 +510,7 @@ func TestManualMembersExample(t *testing.T) {
 // operator's force-unlock ends the nightly job's lock.
 func TestManualSession(t *testing.T) {
 	sock := startDev(t)
-	_, block, ok := strings.Cut(docs(t), "\n```\ngo run ./cmd/sluice status")
-	if !ok {
-		t.Fatal("the manual has no session of `go run ./cmd/sluice` lines")
-	}
-	block, _, _ = strings.Cut(block, "```")
+	block, _, _ := strings.Cut(docAfter(t, "\n```\ngo run ./cmd/sluice status", "session of `go run ./cmd/sluice` lines"), "```")
 	script := "set -e\n" + strings.ReplaceAll("go run ./cmd/sluice status"+block, "go run ./cmd/sluice ", binary+" ") +
 		"wait %2 || echo nightly ended $?\n" // the force-unlocked job's lock; `wait` also waits for the reader
 	// A person types the next line after the job started; the script
