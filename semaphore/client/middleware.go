@@ -184,9 +184,7 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
-			l, err := outage.try(ctx, o.AgentWait, func() (*Lease, error) {
-				return c.Acquire(ctx, name, semaphore.ReadOnly, Options{Try: true, Duration: o.Duration, AutoRenew: true})
-			})
+			l, err := outage.acquire(ctx, c, name, Options{Try: true, Duration: o.Duration, AutoRenew: true}, o.AgentWait)
 			r.Header.Del(PreviewHeader) // the middleware's word to the handler, not the visitor's
 			switch {
 			case err == nil:
@@ -632,40 +630,45 @@ func (w *leaseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *leaseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // agentOutage is what the requests of one middleware know of their
-// agent's outage: since when it cannot be reached or is not ready.
-type agentOutage struct {
-	mu    sync.Mutex
-	since time.Time // zero: the agent answered the last request
-}
+// agent's outage: since when (Unix nanoseconds) it cannot be reached or is
+// not ready; 0 while it answers. An atomic, not a lock: every page view
+// reads it.
+type agentOutage struct{ since atomic.Int64 }
 
 // agentRetryEvery is how often a waiting request tries an unreachable
 // agent again: an agent's restart takes a fraction of a second, and one
 // try costs a failed connect.
 const agentRetryEvery = 50 * time.Millisecond
 
-// try runs acquire; while the agent cannot be reached or is not ready, it
-// tries again until wait has passed since the outage began (or the
-// visitor left), and gives the last answer.
-func (a *agentOutage) try(ctx context.Context, wait time.Duration, acquire func() (*Lease, error)) (*Lease, error) {
-	t := time.NewTimer(0)
-	<-t.C
-	defer t.Stop()
+// acquire takes a READ_ONLY lease of name through c; while the agent
+// cannot be reached or is not ready, it tries again until wait has passed
+// since the outage began (or the visitor left), and gives the last answer.
+func (a *agentOutage) acquire(ctx context.Context, c *Client, name string, o Options, wait time.Duration) (*Lease, error) {
+	var t *time.Timer
 	for {
-		l, err := acquire()
-		down := errors.Is(err, semaphore.ErrUnavailable) || errors.Is(err, semaphore.ErrNotReady)
-		a.mu.Lock()
-		switch {
-		case !down:
-			a.since = time.Time{}
-		case a.since.IsZero():
-			a.since = time.Now()
-		}
-		left := wait - time.Since(a.since)
-		a.mu.Unlock()
-		if !down || left <= 0 || ctx.Err() != nil {
+		l, err := c.Acquire(ctx, name, semaphore.ReadOnly, o)
+		if !errors.Is(err, semaphore.ErrUnavailable) && !errors.Is(err, semaphore.ErrNotReady) {
+			if a.since.Load() != 0 {
+				a.since.Store(0)
+			}
 			return l, err
 		}
-		t.Reset(min(agentRetryEvery, left))
+		now := time.Now().UnixNano()
+		a.since.CompareAndSwap(0, now)
+		since := a.since.Load()
+		if since == 0 {
+			since = now // another request's answer ended the outage meanwhile: count from now
+		}
+		left := wait - time.Duration(now-since)
+		if left <= 0 || ctx.Err() != nil {
+			return l, err
+		}
+		if t == nil {
+			t = time.NewTimer(min(agentRetryEvery, left))
+			defer t.Stop()
+		} else {
+			t.Reset(min(agentRetryEvery, left))
+		}
 		select {
 		case <-ctx.Done():
 			return l, err
