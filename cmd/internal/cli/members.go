@@ -164,7 +164,7 @@ func newMembersChangeCmd(verb, done, short string,
 
 func printMembers(w io.Writer, l api.MemberList) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tPEER\tNAME\tADDRESS\tVERSION\tVOTER\tLEADER\tREACHABLE")
+	fmt.Fprintln(tw, "NODE\tPEER\tNAME\tADDRESS\tVOTER\tLEADER\tREACHABLE\tVERSION")
 	voters := 0
 	for _, m := range l.Members {
 		if m.Voter {
@@ -175,7 +175,7 @@ func printMembers(w io.Writer, l api.MemberList) {
 			leader = "yes"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Node, orDash(m.Peer), orDash(m.Name), orDash(m.Address),
-			orDash(m.Version), yesNo(m.Voter), leader, yesNo(m.Reachable))
+			yesNo(m.Voter), leader, yesNo(m.Reachable), orDash(m.Version))
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "cluster %s, view epoch %d, %d voters", l.Cluster, l.Epoch, voters)

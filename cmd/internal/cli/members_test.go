@@ -92,8 +92,8 @@ func TestMembersCommands(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "NODE") ||
-		strings.Join(strings.Fields(lines[1]), " ") != "1 12D3KooWA alpha /ip4/10.0.0.1/tcp/7946 - yes yes yes" ||
-		strings.Join(strings.Fields(lines[3]), " ") != "3 - gamma - - no yes" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "1 12D3KooWA alpha /ip4/10.0.0.1/tcp/7946 yes yes yes -" ||
+		strings.Join(strings.Fields(lines[3]), " ") != "3 - gamma - no yes -" ||
 		lines[4] != "cluster 00c0ffee00c0ffee, view epoch 4, 2 voters" {
 		t.Errorf("members:\n%s", stdout)
 	}
