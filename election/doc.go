@@ -23,6 +23,14 @@
 //     there is at most one valid view per epoch whatever the clocks do, and
 //     every valid view names a previous view at least as recent as any
 //     earlier valid view: the one whose leaders hold the lock table.
+//   - A view carries the cluster's codec (its level). Hellos offer the
+//     newest codec a node reads (less while held back); the coordinator
+//     sets a new view's level to the lowest offer of its members, counting
+//     a member not heard lately as the oldest codec, and never below the
+//     previous view's. Since that previous view is the newest valid one,
+//     the level of valid views never falls, and acceptors refuse a view
+//     that would lower theirs. A node offering less than the level (an
+//     older release) does not vote or lead, and cannot be added.
 //   - A node is ready (LOCK_READY) when it knows a valid view and hears from
 //     a quorum of its leaders; otherwise Status says why not (NO_LOCK).
 package election

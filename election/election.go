@@ -48,6 +48,15 @@ type Config struct {
 	// round always gets four of the slowest round trips seen, so links
 	// slower than RetryTicks still elect. Default 15.
 	RetryTicks int64
+	// Codec is the codec this node offers the cluster's level
+	// (wire.View.Level): the newest it reads, or less to hold the level
+	// back so that the previous release can still take over. The level
+	// rises to the lowest codec the alive members offer, never falls, and
+	// a node offering less than it does not vote. Zero: wire.MinVersion,
+	// which never raises it.
+	Codec uint64
+	// Release is this node's release, told in hellos ("" for none).
+	Release string
 	// Mutant breaks the election on purpose, for mutation tests only; it
 	// takes effect only in builds with the sluicemutants tag
 	// (core/mutation).
@@ -82,6 +91,10 @@ const (
 	// knows, whether or not the store remembers that one: a store wiped or
 	// rolled back passes once its incarnation climbed past it.
 	MutantClimbingLives
+	// MutantLevelBackwards: the coordinator sets a view's level from the
+	// codecs the alive members offer alone, not at least the previous
+	// view's, and acceptors take a view that lowers it.
+	MutantLevelBackwards
 )
 
 // Persisted is what a node must find again after a restart. It is handed
@@ -139,6 +152,11 @@ type Member struct {
 	Off    bool
 	// Voter: a member of the current view (or of the bootstrap).
 	Voter bool
+	// Codec is what its hellos offer the cluster's level (MinVersion for
+	// a release before levels; 0 until a hello arrived); Release its
+	// release ("" when its hellos do not say).
+	Codec   uint64
+	Release string
 }
 
 // Status is what `sluice status` shows of the election.
@@ -162,11 +180,18 @@ type Stats struct {
 	// of a life older than one known here, refused. NotCheckedIn: votes
 	// asked of this node before it checked in, ignored.
 	Foreign, StaleLives, NotCheckedIn uint64
+	// BelowLevel: votes of nodes that offer less than the cluster's codec,
+	// and views that would lower it, refused.
+	BelowLevel uint64
 }
 
 type member struct {
 	id    ID
 	heard int64
+	// codec is what its hellos offer (MinVersion when they say nothing);
+	// release its release.
+	codec   uint64
+	release string
 }
 
 type round struct {
@@ -240,9 +265,10 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	def(&cfg.HelloTicks, 5)
 	def(&cfg.DeadTicks, 20)
 	def(&cfg.RetryTicks, 15)
+	cfg.Codec = max(cfg.Codec, uint64(wire.MinVersion))
 	cfg.Peers = slices.Clone(cfg.Peers)
 	boot := slices.Compact(slices.Sorted(slices.Values(cfg.Bootstrap)))
-	e := &Election{cfg: cfg, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID}}, lastHello: -cfg.HelloTicks,
+	e := &Election{cfg: cfg, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID, codec: cfg.Codec, release: cfg.Release}}, lastHello: -cfg.HelloTicks,
 		retry: cfg.RetryTicks, checkAcks: map[wire.NodeID]bool{}, marks: map[wire.NodeID]mark{}}
 	if persisted != nil {
 		e.p = *persisted.clone()
@@ -331,15 +357,20 @@ func wanted(members []wire.NodeID) int { return min(3, len(members)) }
 // candidates are the alive members of set that may lead, best first:
 // sitting leaders compete with priority 0.
 func (e *Election) candidates(set []wire.NodeID) []wire.NodeID {
+	// A node below the cluster's codec may be a release that cannot read
+	// what the lock table's messages may hold: it does not lead.
+	may := func(id wire.NodeID) bool {
+		return e.members[id].id.Priority != Off && e.belowLevel(id, e.p.Valid.Codec()) == ""
+	}
 	var out []wire.NodeID
 	for _, id := range e.aliveIDs() {
-		if slices.Contains(set, id) && e.members[id].id.Priority != Off {
+		if slices.Contains(set, id) && may(id) {
 			out = append(out, id)
 		}
 	}
 	// Nodes added to the set but not yet members count too.
 	for _, id := range set {
-		if !slices.Contains(out, id) && !e.isMember(id) && e.alive(id) && e.members[id].id.Priority != Off {
+		if !slices.Contains(out, id) && !e.isMember(id) && e.alive(id) && may(id) {
 			out = append(out, id)
 		}
 	}
@@ -395,12 +426,73 @@ func (e *Election) needed() bool {
 		return true
 	}
 	for _, l := range e.p.Valid.Leaders {
-		if !e.alive(l) || !e.isMember(l) {
+		if !e.alive(l) || !e.isMember(l) || e.belowLevel(l, e.p.Valid.Codec()) != "" {
 			return true
 		}
 	}
 	members := e.Members()
+	if e.level(members) > e.p.Valid.Level {
+		return true // every member offers a newer codec: raise the level
+	}
 	return len(e.p.Valid.Leaders) < wanted(members) && len(e.candidates(members)) > len(e.p.Valid.Leaders)
+}
+
+// offered is the codec node id offers the cluster's level: what its last
+// hello said while it is alive, MinVersion otherwise.
+func (e *Election) offered(id wire.NodeID) uint64 {
+	if m := e.members[id]; m != nil && e.alive(id) {
+		return max(m.codec, uint64(wire.MinVersion))
+	}
+	return uint64(wire.MinVersion)
+}
+
+// level is the level of a new view of members: the lowest codec they
+// offer, and never below the valid view's, whose level every earlier
+// valid view's is at most (the previous view a new one names is the
+// newest valid one). Zero stands for MinVersion, as in views made before
+// levels existed, so that such a view looks the same to both releases.
+func (e *Election) level(members []wire.NodeID) uint64 {
+	low := uint64(0)
+	for i, id := range members {
+		if c := e.offered(id); i == 0 || c < low {
+			low = c
+		}
+	}
+	if !e.cfg.Mutant.on(MutantLevelBackwards) {
+		low = max(low, e.p.Valid.Level)
+	}
+	if low <= uint64(wire.MinVersion) {
+		return 0
+	}
+	return low
+}
+
+// belowLevel says why node id, this one included, must not vote at level
+// (a codec): it offers less, so it may be an older release that cannot
+// read what the level allows; "" when it may. A release before levels
+// never asks: its views have no level, and acceptors refuse them as
+// views that would lower it.
+func (e *Election) belowLevel(id wire.NodeID, level uint64) string {
+	if level <= uint64(wire.MinVersion) {
+		return ""
+	}
+	m := e.members[id]
+	if m == nil || m.id.Address == "" {
+		return fmt.Sprintf("node %d never said hello here, and the cluster's codec is %d", id, level)
+	}
+	if c := max(m.codec, uint64(wire.MinVersion)); c < level {
+		return fmt.Sprintf("node %d (release %s) offers codec %d, and the cluster's codec is %d", id, releaseOr(m.release), c, level)
+	}
+	return ""
+}
+
+// releaseOr is a release for messages: "before 0.9" when a node's hellos
+// do not say.
+func releaseOr(r string) string {
+	if r == "" {
+		return "before 0.9"
+	}
+	return r
 }
 
 func (e *Election) send(m wire.Message) {
@@ -442,7 +534,7 @@ func (e *Election) Tick() {
 		// stored before its messages left. A life checked in says so with
 		// its nonce: members added since learn it.
 		hello := wire.Message{Kind: wire.KindHello, ElectionID: e.cfg.ID.String(), View: e.p.Valid.Clone(),
-			Incarnation: e.cfg.Incarnation, StoreAge: e.age()}
+			Incarnation: e.cfg.Incarnation, StoreAge: e.age(), Codec: e.cfg.Codec, Release: e.cfg.Release}
 		if e.checkedIn && !e.cfg.Mutant.on(MutantNoCheckIn) {
 			hello.Nonce = e.cfg.Nonce
 		}
@@ -587,6 +679,10 @@ func (e *Election) onPromise(m wire.Message) error {
 	if err := e.checkView(m.View, true); err != nil {
 		return err
 	}
+	if why := e.belowLevel(m.From, e.p.Valid.Codec()); why != "" {
+		e.stats.BelowLevel++
+		return fmt.Errorf("%w: promise not counted: %s", ErrBelowLevel, why)
+	}
 	r.promises[m.From], r.voted[m.From] = m.View.Clone(), true
 	e.rtt = max(e.rtt*3/4, e.now-r.started)
 	e.propose(r)
@@ -636,7 +732,7 @@ func (e *Election) propose(r *round) {
 		}
 		prev := e.p.Valid
 		r.proposal = &wire.View{Epoch: r.epoch, Leaders: leaders, PrevEpoch: prev.Epoch, PrevLeaders: slices.Clone(prev.Leaders),
-			Members: members, PrevMembers: old}
+			Members: members, PrevMembers: old, Level: e.level(members)}
 	}
 	for _, id := range r.proposal.Members {
 		e.AddPeer(id)
@@ -666,6 +762,14 @@ func (e *Election) onAccept(m wire.Message) error {
 		return fmt.Errorf("%w: accept of epoch %d", ErrNotCheckedIn, m.View.Epoch)
 	}
 	ep := m.View.Epoch
+	if lv, valid := m.View.Codec(), e.p.Valid.Codec(); lv < valid && !e.cfg.Mutant.on(MutantLevelBackwards) || lv > uint64(wire.Version) {
+		// Never backwards; and a level above what this build reads asks for
+		// what it cannot do.
+		e.stats.BelowLevel++
+		e.send(wire.Message{Kind: wire.KindAccepted, To: m.From, View: wire.View{Epoch: ep}, Reject: true, Promised: e.p.Promised})
+		return fmt.Errorf("%w: the view of epoch %d has codec %d; the valid view's is %d and this build reads up to %d",
+			ErrBelowLevel, ep, lv, valid, wire.Version)
+	}
 	if ep >= e.p.Promised && (e.p.Accepted.Epoch < ep || e.cfg.Mutant.on(MutantTwoViewsPerEpoch)) {
 		e.p.Promised, e.p.Accepted, e.persist = ep, m.View.Clone(), true
 		for _, id := range m.View.Members {
@@ -688,6 +792,10 @@ func (e *Election) onAccepted(m wire.Message) error {
 		e.endChange(fmt.Errorf("%w: node %d refused epoch %d", ErrChangeLost, m.From, r.epoch))
 		e.round = nil
 		return nil
+	}
+	if why := e.belowLevel(m.From, max(e.p.Valid.Codec(), r.proposal.Codec())); why != "" {
+		e.stats.BelowLevel++
+		return fmt.Errorf("%w: accept not counted: %s", ErrBelowLevel, why)
 	}
 	r.accepts[m.From] = true
 	if !Valid(*r.proposal, r.accepts, e.cfg.Mutant) {
@@ -731,7 +839,7 @@ func (e *Election) hello(m wire.Message) error {
 		mb = &member{}
 		e.members[m.From] = mb
 	}
-	mb.id, mb.heard = id, e.now
+	mb.id, mb.heard, mb.codec, mb.release = id, e.now, m.Codec, m.Release
 	// Only a life that checked in (its hellos carry its nonce) counts: a
 	// new life's first hello, ahead of its check-in, must not hide the
 	// age its previous life told.
@@ -822,6 +930,7 @@ func (e *Election) Status() Status {
 		m := Member{Node: id, Alive: e.alive(id), Leader: slices.Contains(e.p.Valid.Leaders, id), Voter: e.isMember(id)}
 		if mb := e.members[id]; mb != nil && mb.id.Address != "" {
 			m.ID, m.Off = mb.id.String(), mb.id.Priority == Off
+			m.Codec, m.Release = max(mb.codec, uint64(wire.MinVersion)), mb.release
 		}
 		s.Members = append(s.Members, m)
 	}
@@ -881,6 +990,10 @@ func (e *Election) lockReady() (bool, string) {
 			why = "election in progress"
 		}
 		return false, "no valid view: " + why
+	}
+	if lv := e.p.Valid.Codec(); lv > uint64(wire.Version) {
+		return false, fmt.Sprintf("the cluster's codec is %d and this release (%s) reads codecs up to %d: run a newer release",
+			lv, releaseOr(e.cfg.Release), wire.Version)
 	}
 	up := 0
 	for _, l := range e.p.Valid.Leaders {

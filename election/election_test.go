@@ -394,3 +394,133 @@ func TestMembershipRules(t *testing.T) {
 		}
 	}
 }
+
+// TestLevelNeverFalls: a node whose valid view has codec 4 refuses to
+// accept a view of a lower codec (a coordinator of the release before,
+// whose views have no level) and one above what this build reads; the
+// mutant that lets the level fall accepts the first.
+func TestLevelNeverFalls(t *testing.T) {
+	for _, c := range []struct {
+		mutant election.Mutant
+		reject bool
+	}{{0, true}, {election.MutantLevelBackwards, false}} {
+		if c.mutant != 0 && !mutation.Need(t) {
+			continue
+		}
+		e := node(t, 1, 5, c.mutant)
+		at4 := view(3, 1, 2, 3)
+		at4.Level = 4
+		if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: at4})); err != nil {
+			t.Fatal(err)
+		}
+		e.Ready()
+		e.Advance()
+		lower := view(5, 2, 3, 4)
+		lower.PrevEpoch, lower.PrevLeaders = 3, []wire.NodeID{1, 2, 3}
+		err := e.Step(in(5, wire.Message{Kind: wire.KindAccept, From: 2, To: 1, View: lower}))
+		rd := e.Ready()
+		e.Advance()
+		if len(rd.Messages) != 1 || rd.Messages[0].Reject != c.reject || c.reject != errors.Is(err, election.ErrBelowLevel) {
+			t.Fatalf("mutant %d: a view lowering the codec: %v, answer %+v", c.mutant, err, rd.Messages)
+		}
+		if c.reject && e.Stats().BelowLevel != 1 {
+			t.Fatalf("refusal not counted: %+v", e.Stats())
+		}
+	}
+
+	e := node(t, 1, 5, 0)
+	newer := view(4, 1, 2, 3)
+	newer.Level = uint64(wire.Version) + 1
+	err := e.Step(in(5, wire.Message{Kind: wire.KindAccept, From: 2, To: 1, View: newer}))
+	rd := e.Ready()
+	e.Advance()
+	if !errors.Is(err, election.ErrBelowLevel) || len(rd.Messages) != 1 || !rd.Messages[0].Reject {
+		t.Fatalf("a view of a codec this build does not read: %v, answer %+v", err, rd.Messages)
+	}
+	// Learned as valid all the same (the cluster moved on without this
+	// node), it says why it cannot serve.
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: newer})); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []wire.NodeID{2, 3} {
+		_ = e.Step(in(5, wire.Message{Kind: wire.KindHello, From: id, To: 1, ElectionID: fmt.Sprintf("14|%d|a%d|1|n%d", id, id, id)}))
+	}
+	if ready, why := e.LockReady(); ready || !strings.Contains(why, fmt.Sprintf("reads codecs up to %d: run a newer release", wire.Version)) {
+		t.Fatalf("ready %v: %s", ready, why)
+	}
+}
+
+// TestLevelOfVotes: at codec 4, the promises and accepts of a node whose
+// hellos offer codec 3 are not counted.
+func TestLevelOfVotes(t *testing.T) {
+	e, err := election.New(election.Config{Node: 1, Bootstrap: members(5), Peers: members(5), Incarnation: 1, Nonce: 1, Codec: 4,
+		ID: election.ID{Priority: 1, Random: 1, Address: "a1", PID: 1, Name: "n1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []wire.NodeID{2, 3, 4, 5} {
+		_ = e.Step(in(5, wire.Message{Kind: wire.KindCheckInAck, From: o, To: 1, Incarnation: 1, Nonce: 1}))
+	}
+	at4 := wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 3, 4}, Members: members(5), PrevMembers: members(5), Level: 4}
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: at4})); err != nil {
+		t.Fatal(err)
+	}
+	hello := func(id wire.NodeID, codec uint64) {
+		if err := e.Step(in(5, wire.Message{Kind: wire.KindHello, From: id, To: 1, Codec: codec, Release: "r",
+			ElectionID: fmt.Sprintf("14|%d|a%d|1|n%d", id, id, id)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hello(2, 3)
+	for _, id := range []wire.NodeID{3, 4, 5} {
+		hello(id, 4)
+	}
+	if err := e.ChangeMembers(election.Change{Remove: 5}); err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator's own prepare and promise go through its messages.
+	deliver := func(kind wire.Kind) (sent []wire.Message) {
+		rd := e.Ready()
+		e.Advance()
+		for _, m := range rd.Messages {
+			if m.To == 1 && m.Kind == kind {
+				if err := e.Step(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sent = append(sent, m)
+		}
+		return sent
+	}
+	var epoch uint64
+	for _, m := range deliver(wire.KindPrepare) {
+		if m.Kind == wire.KindPrepare {
+			epoch = m.View.Epoch
+		}
+	}
+	deliver(wire.KindPromise)
+	accepts := func() bool {
+		rd := e.Ready()
+		e.Advance()
+		return slices.ContainsFunc(rd.Messages, func(m wire.Message) bool { return m.Kind == wire.KindAccept })
+	}
+	err = e.Step(in(5, wire.Message{Kind: wire.KindPromise, From: 2, To: 1, PrepareEpoch: epoch}))
+	if !errors.Is(err, election.ErrBelowLevel) || !strings.Contains(err.Error(), "node 2 (release r) offers codec 3") {
+		t.Fatalf("promise of a node below the codec: %v", err)
+	}
+	if accepts() {
+		t.Fatal("proposed with its own promise and one not counted")
+	}
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindPromise, From: 3, To: 1, PrepareEpoch: epoch})); err != nil {
+		t.Fatal(err)
+	}
+	if accepts() {
+		t.Fatal("proposed with two counted promises of five")
+	}
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindPromise, From: 4, To: 1, PrepareEpoch: epoch})); err != nil {
+		t.Fatal(err)
+	}
+	if !accepts() {
+		t.Fatal("no proposal with three counted promises of five")
+	}
+}

@@ -36,6 +36,10 @@ var (
 	ErrBusy = errors.New("election: a membership change is under way")
 	// ErrChangeLost: a membership change did not commit; nothing changed.
 	ErrChangeLost = errors.New("election: membership change not committed")
+	// ErrBelowLevel: a vote of a node that offers less than the cluster's
+	// codec (an older release), not counted; or a view that would lower
+	// the codec, refused.
+	ErrBelowLevel = errors.New("election: below the cluster's codec")
 )
 
 // ID is a node's election identity, computed once at start. Nodes compare

@@ -31,6 +31,7 @@ type hnode struct {
 	inc       uint32 // the store's incarnation counter, persisted
 	boot      []wire.NodeID
 	saved     *hnode // a copy of the disk, for rollback
+	codec     uint64 // what it offers the cluster's level (0: MinVersion)
 }
 
 type envelope struct {
@@ -98,7 +99,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		for i, n := range h.nodes {
 			if n.e != nil {
 				s := n.e.Stats()
-				h.printf("node %d: foreign %d, stale lives %d, not checked in %d\n", i+1, s.Foreign, s.StaleLives, s.NotCheckedIn)
+				h.printf("node %d: foreign %d, stale lives %d, not checked in %d", i+1, s.Foreign, s.StaleLives, s.NotCheckedIn)
+				if s.BelowLevel > 0 {
+					h.printf(", below the codec %d", s.BelowLevel)
+				}
+				h.printf("\n")
 			}
 		}
 	case "crash":
@@ -107,7 +112,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.printf("node %d down\n", id)
 		}
 	case "restart":
+		// codec=N: the node comes back offering codec N (another release,
+		// or one held back).
 		for _, id := range listArg(t, d, "node") {
+			if _, ok := d.Arg("codec"); ok {
+				h.nodes[id-1].codec = uint64(intArg(t, d, "codec", 0))
+			}
 			h.start(t, id)
 			h.printf("node %d up\n", id)
 		}
@@ -117,7 +127,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		// misjoin with --initial-members naming the nodes up to it, itself
 		// included (the operator's mistake: it should have been --join).
 		id := len(h.nodes) + 1
-		h.nodes = append(h.nodes, &hnode{id: h.newID(id, election.DefaultPriority)})
+		h.nodes = append(h.nodes, &hnode{id: h.newID(id, election.DefaultPriority), codec: uint64(intArg(t, d, "codec", 0))})
 		switch d.Cmd {
 		case "solo":
 			h.nodes[id-1].boot = []wire.NodeID{wire.NodeID(id)}
@@ -229,7 +239,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 		if !ok {
 			p = election.DefaultPriority
 		}
-		h.nodes = append(h.nodes, &hnode{id: h.newID(i, p), boot: boot})
+		h.nodes = append(h.nodes, &hnode{id: h.newID(i, p), boot: boot, codec: uint64(intArg(t, d, "codec", 0))})
 		if !slices.Contains(down, i) {
 			h.start(t, i)
 		}
@@ -250,7 +260,7 @@ func (h *harness) start(t *testing.T, id int) {
 	n.inc++ // the store counts every start
 	h.nonce++
 	e, err := election.New(election.Config{Node: wire.NodeID(id), ID: n.id, Bootstrap: n.boot, Peers: peers,
-		Incarnation: n.inc, Nonce: h.nonce}, n.persisted)
+		Incarnation: n.inc, Nonce: h.nonce, Codec: n.codec, Release: fmt.Sprintf("r%d", max(n.codec, 3))}, n.persisted)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +337,9 @@ func fmtView(v wire.View) string {
 	}
 	if v.PrevEpoch > 0 {
 		s += fmt.Sprintf(" (after e%d %v)", v.PrevEpoch, v.PrevLeaders)
+	}
+	if v.Level > 0 {
+		s += fmt.Sprintf(" codec %d", v.Level)
 	}
 	return s
 }

@@ -308,6 +308,9 @@ func (e *Election) ChangeMembers(c Change) error {
 		case len(old) >= wire.MaxMembers:
 			return fmt.Errorf("%w: %d members is the most a cluster has", ErrBadChange, wire.MaxMembers)
 		}
+		if why := e.belowLevel(c.Add, e.p.Valid.Codec()); why != "" {
+			return fmt.Errorf("%w: %s: it could not vote; upgrade it first", ErrBadChange, why)
+		}
 		next = append(next, c.Add)
 		slices.Sort(next)
 	} else {

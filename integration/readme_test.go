@@ -492,7 +492,7 @@ func TestManualMembersExample(t *testing.T) {
 	if strings.Join(strings.Fields(lines[0]), " ") != strings.Join(strings.Fields(real[0]), " ") {
 		t.Errorf("the example's header %q, the real one %q", lines[0], real[0])
 	}
-	summary := regexp.MustCompile(`^cluster [0-9a-f]+, view epoch \d+, \d+ voters, all read codec \d+$`)
+	summary := regexp.MustCompile(`^cluster [0-9a-f]+, view epoch \d+, \d+ voters, all read codec \d+, cluster codec \d+( \(held by [^)]*\))?$`)
 	if last := lines[len(lines)-1]; !summary.MatchString(last) || !summary.MatchString(real[len(real)-1]) {
 		t.Errorf("the example's summary %q, the real one %q", last, real[len(real)-1])
 	}

@@ -24,6 +24,11 @@ const (
 	// electionV3 adds this node's own lives (Confirmed, then Since) and
 	// the record's age (Writes).
 	electionV3 byte = 3
+	// electionV4 adds the levels of the accepted and the valid view
+	// (wire.View.Level). It is written only once a view has a level, so
+	// the previous release, which reads up to electionV3, opens the store
+	// until the cluster's codec moved, and refuses it after.
+	electionV4 byte = 4
 )
 
 const (
@@ -211,7 +216,11 @@ func decodeLed(k, v []byte) (wire.View, error) {
 }
 
 func encodeElection(p *ElectionRecord) []byte {
-	b := binary.AppendUvarint([]byte{electionV3}, p.Cluster)
+	ver := electionV3
+	if p.Accepted.Level != 0 || p.Valid.Level != 0 {
+		ver = electionV4
+	}
+	b := binary.AppendUvarint([]byte{ver}, p.Cluster)
 	b = appendNodes(b, p.Bootstrap)
 	b = binary.AppendUvarint(b, p.Promised)
 	for _, v := range []*wire.View{&p.Accepted, &p.Valid} {
@@ -232,12 +241,16 @@ func encodeElection(p *ElectionRecord) []byte {
 	for _, l := range p.Since {
 		b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(l.Incarnation)), l.Nonce)
 	}
-	return binary.AppendUvarint(b, p.Writes)
+	b = binary.AppendUvarint(b, p.Writes)
+	if ver == electionV4 {
+		b = binary.AppendUvarint(binary.AppendUvarint(b, p.Accepted.Level), p.Valid.Level)
+	}
+	return b
 }
 
 func decodeElection(k, v []byte) (*ElectionRecord, error) {
 	r := reader{k: k, b: v}
-	ver := r.versionOf(electionV1, electionV2, electionV3)
+	ver := r.versionOf(electionV1, electionV2, electionV3, electionV4)
 	p := &ElectionRecord{}
 	if ver >= electionV2 {
 		p.Cluster = r.uvarint()
@@ -267,6 +280,12 @@ func decodeElection(k, v []byte) (*ElectionRecord, error) {
 			p.Since = append(p.Since, r.life())
 		}
 		p.Writes = r.uvarint()
+	}
+	if ver >= electionV4 {
+		p.Accepted.Level, p.Valid.Level = r.uvarint(), r.uvarint()
+		if p.Accepted.Level == 0 && p.Valid.Level == 0 {
+			r.fail("levels of a record that has them are zero")
+		}
 	}
 	if err := r.done(); err != nil {
 		return nil, err

@@ -47,6 +47,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		got, err = decodeElection(keyElection, encodeElectionV1(p))
 		old := &ElectionRecord{Promised: p.Promised, Accepted: p.Accepted, Valid: p.Valid}
 		old.Accepted.Members, old.Accepted.PrevMembers, old.Valid.Members, old.Valid.PrevMembers = nil, nil, nil, nil
+		old.Accepted.Level, old.Valid.Level = 0, 0
 		if err != nil || !reflect.DeepEqual(normalElection(got), normalElection(old)) {
 			t.Fatalf("election version 1 %+v: got %+v, %v", old, got, err)
 		}
@@ -62,7 +63,8 @@ func encodeElectionV1(p *ElectionRecord) []byte {
 }
 
 // TestElectionVersions pins the encodings byte by byte: versions 1 and 2
-// as stores of earlier releases hold them, and version 3.
+// as stores of earlier releases hold them, version 3 (written while no view
+// has a level, so the previous release still opens the store) and 4.
 func TestElectionVersions(t *testing.T) {
 	v1 := []byte{1, 4, 3, 2, 1, 2, 1, 1, 5, 2, 1, 7, 0, 0}
 	got, err := decodeElection(keyElection, v1)
@@ -92,6 +94,15 @@ func TestElectionVersions(t *testing.T) {
 	if got, err := decodeElection(keyElection, v3); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("version 3: got %+v, %v", got, err)
 	}
+	// Version 4 once a view has a level: version 3 and the two levels.
+	want.Valid.Level = 4
+	v4 := append(append([]byte{4}, v3[1:]...), 0, 4)
+	if enc := encodeElection(want); !bytes.Equal(enc, v4) {
+		t.Fatalf("version 4 encodes as %v, want %v", enc, v4)
+	}
+	if got, err := decodeElection(keyElection, v4); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 4: got %+v, %v", got, err)
+	}
 	own := v3[:len(v3)-8]   // up to the count of own lives
 	lives := v2[:len(v2)-8] // up to the count of lives
 	withLives := func(b ...byte) []byte { return append(slices.Clone(lives), b...) }
@@ -101,7 +112,10 @@ func TestElectionVersions(t *testing.T) {
 		why  string
 	}{
 		{"version 0", append([]byte{0}, v1[1:]...), "unknown value version 0"},
-		{"version 4", append([]byte{4}, v3[1:]...), "unknown value version 4"},
+		{"version 5", append([]byte{5}, v4[1:]...), "unknown value version 5"},
+		{"version 3 as 4", append([]byte{4}, v3[1:]...), "truncated"},
+		{"version 4 without levels", append(append([]byte{4}, v3[1:]...), 0, 0), "levels of a record that has them are zero"},
+		{"version 4 as 3", append([]byte{3}, v4[1:]...), "trailing bytes"},
 		{"version 3 as 2", append([]byte{2}, v3[1:]...), "trailing bytes"},
 		{"own lives over cap", append(slices.Clone(own), 65, 1, 1), "own lives over their cap"},
 		{"own life truncated", append(slices.Clone(own), 1, 1, 0x80, 0x80), "truncated"},

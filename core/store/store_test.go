@@ -132,6 +132,9 @@ func randElection(r *rand.Rand) *ElectionRecord {
 		Members: randNodes(r), PrevMembers: randNodes(r)}
 	p.Valid = wire.View{Epoch: v.Epoch, Leaders: v.Leaders, PrevEpoch: v.PrevEpoch, PrevLeaders: v.PrevLeaders,
 		Members: randNodes(r), PrevMembers: randNodes(r)}
+	if r.IntN(2) == 0 { // a cluster whose codec moved: the record of version 4
+		p.Accepted.Level, p.Valid.Level = uint64(r.IntN(2))*4, 4
+	}
 	switch n := r.IntN(6); n {
 	case 0:
 	case 1:

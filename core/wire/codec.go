@@ -126,6 +126,10 @@ var fields = [...]field{
 	flag("try", func(m *Message) *bool { return &m.Try }),
 	number("yield", func(m *Message) *Yield { return &m.Yield }),
 	flag("shared", func(m *Message) *bool { return &m.Shared }),
+	// Added in codec 4: a reader of codec 3 never sees them.
+	number("view-level", func(m *Message) *uint64 { return &m.View.Level }),
+	number("codec", func(m *Message) *uint64 { return &m.Codec }),
+	text("release", func(m *Message) *string { return &m.Release }),
 }
 
 // lastCodec3Tag is the newest field codec 3 has: a field added after it
@@ -376,8 +380,8 @@ func putLength(dst []byte, at int) []byte {
 
 func checkCaps(m *Message) error {
 	switch {
-	case len(m.Name) > MaxNameLen || len(m.ElectionID) > MaxNameLen:
-		return fmt.Errorf("%w: name of %d bytes", ErrTooLarge, max(len(m.Name), len(m.ElectionID)))
+	case len(m.Name) > MaxNameLen || len(m.ElectionID) > MaxNameLen || len(m.Release) > MaxNameLen:
+		return fmt.Errorf("%w: name of %d bytes", ErrTooLarge, max(len(m.Name), len(m.ElectionID), len(m.Release)))
 	case len(m.Entries) > MaxEntries:
 		return fmt.Errorf("%w: %d entries", ErrTooLarge, len(m.Entries))
 	case len(m.View.Leaders) > MaxLeaders || len(m.View.PrevLeaders) > MaxLeaders:

@@ -168,7 +168,9 @@ const (
 
 	// KindHello (any → all): From is alive; ElectionID is its id; View is
 	// the valid view it knows (how late joiners learn the leaders);
-	// Incarnation, Nonce and StoreAge tell its life and its store's age.
+	// Incarnation, Nonce and StoreAge tell its life and its store's age;
+	// Codec the level it offers the cluster, Release its release (both
+	// absent from a release that wrote codec 3 only).
 	KindHello
 	// KindPrepare (coordinator → all): promise no view below View.Epoch.
 	KindPrepare
@@ -321,7 +323,17 @@ type View struct {
 	// PrevMembers are the voters of the previous view (the bootstrap
 	// members when PrevEpoch is 0), in id order.
 	PrevMembers []NodeID
+	// Level is the cluster's codec: the newest codec every member offered
+	// when the view was made, never lower than the previous view's. What
+	// an older release cannot read (the store's record of a level, a
+	// future field or kind that must be understood) waits for it. Zero:
+	// MinVersion, as in every view made before levels existed. It travels
+	// as a field of its own ("view-level"), written in codec 4 only.
+	Level uint64
 }
+
+// Codec is v's level as a codec: Level, or MinVersion when it is zero.
+func (v View) Codec() uint64 { return max(v.Level, uint64(MinVersion)) }
 
 // Quorum is the number of distinct leaders that make a quorum.
 func (v View) Quorum() int { return len(v.Leaders)/2 + 1 }
@@ -506,6 +518,12 @@ type Message struct {
 	// addressee the sender knows, and the store age that life told.
 	KnownIncarnation uint32
 	KnownStoreAge    uint64
+	// Codec is, in a hello, the newest codec the sender offers to the
+	// cluster's level (View.Level): the newest it reads, or less while
+	// its operator holds the level back. Zero: MinVersion.
+	Codec uint64
+	// Release is, in a hello, the sender's release ("0.9.0").
+	Release string
 
 	// The leader handoff (package core).
 

@@ -125,6 +125,10 @@ type ElectionResult struct {
 	// lost). Vouched: lives that checked in on the operator's word (see
 	// election.VouchStore), too few other members being up.
 	NoQuorum, Vouched int
+	// LevelRises: valid views of the main cluster that raised its codec;
+	// BelowLevel: votes of nodes below it, and views that would lower it,
+	// refused.
+	LevelRises, BelowLevel int
 }
 
 // Add adds o's counts to r's.
@@ -151,6 +155,8 @@ func (r *ElectionResult) Add(o ElectionResult) {
 	r.SlowSettle += o.SlowSettle
 	r.NoQuorum += o.NoQuorum
 	r.Vouched += o.Vouched
+	r.LevelRises += o.LevelRises
+	r.BelowLevel += o.BelowLevel
 }
 
 type nodeKind uint8
@@ -201,6 +207,9 @@ type electionNode struct {
 	captured               bool
 	copies                 []storeCopy // backups of the store, oldest first
 	vouched                bool        // the operator vouched for this life's store
+	// codec is what this life offers the cluster's level: an upgrade or a
+	// downgrade happens at a restart.
+	codec uint64
 }
 
 type slowLink struct{ extra, until int64 }
@@ -240,6 +249,11 @@ type electionSim struct {
 	trace       []string
 	fail        *Failure
 	nonce       uint64
+	// levelAsked: some coordinator proposed a view with a level; from then
+	// on every start offers the newest codec, as an operator who checked
+	// `sluice members` would (a node of the release before would not even
+	// open a store that holds the level).
+	levelAsked bool
 }
 
 // RunElection simulates the election of a cluster and the world around it
@@ -445,8 +459,14 @@ func (s *electionSim) start(i int) {
 	n.inc++
 	s.nonce++
 	n.nonce = s.nonce
+	// A rolling upgrade and its rollback: until the level moved, a start
+	// runs the release before (codec 3) or the new one (codec 4).
+	n.codec = uint64(wire.Version)
+	if !s.levelAsked && s.rng.IntN(3) == 0 {
+		n.codec = uint64(wire.MinVersion)
+	}
 	e, err := election.New(election.Config{Node: n.id, Bootstrap: boot, Peers: s.peers(i), Mutant: s.o.Mutant,
-		Incarnation: n.inc, Nonce: n.nonce,
+		Incarnation: n.inc, Nonce: n.nonce, Codec: n.codec,
 		ID: election.ID{Priority: prio, Random: s.rng.Uint32(), Address: fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 4000+i),
 			PID: uint32(i), Name: fmt.Sprintf("n%d", i+1)}},
 		n.persisted)
@@ -477,6 +497,7 @@ func (s *electionSim) stop(i int) {
 	st := n.e.Stats()
 	s.res.Foreign += int(st.Foreign)
 	s.res.Continuations += int(st.Continuations)
+	s.res.BelowLevel += int(st.BelowLevel)
 	n.e = nil
 }
 
@@ -1002,7 +1023,7 @@ func (s *electionSim) post(m wire.Message) {
 }
 
 func viewKey(v wire.View) string {
-	return fmt.Sprintf("%d%v/%d%v m%v/%v", v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders, v.Members, v.PrevMembers)
+	return fmt.Sprintf("%d%v/%d%v m%v/%v c%d", v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders, v.Members, v.PrevMembers, v.Codec())
 }
 
 func (s *electionSim) ready(i int) {
@@ -1013,6 +1034,10 @@ func (s *electionSim) ready(i int) {
 		// acknowledged before it.
 		for _, m := range rd.Messages {
 			s.vote(n, m)
+			if m.Kind == wire.KindAccept && m.View.Level > 0 && !s.levelAsked {
+				s.levelAsked = true
+				s.tracef("node %d proposes the cluster's codec %d", n.id, m.View.Level)
+			}
 		}
 		if p := rd.Persist; p != nil {
 			if n.everStale && (p.Promised > n.promisedAt || p.Accepted.Epoch > n.acceptedAt) {
@@ -1126,6 +1151,9 @@ func (s *electionSim) accepted(i int, cluster uint64, v wire.View) {
 	s.checkMemberChange(cluster, v, key)
 	if cluster == s.main && v.Epoch > s.top[cluster] {
 		s.countMemberChange(v)
+		if v.Codec() > s.current().Codec() {
+			s.res.LevelRises++
+		}
 	}
 	valid[v.Epoch] = v
 	s.top[cluster] = max(s.top[cluster], v.Epoch)
@@ -1156,6 +1184,15 @@ func (s *electionSim) checkChain(cluster uint64, v wire.View, key string, valid 
 		w := valid[e]
 		if e < v.Epoch && !covers(v, w) {
 			s.failf("valid view %s takes its table from epoch %d, but epoch %d was valid: %s", key, v.PrevEpoch, e, viewKey(w))
+		}
+		// The cluster's codec never falls: what an older release cannot
+		// read may have been written under the higher one.
+		earlier, later := w, v
+		if e > v.Epoch {
+			earlier, later = v, w
+		}
+		if e != v.Epoch && later.Codec() < earlier.Codec() {
+			s.failf("the cluster's codec falls from %d (valid view %s) to %d (valid view %s)", earlier.Codec(), viewKey(earlier), later.Codec(), viewKey(later))
 		}
 		if e > v.Epoch && !covers(w, v) {
 			s.failf("valid view %s skips the valid view %s", viewKey(w), key)

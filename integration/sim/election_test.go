@@ -64,16 +64,18 @@ func TestElection(t *testing.T) {
 		"%d wipes, %d rollbacks (%d to a copy of the newest life that checked in), %d stale lives, %d replaced by a new identity; "+
 		"%d foreign messages refused, %d runs with a stray one-node cluster (%d joiners captured); "+
 		"%d slow-link episodes, %d runs settling on slow links; %d lives checked in on the operator's word; "+
-		"liveness of the main cluster not checked in %d runs (too few healthy members)",
+		"liveness of the main cluster not checked in %d runs (too few healthy members); "+
+		"%d rises of the cluster's codec, %d votes or views below it refused",
 		count, time.Since(start).Round(time.Millisecond), total.ValidViews, total.Crashes, total.Continuations,
 		total.Joiners, total.Changes, total.Added, total.Removed, total.ChangesRefused, total.ChangesLost,
 		total.Wipes, total.Rollbacks, total.NewestLife, total.Stale, total.Replaced,
-		total.Foreign, total.Stray, total.Captured, total.SlowLinks, total.SlowSettle, total.Vouched, total.NoQuorum)
+		total.Foreign, total.Stray, total.Captured, total.SlowLinks, total.SlowSettle, total.Vouched, total.NoQuorum,
+		total.LevelRises, total.BelowLevel)
 	if total.ValidViews < count {
 		t.Fatal("fewer valid views than runs: elections did not happen")
 	}
-	if count >= 100 && (total.Changes == 0 || total.Stale == 0 || total.Replaced == 0 || total.Foreign == 0) {
-		t.Fatal("the world did not happen: no membership change, stale life, replacement or foreign message")
+	if count >= 100 && (total.Changes == 0 || total.Stale == 0 || total.Replaced == 0 || total.Foreign == 0 || total.LevelRises == 0) {
+		t.Fatal("the world did not happen: no membership change, stale life, replacement, foreign message or rise of the codec")
 	}
 }
 
@@ -96,6 +98,7 @@ func TestElectionMutantsAreCaught(t *testing.T) {
 		// off (TestMembershipRules pins the lives check alone).
 		{"a store that forgot a life passes once its incarnation climbed, ages ignored",
 			election.MutantClimbingLives | election.MutantNoWriteMarks},
+		{"the cluster's codec falls", election.MutantLevelBackwards},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			for seed := int64(1); seed <= bound; seed++ {

@@ -393,6 +393,13 @@ type MemberList struct {
 	// member understands. A field or message kind newer than it is not
 	// sent to all; see the manual's "Upgrading sluice".
 	Codec int `json:"codec,omitempty"`
+	// Level is the cluster's codec, agreed with the view: the lowest codec
+	// the voters offered when it was made, never lower than before. What
+	// the release before cannot read waits for it, and once it is above
+	// what that release reads, that release cannot take over a store
+	// again. A voter offers less than it reads while started with
+	// --hold-codec (Offers).
+	Level int `json:"level,omitempty"`
 }
 
 // MemberInfo is one node: a voter (member), or a node of the mesh that
@@ -413,6 +420,9 @@ type MemberInfo struct {
 	// codec it reads (0: not known yet).
 	Version string `json:"version,omitempty"`
 	Codec   int    `json:"codec,omitempty"`
+	// Offers is the codec its hellos offer the cluster's level (0: not
+	// heard yet).
+	Offers int `json:"offers,omitempty"`
 }
 
 // MeshPeer is a peer as the mesh knows it.

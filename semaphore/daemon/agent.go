@@ -111,6 +111,12 @@ type AgentConfig struct {
 	// ShareLease and ShareLinger: see NodeConfig (read-lease aggregation;
 	// a negative ShareLease turns it off).
 	ShareLease, ShareLinger time.Duration
+	// HoldCodec, when set, is the newest codec the agent offers the
+	// cluster's level (NodeConfig.Codec): while any member holds it, the
+	// cluster's codec stays at most there, and the release before can
+	// still take over this agent's store. semaphore.MinCodec to
+	// semaphore.Codec; zero: no hold.
+	HoldCodec uint64
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Broken: see NodeConfig.Broken. Never set it outside tests.
@@ -239,6 +245,9 @@ func checkAgentConfig(cfg AgentConfig) (AgentConfig, error) {
 	if cfg.ElectionTimeout < 0 {
 		return cfg, fmt.Errorf("%w: negative election timeout", ErrConfig)
 	}
+	if h := cfg.HoldCodec; h != 0 && (h < uint64(wire.MinVersion) || h > uint64(wire.Version)) {
+		return cfg, fmt.Errorf("%w: --hold-codec %d: this release reads codecs %d to %d", ErrConfig, h, wire.MinVersion, wire.Version)
+	}
 	if cfg.Priority == 0 {
 		cfg.Priority = election.DefaultPriority
 	}
@@ -351,7 +360,7 @@ func (a *Agent) startNode(cfg AgentConfig, state store.State, boot, peers []wire
 	tick := cmp.Or(cfg.Tick, DefaultTick)
 	node, err := NewNode(NodeConfig{Self: a.host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
 		ElectionTicks: int64(cfg.ElectionTimeout / tick),
-		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, ShareLease: cfg.ShareLease, ShareLinger: cfg.ShareLinger,
+		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, ShareLease: cfg.ShareLease, ShareLinger: cfg.ShareLinger, Codec: cfg.HoldCodec,
 		Logger: cfg.Logger, Broken: cfg.Broken, Cluster: a.host})
 	if err != nil {
 		return err

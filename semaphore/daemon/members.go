@@ -23,8 +23,11 @@ func (n *Node) Members(ctx context.Context, mesh func() []api.MeshPeer) (api.Mem
 		es := n.elect.Status()
 		out = api.MemberList{Node: nodeID(n.cfg.Self), Cluster: fmt.Sprintf("%016x", es.Cluster), Epoch: es.View.Epoch,
 			Members: []api.MemberInfo{}}
+		if es.View.Epoch > 0 {
+			out.Level = int(es.View.Codec())
+		}
 		for _, m := range es.Members {
-			info := api.MemberInfo{Node: nodeID(m.Node), Voter: m.Voter, Leader: m.Leader, Reachable: m.Alive, Off: m.Off}
+			info := api.MemberInfo{Node: nodeID(m.Node), Voter: m.Voter, Leader: m.Leader, Reachable: m.Alive, Off: m.Off, Offers: int(m.Codec)}
 			if id, err := election.ParseID(m.ID); err == nil {
 				info.Name, info.Address = id.Name, id.Address
 			}

@@ -129,6 +129,11 @@ type NodeConfig struct {
 	// ShareLinger is how long a shared read ticket is kept with no local
 	// reader. Zero: ShareLease/8.
 	ShareLinger time.Duration
+	// Codec is the codec the node offers the cluster's level
+	// (election.Config.Codec): less than this build's newest holds the
+	// level back, so that the previous release can still take over.
+	// Zero: wire.Version, this build's newest.
+	Codec uint64
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Cluster asks other agents over the mesh (p2p.Host); with it, a lease
@@ -236,6 +241,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	e, err := election.New(election.Config{Node: cfg.Self, ID: cfg.ID, Bootstrap: cfg.Bootstrap, Peers: peers,
 		Incarnation: cfg.State.Incarnation, Nonce: cfg.Nonce, StoreAge: cfg.State.Age,
+		Codec: cmp.Or(cfg.Codec, uint64(wire.Version)), Release: semaphore.Version,
 		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: cfg.ElectionTicks},
 		(*election.Persisted)(cfg.State.Election)) // the store's copy of the same fields
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
 	"github.com/sluicehq/sluice/semaphore/api"
+	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
@@ -61,7 +62,7 @@ type agentFlags struct {
 	apiMode, apiGroup, httpListen, httpTokenFile                                     string
 	httpAllow, roles                                                                 []string
 	listen, peers, allow, initial                                                    []string
-	size                                                                             int
+	size, holdCodec                                                                  int
 	inMemory, join, insecure                                                         bool
 	electionTimeout, shareLease, shareLinger                                         time.Duration
 	// cpuProfile is the hidden --cpu-profile: the benchmark harness
@@ -123,6 +124,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
 	fl.DurationVar(&f.shareLease, "share-lease", daemon.DefaultShareLease, "read-lease aggregation: this agent holds one cluster-wide READ_ONLY ticket per name for its local readers, for this long, renewed while they hold it; a node that cannot be reached holds a drain up to this long (0: off, every reader runs the whole bakery)")
 	fl.DurationVar(&f.shareLinger, "share-linger", 0, "how long a shared read ticket is kept with no local reader (default: an eighth of --share-lease)")
+	fl.IntVar(&f.holdCodec, "hold-codec", 0, fmt.Sprintf("offer the cluster at most this codec (%d to %d), so that its codec does not move past what the release before reads and a downgrade stays possible; remove it once every agent runs this release (0: no hold)", semaphore.MinCodec, semaphore.Codec))
 	fl.StringVar(&f.priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
 	fl.StringVar(&f.pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
 	fl.StringSliceVar(&f.allow, "allow", nil, "peer ids allowed to connect (default: any with the secret)")
@@ -163,6 +165,9 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	case f.shareLinger < 0 || f.shareLease > 0 && f.shareLinger >= f.shareLease:
 		return none, usageErrorf("agent: --share-linger must be at least 0 and below --share-lease, got %s", f.shareLinger)
 	}
+	if h := f.holdCodec; h != 0 && (h < semaphore.MinCodec || h > semaphore.Codec) {
+		return none, usageErrorf("agent: --hold-codec must be 0 (no hold) or %d to %d, the codecs this release reads; got %d", semaphore.MinCodec, semaphore.Codec, h)
+	}
 	apiMode, err := strconv.ParseUint(f.apiMode, 8, 32)
 	if err != nil || apiMode&^0o666 != 0 || apiMode&0o600 != 0o600 {
 		return none, usageErrorf("agent: --api-mode %q is not an octal mode of read and write bits with the owner's (0600, 0660, 0666)", f.apiMode)
@@ -185,7 +190,7 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
 		Priority: prio, AllowList: f.allow, Insecure: f.insecure, API: f.api, APIMode: os.FileMode(apiMode), APIGroup: f.apiGroup, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant,
-		Roles: f.roles}
+		Roles: f.roles, HoldCodec: uint64(f.holdCodec)}
 	if f.pskFile != "" {
 		if cfg.PSK, err = p2p.ReadPSK(f.pskFile); err != nil {
 			return none, usageErrorf("agent: --psk-file: %v", err)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,6 +182,18 @@ func printMembers(w io.Writer, l api.MemberList) {
 	fmt.Fprintf(w, "cluster %s, view epoch %d, %d voters", l.Cluster, l.Epoch, voters)
 	if l.Codec > 0 { // an agent of the previous release says nothing of codecs
 		fmt.Fprintf(w, ", all read codec %d", l.Codec)
+	}
+	if l.Level > 0 {
+		fmt.Fprintf(w, ", cluster codec %d", l.Level)
+		var holding []string
+		for _, m := range l.Members {
+			if m.Voter && m.Offers > 0 && m.Offers < l.Codec {
+				holding = append(holding, cmp.Or(m.Name, m.Node))
+			}
+		}
+		if len(holding) > 0 {
+			fmt.Fprintf(w, " (held by %s)", strings.Join(holding, ", "))
+		}
 	}
 	fmt.Fprintln(w)
 }
