@@ -48,6 +48,7 @@ type faultNode struct {
 	num                    uint64         // node number as status shows it (0: not asked yet)
 	join                   bool           // a new identity that joins (--join), not an initial member
 	bin                    string         // this agent's binary ("": the cluster's)
+	flags                  []string       // this agent's own flags, after the cluster's
 }
 
 // addr is the node's mesh address with its peer id.
@@ -124,7 +125,7 @@ func (c *faultCluster) args(i int) []string {
 	} else {
 		args = append(args, "--initial-members", strings.Join(members, ","))
 	}
-	return append(args, c.extra...)
+	return append(append(args, c.extra...), n.flags...)
 }
 
 // start starts node i from its data directory (again, after a kill).

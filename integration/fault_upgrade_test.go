@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -54,11 +55,13 @@ func buildPrevious(t *testing.T) string {
 
 // TestFaultMixedVersions: five agents of the previous release under the
 // fault suite's workload are replaced one by one by this release's, the
-// leaders last, then back to the previous one. Drains held through the
-// first and the last agent replaced keep their leases throughout; the
-// history must hold every rule (exclusion, tokens growing, lease ids never
-// repeated, porcupine), and the run says the longest time without a
-// grant and how many there were.
+// leaders last, holding the cluster's codec back (--hold-codec); then back
+// to the previous release; then to this one again without the hold, so
+// the cluster's codec moves, after which the previous release refuses an
+// agent's store. Drains held through the first and the last agent
+// replaced keep their leases throughout; the history must hold every rule
+// (exclusion, tokens growing, lease ids never repeated, porcupine), and
+// the run says the longest time without a grant and how many there were.
 func TestFaultMixedVersions(t *testing.T) {
 	c := newFaultCluster(t, 5, false)
 	old := buildPrevious(t)
@@ -74,28 +77,44 @@ func TestFaultMixedVersions(t *testing.T) {
 	last := r.holdLong(order[len(order)-1], "/b", semaphore.Exclusive, 10*time.Second, 25*time.Second)
 	r.run(time.Second)
 	begin := r.w.rec.now()
-	replace := func(to, version string) {
+	replace := func(to, version string, flags ...string) {
 		for _, i := range order {
 			stopAgent(t, c.nodes[i].p)
-			c.nodes[i].bin = to
+			c.nodes[i].bin, c.nodes[i].flags = to, flags
 			c.start(i)
 			c.waitReady(i)
-			t.Logf("%s: agent %d runs %s", r.w.rec.now().Round(time.Millisecond), i+1, version)
+			t.Logf("%s: agent %d runs %s %s", r.w.rec.now().Round(time.Millisecond), i+1, version, strings.Join(flags, " "))
 			r.run(time.Second)
 		}
 	}
-	replace(binary, semaphore.Version)
-	checkVersions(t, c, semaphore.Version)
+	replace(binary, semaphore.Version, "--hold-codec", fmt.Sprint(semaphore.MinCodec))
+	checkVersions(t, c, semaphore.Version, semaphore.MinCodec)
 	r.wasKept(first)
 	replace(old, oldVersion)
-	end := r.w.rec.now()
 	r.wasKept(last)
+	replace(binary, semaphore.Version)
+	checkVersions(t, c, semaphore.Version, semaphore.Codec)
+	// The codec moved: the previous release refuses a store that recorded
+	// it, and changes nothing in it.
+	i := order[0]
+	stopAgent(t, c.nodes[i].p)
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	out, err := exec.CommandContext(ctx, old, c.args(i)...).CombinedOutput()
+	cancel()
+	if err == nil || !strings.Contains(string(out), "unknown value version 4") {
+		t.Fatalf("%s started on a store of cluster codec %d: %v\n%s", oldVersion, semaphore.Codec, err, out)
+	}
+	t.Logf("%s on agent %d's store after the codec moved: %s", oldVersion, i+1, lastLine(string(out)))
+	c.nodes[i].bin = binary
+	c.start(i)
+	c.waitReady(i)
+	end := r.w.rec.now()
 	h := r.w.stop()
 	c.waitReady()
 	probeNames(t, c, r.w.names)
 	t.Logf("history: %s", checkHistory(t, h))
 	gap, grants := longestGap(h, begin, end)
-	t.Logf("upgrade and downgrade of 5 agents in %s: %d grants, the longest time without one %s",
+	t.Logf("upgrade, downgrade and upgrade of 5 agents in %s: %d grants, the longest time without one %s",
 		(end - begin).Round(time.Millisecond), grants, gap.Round(time.Millisecond))
 	if grants == 0 {
 		t.Fatal("nothing was granted while the agents were replaced")
@@ -104,11 +123,18 @@ func TestFaultMixedVersions(t *testing.T) {
 	c.stopAll()
 }
 
+// lastLine is the last line of out that is not empty.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
+
 // checkVersions: every member runs version, as the members list of each
-// agent says, and they all read this build's codec. An agent learns a
-// restarted peer's release when the peer reconnects (libp2p identify) or
-// announces itself: polled, bounded.
-func checkVersions(t *testing.T, c *faultCluster, version string) {
+// agent says, all read this build's codec, and the cluster's codec is
+// level. An agent learns a restarted peer's release when the peer
+// reconnects (libp2p identify) or announces itself, and the level with
+// the view that raises it: polled, bounded.
+func checkVersions(t *testing.T, c *faultCluster, version string, level int) {
 	t.Helper()
 	for _, n := range c.nodes {
 		for deadline := time.Now().Add(bound); ; time.Sleep(100 * time.Millisecond) {
@@ -121,11 +147,13 @@ func checkVersions(t *testing.T, c *faultCluster, version string) {
 			for _, m := range l.Members {
 				versions = append(versions, fmt.Sprintf("%s:%s/%d", m.Name, m.Version, m.Codec))
 			}
-			if l.Codec == 4 && !slices.ContainsFunc(l.Members, func(m api.MemberInfo) bool { return m.Version != version || m.Codec != 4 }) {
+			if l.Codec == semaphore.Codec && l.Level == level &&
+				!slices.ContainsFunc(l.Members, func(m api.MemberInfo) bool { return m.Version != version || m.Codec != semaphore.Codec }) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("after the upgrade, %s's members say %s, all read codec %d", n.sock, strings.Join(versions, " "), l.Codec)
+				t.Fatalf("after the upgrade, %s's members say %s, all read codec %d, cluster codec %d (want %d)",
+					n.sock, strings.Join(versions, " "), l.Codec, l.Level, level)
 			}
 		}
 	}
