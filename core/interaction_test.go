@@ -107,6 +107,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.printf("error: %v\n", err)
 		}
 		h.ready(n)
+	case "stop-sharing":
+		// A graceful stop begins: the node lets its shares go.
+		n := h.nodeArg(t, d)
+		h.nodes[n-1].core.StopSharing()
+		h.ready(n)
+	case "shares":
+		h.printf("shares out %d\n", h.nodes[h.nodeArg(t, d)-1].core.SharesOut())
 	case "deliver", "drop", "dup", "hold":
 		h.matching(t, d)
 	case "deliver-held":

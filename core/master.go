@@ -50,6 +50,9 @@ type request struct {
 	// client of its own). local: a local reader on that share
 	// (phaseLocalWait, phaseLocalHeld), which never reaches a leader.
 	share, local *share
+	// ofShare: a share's cluster request, from its doorway until every
+	// leader dropped it (SharesOut counts these).
+	ofShare bool
 	// sharedRelease: the release of a share whose last local reader left
 	// at readersLeftAt (the replicas count the quiet period from there).
 	sharedRelease bool
@@ -643,7 +646,7 @@ func (n *Node) checkTicketQuorum(r *request) {
 // request id, for the same client handle and deadline.
 func (n *Node) restartDoorway(r *request) {
 	n.stats.DoorwayRestarts++
-	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead, share: r.share}
+	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead, share: r.share, ofShare: r.ofShare}
 	if fresh.share != nil {
 		fresh.share.req, r.share = fresh, nil
 	}

@@ -194,6 +194,8 @@ type Node struct {
 	timers  timerHeap                   // requests' next timers (masterTick)
 	handles map[wire.RequestID]*request // by the handle Acquire returned
 	mnames  map[string]*masterName
+	// sharesStopped: StopSharing was called; no share is taken any more.
+	sharesStopped bool
 
 	persists  []Write
 	msgs      []wire.Message

@@ -55,6 +55,12 @@ import (
 // The share's cluster request is always a try: it is granted or refused
 // at once, and a local reader that may wait and found no share takes the
 // whole bakery by itself.
+//
+// A node that stops gracefully calls StopSharing first: its idle shares go
+// at once, the others as soon as their last holder leaves, and from then
+// on its readers take the whole bakery by themselves. The runtime waits
+// (bounded) until SharesOut is zero, so the leaders do not keep a stopped
+// node's tickets, and a writer does not wait, until their lease runs out.
 
 // share is one name's shared read ticket at this node.
 type share struct {
@@ -73,7 +79,7 @@ type share struct {
 
 // sharing reports whether a goes through the node's share of its name.
 func (n *Node) sharing(a Acquire) bool {
-	return n.cfg.ShareLease > 0 && a.Mode.Shared() && a.Limit == 0 && len(n.cfg.View.Leaders) > 0
+	return n.cfg.ShareLease > 0 && !n.sharesStopped && a.Mode.Shared() && a.Limit == 0 && len(n.cfg.View.Leaders) > 0
 }
 
 // held reports whether sh can grant local readers now.
@@ -116,7 +122,7 @@ func (n *Node) acquireLocal(mn *masterName, r *request) {
 // ShareLease.
 func (n *Node) startShare(sh *share, name string) {
 	r := &request{id: n.nextID(), a: Acquire{Name: name, Mode: wire.ModeReadOnly, Duration: n.cfg.ShareLease},
-		start: n.now, dead: n.now + n.cfg.TryTicks, share: sh}
+		start: n.now, dead: n.now + n.cfg.TryTicks, share: sh, ofShare: true}
 	sh.req, sh.yield = r, wire.YieldNone
 	n.reqs[r.id] = r
 	n.masterName(name).count++
@@ -176,11 +182,16 @@ func (n *Node) bypass(w *request) {
 	n.arm(w)
 }
 
-// keepShare lets sh's cluster ticket go when nothing keeps it: no holder
-// and a yield asked for, and arms its timers (linger, renewal) otherwise.
+// keepShare lets sh's cluster ticket go when nothing keeps it: no holder,
+// and a yield asked for or the node stopping (StopSharing); it arms its
+// timers (linger, renewal) otherwise.
 func (n *Node) keepShare(sh *share) {
 	r := sh.req
 	if r == nil || r.phase != phaseHeld {
+		return
+	}
+	if n.sharesStopped && len(sh.holders) == 0 {
+		n.releaseShare(sh)
 		return
 	}
 	if sh.yield != wire.YieldNone && (len(sh.holders) == 0 || n.cfg.Mutant.on(MutantYieldWithHolders)) {
@@ -249,7 +260,17 @@ func (n *Node) onShareEvent(r *request, e Event) {
 			n.event(w, EventUnlocked, e.Code)
 			n.dropLocal(w)
 		}
-		if len(sh.waiting) > 0 {
+		switch {
+		case len(sh.waiting) == 0:
+		case n.sharesStopped:
+			// No new share: they go through the bakery, as readers
+			// that come now do.
+			waiting := sh.waiting
+			sh.waiting = nil
+			for _, w := range waiting {
+				n.bypass(w)
+			}
+		default:
 			n.startShare(sh, r.a.Name)
 		}
 	}
@@ -369,4 +390,36 @@ func (n *Node) askSharesAhead(r *request, ticketed []wire.Entry) {
 		}
 		n.send(wire.Message{Kind: wire.KindYield, To: e.Req.Node, Name: r.a.Name, Req: e.Req, Ticket: e.Ticket, Yield: wire.YieldIdle})
 	}
+}
+
+// StopSharing is the start of a graceful stop: each share with no local
+// reader is let go now, each other one when its last reader leaves (it
+// keeps its ticket until then: the readers hold within it), and readers
+// that come from now on take the whole bakery by themselves. A share in
+// its doorway grants the readers waiting on it, and goes with them.
+func (n *Node) StopSharing() {
+	if n.sharesStopped {
+		return
+	}
+	n.sharesStopped = true
+	for _, name := range sortedKeys(n.mnames) {
+		if sh := n.mnames[name].share; sh != nil {
+			n.keepShare(sh)
+		}
+	}
+}
+
+// SharesOut counts the shares the leaders may still hold a ticket of: held,
+// in their doorway, or let go but not yet dropped by every leader (by its
+// confirmation, or by the time it would forget the ticket by itself).
+// After StopSharing, zero means a writer waits for none of this node's
+// shares. It only reads.
+func (n *Node) SharesOut() int {
+	out := 0
+	for _, r := range n.reqs {
+		if r.ofShare {
+			out++
+		}
+	}
+	return out
 }

@@ -670,12 +670,19 @@ func (a *Agent) Host() *p2p.Host { return a.host }
 // APIAddr is where the API listens ("" without one).
 func (a *Agent) APIAddr() string { return a.apiURL }
 
-// Stop shuts the agent down: the loop first, so that waiting clients get
-// an answer (not_ready) at once, then the API (graceful within ctx), the
-// mesh and the store.
+// Stop shuts the agent down: first the node lets its shared read tickets
+// go (Node.StopSharing, at most a second), so that a writer does not wait
+// for their lease to run out; then the loop, so that waiting clients get
+// an answer (not_ready), then the API (graceful within ctx), the mesh and
+// the store.
 func (a *Agent) Stop(ctx context.Context) error {
 	var err error
 	a.once.Do(func() {
+		if a.node != nil && a.cancel != nil {
+			if e := a.node.StopSharing(ctx); e != nil {
+				a.log.Warn("stopping with shared read tickets the leaders may keep until their lease ends", "err", e)
+			}
+		}
 		a.stopLoop()
 		if a.server != nil {
 			if e := a.server.Shutdown(ctx); e != nil {

@@ -144,6 +144,8 @@ type memClusterOpts struct {
 	// bubble). Otherwise a diskTwin keeps it in memory.
 	dir  string
 	mesh memConfig
+	// shareLease is NodeConfig.ShareLease (0: the default).
+	shareLease time.Duration
 }
 
 // memNode is one node: its disk outlives its lives.
@@ -208,7 +210,7 @@ func (c *memCluster) start(i int) {
 	c.lives++
 	n, err := daemon.NewNode(daemon.NodeConfig{Self: id, Bootstrap: boot, Nonce: c.lives, Peers: c.ids,
 		ID:    election.ID{Priority: prio, Address: "mem", PID: 1, Name: fmt.Sprintf("n%d", i+1)},
-		State: state, Transport: c.net.Attach(id, c.ids), Store: st, Logger: testLogger(i + 1)})
+		State: state, Transport: c.net.Attach(id, c.ids), Store: st, ShareLease: c.opts.shareLease, Logger: testLogger(i + 1)})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", i+1, err)
 	}
@@ -220,6 +222,8 @@ func (c *memCluster) start(i int) {
 	}()
 	m.node = n
 	m.stop = func() {
+		// Not answered when the leaders are gone: Agent.Stop goes on too.
+		_ = n.StopSharing(context.Background())
 		cancel()
 		<-done
 		c.net.Detach(id)
@@ -233,8 +237,8 @@ func (c *memCluster) start(i int) {
 	}
 }
 
-// stop stops node i as Agent.Stop does: the loop, then the mesh, then the
-// store.
+// stop stops node i as Agent.Stop does: its shared read tickets, the
+// loop, then the mesh, then the store.
 func (c *memCluster) stop(i int) {
 	if m := c.nodes[i]; m.node != nil {
 		m.stop()

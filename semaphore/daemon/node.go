@@ -87,6 +87,10 @@ const (
 	opQueue           = 256
 	inboxBatchPerRun  = 256
 	opsBatchPerRun    = 64 // calls answered by one Ready at most
+	// stopSharingWait bounds how long StopSharing waits for the leaders'
+	// confirmations: one that does not answer drops the shares when their
+	// lease ends anyway, and a stop must not hang on it.
+	stopSharingWait = time.Second
 )
 
 // NodeConfig configures a Node. Zero values mean the documented defaults.
@@ -209,6 +213,9 @@ type Node struct {
 	foreignLogged map[wire.NodeID]time.Time
 	// statusWaits are the WaitStatus calls whose condition did not hold yet.
 	statusWaits []*statusWait
+	// sharesGone are the StopSharing calls waiting for the leaders to drop
+	// this node's shared read tickets (room for one answer each).
+	sharesGone []chan error
 }
 
 // NewNode builds a node from what its store loaded. It does nothing until
@@ -270,7 +277,7 @@ func (n *Node) Run(ctx context.Context) error {
 	ticker := time.NewTicker(n.cfg.Tick)
 	defer ticker.Stop()
 	n.drive(ctx)
-	n.answerStatusWaits()
+	n.answerWaits()
 	for {
 		var durable, lazy <-chan error
 		if len(n.pending) > 0 {
@@ -351,8 +358,56 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		}
 		n.drive(ctx)
-		n.answerStatusWaits()
+		n.answerWaits()
 	}
+}
+
+// answerWaits answers the calls waiting for a change of the node's state;
+// called on the loop after every turn, the only times it changes.
+func (n *Node) answerWaits() {
+	n.answerStatusWaits()
+	n.answerSharesGone()
+}
+
+// StopSharing begins a graceful stop: the node lets its shared read
+// tickets go (core.Node.StopSharing: at once when idle, when their last
+// local reader leaves otherwise), and readers that come from now on take
+// the whole bakery by themselves. It waits until every leader confirmed,
+// for at most stopSharingWait or until ctx ends; the loop goes on
+// meanwhile, and the caller stops it after. Without it, the leaders keep
+// a stopped node's tickets until their lease (ShareLease) runs out, and a
+// writer on their names waits that long.
+func (n *Node) StopSharing(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, stopSharingWait)
+	defer cancel()
+	gone := make(chan error, 1)
+	if err := n.send(ctx, func() {
+		n.core.StopSharing()
+		n.sharesGone = append(n.sharesGone, gone)
+	}); err != nil {
+		return err
+	}
+	select {
+	case err := <-gone:
+		return err
+	case <-n.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return fmt.Errorf("daemon: the leaders did not confirm that this node's shared read tickets are gone: %w", ctx.Err())
+	}
+}
+
+// answerSharesGone answers the StopSharing calls once no shared read
+// ticket of this node is left at the leaders, or, after a failure, with it
+// (nothing leaves the node any more).
+func (n *Node) answerSharesGone() {
+	if len(n.sharesGone) == 0 || n.failed == nil && n.core.SharesOut() > 0 {
+		return
+	}
+	for _, ch := range n.sharesGone {
+		ch <- n.failed
+	}
+	n.sharesGone = nil
 }
 
 // catchUp runs every tick the Clock says is due; false if ctx ended first.
