@@ -113,9 +113,9 @@ func TestFaultMixedVersions(t *testing.T) {
 	c.waitReady()
 	probeNames(t, c, r.w.names)
 	t.Logf("history: %s", checkHistory(t, h))
-	gap, grants := longestGap(h, begin, end)
-	t.Logf("upgrade, downgrade and upgrade of 5 agents in %s: %d grants, the longest time without one %s",
-		(end - begin).Round(time.Millisecond), grants, gap.Round(time.Millisecond))
+	gap, since, grants := longestGap(h, begin, end)
+	t.Logf("upgrade, downgrade and upgrade of 5 agents in %s: %d grants, the longest time without one %s (from %s)",
+		(end - begin).Round(time.Millisecond), grants, gap.Round(time.Millisecond), since.Round(time.Millisecond))
 	if grants == 0 {
 		t.Fatal("nothing was granted while the agents were replaced")
 	}
@@ -145,33 +145,43 @@ func checkVersions(t *testing.T, c *faultCluster, version string, level int) {
 			}
 			var versions []string
 			for _, m := range l.Members {
-				versions = append(versions, fmt.Sprintf("%s:%s/%d", m.Name, m.Version, m.Codec))
+				versions = append(versions, fmt.Sprintf("%s:%s/%d(offers %d)", m.Name, m.Version, m.Codec, m.Offers))
 			}
 			if l.Codec == semaphore.Codec && l.Level == level &&
 				!slices.ContainsFunc(l.Members, func(m api.MemberInfo) bool { return m.Version != version || m.Codec != semaphore.Codec }) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("after the upgrade, %s's members say %s, all read codec %d, cluster codec %d (want %d)",
-					n.sock, strings.Join(versions, " "), l.Codec, l.Level, level)
+				var views []string
+				for _, o := range c.nodes {
+					_, out, _ := sluice(t, o.sock, "members", "--json")
+					var ol api.MemberList
+					_ = json.Unmarshal([]byte(out), &ol)
+					views = append(views, fmt.Sprintf("%s: epoch %d codec %d", o.sock, ol.Epoch, ol.Level))
+				}
+				t.Fatalf("after the upgrade, %s's members say %s, all read codec %d, cluster codec %d (want %d); views: %s",
+					n.sock, strings.Join(versions, " "), l.Codec, l.Level, level, strings.Join(views, ", "))
 			}
 		}
 	}
 }
 
 // longestGap is the longest time in [from, to] without a grant (a
-// granted acquire's return), and the grants in it.
-func longestGap(h []histOp, from, to time.Duration) (time.Duration, int) {
-	var at []time.Duration
+// granted acquire's return), when it began, and the grants in [from, to].
+func longestGap(h []histOp, from, to time.Duration) (gap, since time.Duration, grants int) {
+	var at []time.Duration // the grants' times
 	for _, o := range h {
 		if !o.end && o.outcome == granted && o.ret >= from && o.ret <= to {
 			at = append(at, o.ret)
 		}
 	}
 	slices.Sort(at)
-	gap, prev := time.Duration(0), from
+	prev := from
 	for _, a := range append(at, to) {
-		gap, prev = max(gap, a-prev), a
+		if a-prev > gap {
+			gap, since = a-prev, prev
+		}
+		prev = a
 	}
-	return gap, len(at)
+	return gap, since, len(at)
 }

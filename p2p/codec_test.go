@@ -51,6 +51,36 @@ func TestMixedCodecs(t *testing.T) {
 	}
 }
 
+// A frame written in codec 3 before the stream to a peer opened, which
+// left out a field codec 3 lacks (a view's level), never reaches that peer
+// once the stream says it reads codec 4: it would take the view for one
+// without a level. Frames that lost nothing go on; once the stream is
+// open, the same message goes whole.
+func TestNoLossyFrameOnNewerStream(t *testing.T) {
+	t.Parallel()
+	a := start(t, Config{})
+	b := start(t, Config{Peers: a.Addrs()})
+	eventually(t, "a to know b", func() bool { _, ok := memberOf(a, b.Self()); return ok })
+	hello := msg(b.Self(), 1)
+	hello.View = wire.View{Epoch: 2, Leaders: []wire.NodeID{1}, Members: []wire.NodeID{1}, PrevMembers: []wire.NodeID{1}, Level: 4}
+	hello.Codec, hello.Release = 4, "0.9.0"
+	send(t, a, hello) // no stream yet: codec 3, without the level
+	send(t, a, msg(b.Self(), 2))
+	if m := recv(t, b); m.StoreAge != 2 {
+		t.Fatalf("b got %v first, want the frame that lost nothing", m)
+	}
+	if m, _ := memberOf(a, b.Self()); m.Codec != wire.Version {
+		t.Fatalf("a writes to b in codec %d", m.Codec)
+	}
+	send(t, a, hello)
+	if m := recv(t, b); m.StoreAge != 1 || m.View.Level != 4 || m.Codec != 4 || m.Release != "0.9.0" {
+		t.Fatalf("b got %v, want the hello whole", m)
+	}
+	if st := a.Stats(); st.Dropped != 1 {
+		t.Errorf("a dropped %d frames, want the lossy one: %+v", st.Dropped, st)
+	}
+}
+
 // A frame of another release that this build does not understand (a
 // newer codec, kind or field marked to be understood, or the codec of a
 // release two back) is refused alone and counted; the stream goes on, and

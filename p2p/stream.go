@@ -33,14 +33,15 @@ func (h *Host) Send(m wire.Message) bool {
 	}
 	// Encoding here, not in the writer, snapshots m: the caller may reuse
 	// its slices as soon as Send returns.
-	f, err := encodeFrame(&m, p.writeCodec())
+	codec := p.writeCodec()
+	f, err := encodeFrame(&m, codec)
 	if err != nil {
 		h.stats.dropped.Add(1)
 		h.log.Warn("p2p: unencodable message dropped", "to", m.To, "kind", m.Kind, "err", err)
 		return false
 	}
 	select {
-	case p.queue <- frames{f, 1}:
+	case p.queue <- frames{b: f, n: 1, codec: codec, lossy: wire.Lossy(&m, codec)}:
 		return true
 	default:
 		h.stats.dropped.Add(1)
@@ -79,11 +80,15 @@ func (h *Host) SendAll(msgs []wire.Message) int {
 			continue
 		}
 		var err error
-		if body, err = wire.EncodeVersion(body[:0], m, b.peer.writeCodec()); err != nil {
+		if b.n == 0 {
+			b.codec = b.peer.writeCodec()
+		}
+		if body, err = wire.EncodeVersion(body[:0], m, b.codec); err != nil {
 			h.log.Warn("p2p: unencodable message dropped", "to", m.To, "kind", m.Kind, "err", err)
 			dropped++
 			continue
 		}
+		b.lossy = b.lossy || wire.Lossy(m, b.codec)
 		b.b = binary.AppendUvarint(b.b, uint64(len(body)))
 		b.b = append(b.b, body...)
 		b.n++
@@ -106,10 +111,22 @@ func (h *Host) SendAll(msgs []wire.Message) int {
 // the oldest this build writes before a stream said more.
 func (m *member) writeCodec() byte { return max(byte(m.codec.Load()), wire.MinVersion) }
 
-// frames are encoded frames queued for a peer's stream: n of them in b.
+// frames are encoded frames queued for a peer's stream: n of them in b,
+// in codec; lossy when codec left out a field a message sets, so that a
+// stream of a newer codec must not carry them (see stale).
 type frames struct {
-	b []byte
-	n uint64
+	b     []byte
+	n     uint64
+	codec byte
+	lossy bool
+}
+
+// stale reports whether f must not go on a stream of codec: written for
+// an older codec that lost a field (queued before the stream to a peer
+// that was upgraded opened: a view would arrive without its level), or for
+// a newer one the peer does not read.
+func (f frames) stale(codec byte) bool {
+	return f.codec > codec || f.lossy && f.codec < codec
 }
 
 // openPeer is the member to, or nil when it is unknown or the host is
@@ -136,13 +153,14 @@ func (h *Host) SendWait(ctx context.Context, m wire.Message) error {
 		h.stats.dropped.Add(1)
 		return fmt.Errorf("%w: node %d is unknown, or the host is closed", ErrUnknownPeer, m.To)
 	}
-	f, err := encodeFrame(&m, p.writeCodec())
+	codec := p.writeCodec()
+	f, err := encodeFrame(&m, codec)
 	if err != nil {
 		h.stats.dropped.Add(1)
 		return err
 	}
 	select {
-	case p.queue <- frames{f, 1}:
+	case p.queue <- frames{b: f, n: 1, codec: codec, lossy: wire.Lossy(&m, codec)}:
 		return nil
 	case <-ctx.Done():
 		h.stats.dropped.Add(1)
@@ -208,8 +226,14 @@ func (h *Host) writeLoop(m *member) {
 			s = st
 			bw.Reset(s)
 		}
+		codec := m.writeCodec()
+		if f.stale(codec) {
+			h.stats.dropped.Add(f.n)
+			continue
+		}
 		_ = s.SetWriteDeadline(time.Now().Add(writeTimeout))
-		n, err := writeBatch(bw, f, m.queue)
+		n, stale, err := writeBatch(bw, f, m.queue, codec)
+		h.stats.dropped.Add(stale)
 		if err == nil {
 			h.stats.framesOut.Add(n)
 			bo.reset()
@@ -260,14 +284,19 @@ func (h *Host) openLockStream(m *member, inHand uint64) (network.Stream, error) 
 }
 
 // writeBatch writes f and the frames queued behind it, until writerBatch
-// bytes are buffered, with one flush; it returns how many frames it took.
-func writeBatch(bw *bufio.Writer, f frames, queue chan frames) (uint64, error) {
-	n := f.n
-	_, err := bw.Write(f.b)
+// bytes are buffered, with one flush; it returns how many frames it wrote
+// and how many it dropped as stale for the stream's codec.
+func writeBatch(bw *bufio.Writer, f frames, queue chan frames, codec byte) (n, stale uint64, err error) {
+	n = f.n
+	_, err = bw.Write(f.b)
 batch:
 	for err == nil && bw.Buffered() < writerBatch {
 		select {
 		case f = <-queue:
+			if f.stale(codec) {
+				stale += f.n
+				continue
+			}
 			n += f.n
 			_, err = bw.Write(f.b)
 		default:
@@ -277,7 +306,7 @@ batch:
 	if err == nil {
 		err = bw.Flush()
 	}
-	return n, err
+	return n, stale, err
 }
 
 // drain empties q without blocking and returns how many frames it dropped.

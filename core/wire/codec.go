@@ -314,6 +314,24 @@ func getLives(d *decoder, m *Message) {
 // reject for size.
 func Encode(dst []byte, m *Message) ([]byte, error) { return EncodeVersion(dst, m, Version) }
 
+// Lossy reports whether m in codec v leaves out a field m sets: one codec v
+// does not have (in codec 3, the view's level, a hello's codec and
+// release). A transport must not hand such a frame to a reader of a newer
+// codec, which would take the missing field for zero: a view without its
+// level, for one.
+func Lossy(m *Message, v byte) bool {
+	if v != 3 {
+		return false
+	}
+	var scratch [16]byte
+	for i := lastCodec3Tag; i < len(fields); i++ {
+		if _, set := fields[i].put(scratch[:0], m); set {
+			return true
+		}
+	}
+	return false
+}
+
 // EncodeVersion is Encode in codec v, MinVersion to Version: the transport
 // writes to each peer in the newest codec both ends read.
 func EncodeVersion(dst []byte, m *Message, v byte) ([]byte, error) {
