@@ -77,7 +77,21 @@ func TestFaultMixedVersions(t *testing.T) {
 	last := r.holdLong(order[len(order)-1], "/b", semaphore.Exclusive, 10*time.Second, 25*time.Second)
 	r.run(time.Second)
 	begin := r.w.rec.now()
+	// phases are the times each round of replacements began, and what it
+	// stopped: an agent's graceful stop lets its shared read tickets go
+	// only from this release on, so the gaps are told per round.
+	type phase struct {
+		what     string
+		from, to time.Duration
+	}
+	var phases []phase
 	replace := func(to, version string, flags ...string) {
+		stopping := oldVersion
+		if c.nodes[order[0]].bin == binary {
+			stopping = semaphore.Version
+		}
+		phases = append(phases, phase{what: fmt.Sprintf("%s agents stopped, %s started", stopping, version), from: r.w.rec.now()})
+		defer func() { phases[len(phases)-1].to = r.w.rec.now() }()
 		for _, i := range order {
 			stopAgent(t, c.nodes[i].p)
 			c.nodes[i].bin, c.nodes[i].flags = to, flags
@@ -116,6 +130,11 @@ func TestFaultMixedVersions(t *testing.T) {
 	gap, since, grants := longestGap(h, begin, end)
 	t.Logf("upgrade, downgrade and upgrade of 5 agents in %s: %d grants, the longest time without one %s (from %s)",
 		(end - begin).Round(time.Millisecond), grants, gap.Round(time.Millisecond), since.Round(time.Millisecond))
+	for _, p := range phases {
+		gap, since, grants := longestGap(h, p.from, p.to)
+		t.Logf("%s: %d grants in %s, the longest time without one %s (from %s)", p.what, grants,
+			(p.to - p.from).Round(time.Millisecond), gap.Round(time.Millisecond), since.Round(time.Millisecond))
+	}
 	if grants == 0 {
 		t.Fatal("nothing was granted while the agents were replaced")
 	}
