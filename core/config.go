@@ -222,6 +222,10 @@ const (
 	// taking the table over, restores a node's shared read ticket as a
 	// plain reader's, so a limited reader counts its page views as one.
 	MutantRestoreSharesAsReaders
+	// MutantStopWithHolders: an agent that begins a graceful stop
+	// (StopSharing) lets its shared read tickets go while local readers
+	// still hold on them.
+	MutantStopWithHolders
 )
 
 func (c *Config) withDefaults() (Config, error) {

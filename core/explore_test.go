@@ -95,6 +95,8 @@ type explorer struct {
 	rng *rand.Rand
 	// tick is every node's clock: the nodes tick together.
 	tick int64
+	// stops counts the graceful stops of a node's shares (StopSharing).
+	stops int
 	// asked are the requests made, by id: their mode, limit, and the tick
 	// of the Acquire call.
 	asked    map[wire.RequestID]exploreAsk
@@ -224,6 +226,8 @@ func run(t *testing.T, o exploreOptions) *explorer {
 			x.tracef("tick %d", x.tick)
 			x.record("tick")
 			x.tickAll()
+		case r == 900 && x.o.share > 0 && x.rng.IntN(4) == 0:
+			x.stopSharing()
 		case r < 930 && started < o.requests:
 			started++
 			x.acquire(0, false)
@@ -624,6 +628,25 @@ func (x *explorer) release() {
 	x.h.ready(hd.node)
 }
 
+// stopSharing begins a graceful stop of a client node: it lets its shares
+// go (now, or when their last reader leaves) and serves on, its readers
+// taking the whole bakery.
+func (x *explorer) stopSharing() {
+	node := clientNodes[x.rng.IntN(len(clientNodes))]
+	if len(x.o.clients) > 0 {
+		node = x.o.clients[x.rng.IntN(len(x.o.clients))]
+	}
+	n := x.h.nodes[node-1]
+	if n.core == nil {
+		return
+	}
+	x.stops++
+	x.tracef("node %d stops sharing", node)
+	x.record("stop-sharing node=%d", node)
+	n.core.StopSharing()
+	x.h.ready(node)
+}
+
 // crashOrRestart crashes a leader that is up (one at a time) or restarts
 // the one that is down, from its disk.
 func (x *explorer) crashOrRestart(t *testing.T) {
@@ -767,16 +790,21 @@ func TestExplore(t *testing.T) {
 		seeds = min(seeds, 100)
 	}
 	var longest, seedOf int64
+	stops := 0
 	for seed := int64(1); seed <= seeds; seed++ {
 		x := run(t, exploreWorld(seed))
 		if x.failure != "" {
 			t.Fatalf("seed %d: %s (replay: go test ./core -run TestExplore -explore-seed %d)", seed, x.failure, seed)
 		}
+		stops += x.stops
 		if x.settleTicks > longest {
 			longest, seedOf = x.settleTicks, seed
 		}
 	}
-	t.Logf("%d seeds; the longest settle took %d ticks (seed %d)", seeds, longest, seedOf)
+	t.Logf("%d seeds; the longest settle took %d ticks (seed %d); %d graceful stops of a node's shares", seeds, longest, seedOf, stops)
+	if seeds >= 1000 && stops == 0 {
+		t.Fatal("no node stopped sharing: the graceful stop went unexplored")
+	}
 }
 
 func withTrace(o exploreOptions) exploreOptions { o.trace = true; return o }
@@ -825,6 +853,8 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// share restored as a plain reader's: the web site's world.
 		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 0, 2539},
 		{"restore shares as readers", core.MutantRestoreSharesAsReaders, true, site, 0, 16},
+		// A graceful stop letting a share go under its readers.
+		{"stop with holders", core.MutantStopWithHolders, true, site, 0, 354},
 		// An activated soft writer skipping a reader's doorway that
 		// began after its first look: a mark race that deals the
 		// leaders their three roles in one draw, among readers and soft

@@ -190,7 +190,7 @@ func (n *Node) keepShare(sh *share) {
 	if r == nil || r.phase != phaseHeld {
 		return
 	}
-	if n.sharesStopped && len(sh.holders) == 0 {
+	if n.sharesStopped && (len(sh.holders) == 0 || n.cfg.Mutant.on(MutantStopWithHolders)) {
 		n.releaseShare(sh)
 		return
 	}
