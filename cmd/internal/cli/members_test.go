@@ -130,3 +130,28 @@ func TestMembersCommands(t *testing.T) {
 		t.Errorf("members without an agent: exit %d (%q), want %d", code, stderr, ExitUnavailable)
 	}
 }
+
+// The summary says the cluster's codec and which voters hold it back.
+func TestMembersSummarySaysTheClusterCodec(t *testing.T) {
+	l := api.MemberList{Cluster: "00c0ffee00c0ffee", Epoch: 7, Codec: 4, Level: 3, Members: []api.MemberInfo{
+		{Node: "1", Name: "web-1", Voter: true, Codec: 4, Offers: 3, Version: "0.9.0"},
+		{Node: "2", Name: "web-2", Voter: true, Codec: 4, Offers: 4, Version: "0.9.0"},
+		{Node: "3", Voter: true, Codec: 4, Offers: 3, Version: "0.9.0"},
+		{Node: "4", Name: "web-4", Codec: 4, Offers: 3, Version: "0.9.0"}, // not a voter: holds nothing
+	}}
+	var b strings.Builder
+	printMembers(&b, l)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if want := "cluster 00c0ffee00c0ffee, view epoch 7, 3 voters, all read codec 4, cluster codec 3 (held by web-1, 3)"; lines[len(lines)-1] != want {
+		t.Errorf("summary %q, want %q", lines[len(lines)-1], want)
+	}
+	l.Level = 4
+	for i := range l.Members {
+		l.Members[i].Offers = 4
+	}
+	b.Reset()
+	printMembers(&b, l)
+	if !strings.HasSuffix(b.String(), ", all read codec 4, cluster codec 4\n") {
+		t.Errorf("summary without a hold:\n%s", b.String())
+	}
+}
