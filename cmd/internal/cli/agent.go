@@ -23,8 +23,8 @@ import (
 
 	"github.com/sluicehq/sluice/election"
 	"github.com/sluicehq/sluice/p2p"
-	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
