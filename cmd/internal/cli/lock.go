@@ -326,7 +326,7 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := lease.Release(relCtx); err != nil && lease.Err() == nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s: release: %v (the lease ends by itself at its expiry)\n", name, err)
+		fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s: %v (the lease ends by itself at its expiry)\n", name, err)
 	}
 	switch {
 	case runErr != nil:
