@@ -212,14 +212,18 @@ const (
 
 // AcquireBody is the body of POST /v1/acquire.
 type AcquireBody struct {
-	Name     string `json:"name"`
-	Mode     string `json:"mode,omitempty"`     // default exclusive
-	Timeout  Span   `json:"timeout,omitempty"`  // default 30s
-	Duration Span   `json:"duration,omitempty"` // default 1m
-	Grace    Span   `json:"grace,omitempty"`    // default 0
-	Quiet    Span   `json:"quiet,omitempty"`
-	Limit    int    `json:"limit,omitempty"`
-	Try      bool   `json:"try,omitempty"`
+	Name string `json:"name,omitempty"`
+	// Names, instead of Name, takes several names together, all or
+	// nothing (at most MaxNames, each once): the other fields apply to
+	// each, the timeout to the whole call. The answer is a LeaseSet.
+	Names    []string `json:"names,omitempty"`
+	Mode     string   `json:"mode,omitempty"`     // default exclusive
+	Timeout  Span     `json:"timeout,omitempty"`  // default 30s
+	Duration Span     `json:"duration,omitempty"` // default 1m
+	Grace    Span     `json:"grace,omitempty"`    // default 0
+	Quiet    Span     `json:"quiet,omitempty"`
+	Limit    int      `json:"limit,omitempty"`
+	Try      bool     `json:"try,omitempty"`
 	// Owner says who holds it, for operators' tables ("alice@web-1 pid
 	// 4242: deploy.sh"): free text, at most 256 bytes, no control
 	// characters. `sluice lock` sends user@host, pid and command line.
@@ -279,6 +283,17 @@ type LeaseJSON struct {
 	// Expires is the agent's wall-clock estimate of the end, for display
 	// only: a clock step moves it.
 	Expires time.Time `json:"expires"`
+}
+
+// MaxNames is the most names one acquire takes together.
+const MaxNames = 64
+
+// LeaseSet answers an acquire of several names: their leases, one fencing
+// token each, in the order the agent took them (byte order of the names,
+// the same for every caller, so that two such acquires never wait for
+// each other in a cycle). Each is a lease of its own to renew and release.
+type LeaseSet struct {
+	Leases []LeaseJSON `json:"leases"`
 }
 
 // Span is a duration in a request body: a Go duration string ("300ms",

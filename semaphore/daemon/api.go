@@ -26,6 +26,7 @@ import (
 // on a loopback TCP address with a bearer token.
 //
 //	POST /v1/acquire       {"name","mode","timeout","duration","grace","quiet","limit","try"} → lease
+//	                       {"names":[...], ...} → {"leases":[...]}: several names, all or nothing
 //	POST /v1/release       {"lease","name"}
 //	POST /v1/renew         {"lease","name"} → lease (a lease from before the agent restarted too)
 //	GET  /v1/watch?lease=ID   newline-delimited JSON events until the lease ends
@@ -218,6 +219,10 @@ func (a *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if b.Names != nil {
+		a.acquireAll(w, r, b, req)
+		return
+	}
 	// The client hanging up cancels r.Context(): Acquire abandons.
 	l, err := a.cfg.Node.Acquire(r.Context(), req)
 	if err != nil {
@@ -225,6 +230,33 @@ func (a *apiServer) acquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, leaseJSON(l))
+}
+
+// acquireAll is an acquire of several names (api.AcquireBody.Names).
+func (a *apiServer) acquireAll(w http.ResponseWriter, r *http.Request, b api.AcquireBody, req Request) {
+	if b.Name != "" {
+		fail(w, fmt.Errorf("%w: name and names exclude each other", codes.ErrInvalid))
+		return
+	}
+	if len(b.Names) > api.MaxNames { // before a Request is made for each
+		fail(w, fmt.Errorf("%w: %d names, at most %d in one acquire", codes.ErrInvalid, len(b.Names), api.MaxNames))
+		return
+	}
+	rs := make([]Request, len(b.Names))
+	for i, name := range b.Names {
+		rs[i] = req
+		rs[i].Name = name
+	}
+	ls, err := a.cfg.Node.AcquireAll(r.Context(), rs)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := api.LeaseSet{Leases: make([]api.LeaseJSON, len(ls))}
+	for i, l := range ls {
+		out.Leases[i] = leaseJSON(l)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *apiServer) release(w http.ResponseWriter, r *http.Request) {

@@ -530,3 +530,27 @@ func TestAPIDurationsAsMilliseconds(t *testing.T) {
 		}
 	}
 }
+
+// An acquire of several names answers their leases in the order taken;
+// bad lists are 400 invalid, and a list far too long too.
+func TestAPIAcquireSeveral(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "POST", base+"/v1/acquire", `{"names":["/b","/a"],"duration":"1m"}`)
+	var set api.LeaseSet
+	if got.status != 200 || json.Unmarshal([]byte(got.raw), &set) != nil || len(set.Leases) != 2 ||
+		set.Leases[0].Name != "/a" || set.Leases[1].Name != "/b" || set.Leases[0].Token == 0 {
+		t.Fatalf("acquire of two names: %d %s", got.status, got.raw)
+	}
+	huge := `{"names":["/n0"` + strings.Repeat(`,"/n"`, 10000) + `]}`
+	for _, c2 := range []struct{ body, why string }{
+		{`{"name":"/a","names":["/c"]}`, "name and names exclude each other"},
+		{`{"names":[]}`, "no name"},
+		{`{"names":["/c","/c"]}`, `"/c" twice`},
+		{huge, "10001 names, at most 64"},
+	} {
+		bad := call(t, c, "POST", base+"/v1/acquire", c2.body)
+		if bad.status != 400 || bad.body["error"] != "invalid" || !strings.Contains(fmt.Sprint(bad.body["message"]), c2.why) {
+			t.Errorf("%.60s: %d %s, want 400 saying %q", c2.body, bad.status, bad.raw, c2.why)
+		}
+	}
+}

@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"os/signal"
 	osuser "os/user"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -23,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/semaphore"
+	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/client"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
@@ -119,16 +122,28 @@ func plainError(err error) string {
 
 // splitCommand takes NAME before "--" and CMD ARGS after it.
 func splitCommand(cmd *cobra.Command, args []string) (string, []string, error) {
+	names, argv, err := splitNames(cmd, args, 1)
+	if err != nil {
+		return "", nil, err
+	}
+	return names[0], argv, nil
+}
+
+// splitNames splits args at -- into the names before it (1 to most) and
+// the command after it.
+func splitNames(cmd *cobra.Command, args []string, most int) ([]string, []string, error) {
 	dash := cmd.ArgsLenAtDash()
 	switch {
 	case dash < 0:
-		return "", nil, usageErrorf("%s: missing -- before the command (%s NAME -- CMD ARGS...)", cmd.Name(), cmd.Name())
-	case dash != 1:
-		return "", nil, usageErrorf("%s: one NAME before --, got %d", cmd.Name(), dash)
-	case len(args) == 1:
-		return "", nil, usageErrorf("%s: no command after --", cmd.Name())
+		return nil, nil, usageErrorf("%s: missing -- before the command (%s NAME -- CMD ARGS...)", cmd.Name(), cmd.Name())
+	case dash == 0 || dash > most && most == 1:
+		return nil, nil, usageErrorf("%s: one NAME before --, got %d", cmd.Name(), dash)
+	case dash > most:
+		return nil, nil, usageErrorf("%s: at most %d names before --, got %d", cmd.Name(), most, dash)
+	case len(args) == dash:
+		return nil, nil, usageErrorf("%s: no command after --", cmd.Name())
 	}
-	return args[0], args[1:], nil
+	return args[:dash], args[dash:], nil
 }
 
 // check runs the agent's own check of a request (daemon.Request.Validate)
@@ -172,10 +187,14 @@ func (f *lockFlags) addLease(cmd *cobra.Command, timeout time.Duration, timeoutH
 func newLockCmd() *cobra.Command {
 	var f lockFlags
 	cmd := &cobra.Command{
-		Use:   "lock NAME [flags] -- CMD [ARGS...]",
+		Use:   "lock NAME [NAME...] [flags] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long: "Take the lock NAME, run CMD while holding it (renewing it), release it.\n" +
 			"CMD gets the fencing token in SLUICE_TOKEN and the name in SLUICE_LOCK.\n" +
+			"Several names are taken together, all or nothing (in byte order, so two\n" +
+			"such commands never wait for each other in a cycle); CMD then also gets\n" +
+			"SLUICE_LOCKS (how many) and SLUICE_LOCK_1, SLUICE_TOKEN_1... in that order,\n" +
+			"and it is stopped if any of them is lost.\n" +
 			"If the lease is lost, CMD gets SIGTERM, and SIGKILL after --kill-after.\n" +
 			"A restart of the agent loses nothing: the lease is renewed through the\n" +
 			"restarted agent, as long as it is back before the lease's time is up.\n" +
@@ -188,7 +207,7 @@ func newLockCmd() *cobra.Command {
 			"ready; 64 on bad usage.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, argv, err := splitCommand(cmd, args)
+			names, argv, err := splitNames(cmd, args, api.MaxNames)
 			if err != nil {
 				return err
 			}
@@ -196,11 +215,19 @@ func newLockCmd() *cobra.Command {
 			if err != nil {
 				return usageErrorf("lock: --mode: %s", strings.TrimPrefix(err.Error(), semaphore.ErrInvalid.Error()+": "))
 			}
-			if err := f.check(cmd, name, mode); err != nil {
-				return err
+			for i, name := range names {
+				if err := f.check(cmd, name, mode); err != nil {
+					return err
+				}
+				if slices.Contains(names[:i], name) {
+					return usageErrorf("lock: %s is named twice", name)
+				}
 			}
-			return runLocked(cmd, &f.clientFlags, name, mode, client.Options{Timeout: f.timeout, Duration: f.duration,
-				Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}, f.killIn, argv, nil)
+			o := client.Options{Timeout: f.timeout, Duration: f.duration, Quiet: f.quiet, Try: f.try, Limit: f.limit, AutoRenew: true}
+			if len(names) > 1 {
+				return runLockedAll(cmd, &f.clientFlags, names, mode, o, f.killIn, argv)
+			}
+			return runLocked(cmd, &f.clientFlags, names[0], mode, o, f.killIn, argv, nil)
 		},
 	}
 	fl := cmd.Flags()
@@ -279,28 +306,7 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		verb = "drain"
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s %s: interrupted while waiting", verb, name)}
-		}
-		if errors.Is(err, semaphore.ErrNotReady) {
-			return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s %s: the agent is not ready: %s", verb, name, plainError(err))}
-		}
-		if errors.Is(err, semaphore.ErrLost) {
-			// Dropped while it waited: an operator's unlock --force --all.
-			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s %s: not obtained: the request was force-unlocked while it waited", verb, name)}
-		}
-		if errors.Is(err, semaphore.ErrTimedOut) {
-			// An agent that lost readiness only after the request ended
-			// answers timedout: the cluster had no lock service, nobody
-			// held the name, and that is "not ready" (69) too.
-			stCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			st, serr := c.Status(stCtx)
-			cancel()
-			if serr == nil && !st.Ready {
-				return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s %s: the agent is not ready (%s)", verb, name, st.Reason)}
-			}
-		}
-		return apiError(verb+" "+name, err)
+		return notObtained(ctx, c, verb, name, err)
 	}
 	var env []string
 	if d.previewToken != "" {
@@ -314,7 +320,8 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		}
 	}
 	stop() // from here on, signals go to CMD, which decides
-	code, lost, runErr := runUnder(cmd, lease, name, argv, killIn, env)
+	env = append(env, "SLUICE_TOKEN="+strconv.FormatUint(lease.Token(), 10), "SLUICE_LOCK="+name)
+	code, lost, runErr := runUnder(cmd, heldOne(lease), name, argv, killIn, env)
 	if d.keepOnFailure && runErr == nil && !lost && code != 0 {
 		// A failed maintenance job leaves the site drained: the lease is
 		// not given back, and lasts until `sluice undrain` (or its
@@ -337,6 +344,110 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// notObtained is the exit of a lock or drain of name that was not
+// obtained (err).
+func notObtained(ctx context.Context, c *client.Client, verb, name string, err error) error {
+	if ctx.Err() != nil {
+		return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s %s: interrupted while waiting", verb, name)}
+	}
+	if errors.Is(err, semaphore.ErrNotReady) {
+		return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s %s: the agent is not ready: %s", verb, name, plainError(err))}
+	}
+	if errors.Is(err, semaphore.ErrLost) {
+		// Dropped while it waited: an operator's unlock --force --all.
+		return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s %s: not obtained: the request was force-unlocked while it waited", verb, name)}
+	}
+	if errors.Is(err, semaphore.ErrTimedOut) {
+		// An agent that lost readiness only after the request ended
+		// answers timedout: the cluster had no lock service, nobody
+		// held the name, and that is "not ready" (69) too.
+		stCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, serr := c.Status(stCtx)
+		cancel()
+		if serr == nil && !st.Ready {
+			return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s %s: the agent is not ready (%s)", verb, name, st.Reason)}
+		}
+	}
+	return apiError(verb+" "+name, err)
+}
+
+// runLockedAll is runLocked for several names, taken together.
+func runLockedAll(cmd *cobra.Command, cf *clientFlags, names []string, mode semaphore.Mode, o client.Options,
+	killIn time.Duration, argv []string) error {
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	o.Owner = owner(argv)
+	what := strings.Join(names, " ")
+	leases, err := c.AcquireAll(ctx, names, mode, o)
+	if err != nil {
+		return notObtained(ctx, c, "lock", what, err)
+	}
+	env := []string{"SLUICE_LOCKS=" + strconv.Itoa(len(leases)),
+		"SLUICE_TOKEN=" + strconv.FormatUint(leases[0].Token(), 10), "SLUICE_LOCK=" + leases[0].Name()}
+	for i, l := range leases {
+		env = append(env, fmt.Sprintf("SLUICE_LOCK_%d=%s", i+1, l.Name()), fmt.Sprintf("SLUICE_TOKEN_%d=%d", i+1, l.Token()))
+	}
+	stop() // from here on, signals go to CMD, which decides
+	h, unwatch := heldAll(leases)
+	code, lost, runErr := runUnder(cmd, h, what, argv, killIn, env)
+	unwatch()
+	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range leases {
+		if err := l.Release(relCtx); err != nil && l.Err() == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s: %v (the lease ends by itself at its expiry)\n", l.Name(), err)
+		}
+	}
+	switch {
+	case runErr != nil:
+		return runErr
+	case lost:
+		return &exitError{code: ExitLost, msg: fmt.Sprintf("lock %s was lost while the command ran (it exited %d)", what, code)}
+	case code != 0:
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// held is what runUnder watches: done closes when a lease ends, and err
+// says whether it was lost (nil: released).
+type held struct {
+	done <-chan struct{}
+	err  func() error
+}
+
+func heldOne(l *client.Lease) held { return held{done: l.Done(), err: l.Err} }
+
+// heldAll watches several leases: done closes when the first ends, err is
+// the first loss among them. unwatch ends the watch.
+func heldAll(ls []*client.Lease) (h held, unwatch func()) {
+	done, quit := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Go(func() {
+			select {
+			case <-l.Done():
+				once.Do(func() { close(done) })
+			case <-quit:
+			}
+		})
+	}
+	lost := func() error {
+		for _, l := range ls {
+			if err := l.Err(); err != nil {
+				return fmt.Errorf("%s: %w", l.Name(), err)
+			}
+		}
+		return nil
+	}
+	return held{done: done, err: lost}, func() { close(quit); wg.Wait() }
 }
 
 // acquireEscalating acquires name in mode; a soft or gentle drain not
@@ -370,10 +481,10 @@ func acquireEscalating(ctx context.Context, c *client.Client, out io.Writer, nam
 // directly: only SIGTERM is passed on. A hang-up (an ssh session gone)
 // also ends CMD, by SIGKILL after killIn if it outlives it: it must not
 // go on without its lock, which sluice releases once CMD is gone.
-func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []string, killIn time.Duration, env []string) (code int, lost bool, err error) {
+func runUnder(cmd *cobra.Command, lease held, name string, argv []string, killIn time.Duration, env []string) (code int, lost bool, err error) {
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
-	child.Env = append(append(os.Environ(), "SLUICE_TOKEN="+strconv.FormatUint(lease.Token(), 10), "SLUICE_LOCK="+name), env...)
+	child.Env = append(os.Environ(), env...)
 	tty := isTTY(os.Stdin)
 	if !tty {
 		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -387,7 +498,7 @@ func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []strin
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
 	var kill <-chan time.Time
-	done := lease.Done()
+	done := lease.done
 	for {
 		select {
 		case s := <-sigs:
@@ -402,9 +513,9 @@ func runUnder(cmd *cobra.Command, lease *client.Lease, name string, argv []strin
 			}
 		case <-done:
 			done = nil
-			if lease.Err() != nil {
+			if err := lease.err(); err != nil {
 				lost = true
-				fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s lost (%v): stopping the command\n", name, plainError(lease.Err()))
+				fmt.Fprintf(cmd.ErrOrStderr(), "sluice: lock %s lost (%v): stopping the command\n", name, plainError(err))
 				_ = child.Process.Signal(syscall.SIGTERM)
 				kill = time.After(killIn)
 			}
