@@ -93,7 +93,7 @@ const (
 	MutantClimbingLives
 	// MutantLevelBackwards: the coordinator sets a view's level from the
 	// codecs the alive members offer alone, not at least the previous
-	// view's, and acceptors take a view that lowers it.
+	// view's, and acceptors and followers take a view that lowers it.
 	MutantLevelBackwards
 )
 
@@ -431,7 +431,7 @@ func (e *Election) needed() bool {
 		}
 	}
 	members := e.Members()
-	if e.level(members) > e.p.Valid.Level {
+	if e.level(members, e.p.Valid.Level) > e.p.Valid.Level {
 		return true // every member offers a newer codec: raise the level
 	}
 	return len(e.p.Valid.Leaders) < wanted(members) && len(e.candidates(members)) > len(e.p.Valid.Leaders)
@@ -447,11 +447,11 @@ func (e *Election) offered(id wire.NodeID) uint64 {
 }
 
 // level is the level of a new view of members: the lowest codec they
-// offer, and never below the valid view's, whose level every earlier
-// valid view's is at most (the previous view a new one names is the
-// newest valid one). Zero stands for MinVersion, as in views made before
-// levels existed, so that such a view looks the same to both releases.
-func (e *Election) level(members []wire.NodeID) uint64 {
+// offer, and never below floor, the level of the newest valid view (which
+// every earlier valid view's is at most). Zero stands for MinVersion, as
+// in views made before levels existed, so that such a view looks the same
+// to both releases.
+func (e *Election) level(members []wire.NodeID, floor uint64) uint64 {
 	low := uint64(0)
 	for i, id := range members {
 		if c := e.offered(id); i == 0 || c < low {
@@ -459,7 +459,7 @@ func (e *Election) level(members []wire.NodeID) uint64 {
 		}
 	}
 	if !e.cfg.Mutant.on(MutantLevelBackwards) {
-		low = max(low, e.p.Valid.Level)
+		low = max(low, floor)
 	}
 	if low <= uint64(wire.MinVersion) {
 		return 0
@@ -620,8 +620,7 @@ func (e *Election) Step(m wire.Message) error {
 			e.stats.StaleViews++
 			return fmt.Errorf("%w: commit of epoch %d, valid is %d", ErrStaleView, m.View.Epoch, e.p.Valid.Epoch)
 		}
-		e.adopt(m.View)
-		return nil
+		return e.adoptNotBelow(m)
 	}
 	e.stats.BadViews++
 	return fmt.Errorf("%w: kind %s is not the election's", ErrBadView, m.Kind)
@@ -722,6 +721,13 @@ func (e *Election) propose(r *round) {
 		p.Epoch = r.epoch
 		r.proposal = &p
 	} else {
+		// The level is at least every promiser's accepted view's: one of
+		// them accepted the newest valid view or a later one, whatever
+		// this node's own copy of the valid view lost on the way.
+		floor := e.p.Valid.Level
+		for _, v := range r.promises {
+			floor = max(floor, v.Level)
+		}
 		old := e.Members()
 		members := applyChange(old, r.change)
 		leaders := e.pickLeaders(members)
@@ -732,7 +738,7 @@ func (e *Election) propose(r *round) {
 		}
 		prev := e.p.Valid
 		r.proposal = &wire.View{Epoch: r.epoch, Leaders: leaders, PrevEpoch: prev.Epoch, PrevLeaders: slices.Clone(prev.Leaders),
-			Members: members, PrevMembers: old, Level: e.level(members)}
+			Members: members, PrevMembers: old, Level: e.level(members, floor)}
 	}
 	for _, id := range r.proposal.Members {
 		e.AddPeer(id)
@@ -855,8 +861,23 @@ func (e *Election) hello(m wire.Message) error {
 		}
 	}
 	if m.View.Epoch > e.p.Valid.Epoch {
-		e.adopt(m.View) // how a late joiner learns the leaders
+		return e.adoptNotBelow(m) // how a late joiner learns the leaders
 	}
+	return nil
+}
+
+// adoptNotBelow adopts the view m carries unless its level is below the
+// valid view's: a view relayed by a release before levels, or over its
+// codec, lost its level on the way; taken as it came, it would let this
+// node, as coordinator, lower the cluster's codec. The same view comes
+// whole from the others.
+func (e *Election) adoptNotBelow(m wire.Message) error {
+	if lv, valid := m.View.Codec(), e.p.Valid.Codec(); lv < valid && !e.cfg.Mutant.on(MutantLevelBackwards) {
+		e.stats.BelowLevel++
+		return fmt.Errorf("%w: %s from node %d: the view of epoch %d has codec %d, the valid view's is %d",
+			ErrBelowLevel, m.Kind, m.From, m.View.Epoch, lv, valid)
+	}
+	e.adopt(m.View)
 	return nil
 }
 

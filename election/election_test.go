@@ -524,3 +524,87 @@ func TestLevelOfVotes(t *testing.T) {
 		t.Fatal("no proposal with three counted promises of five")
 	}
 }
+
+// A view that lost its level on the way (relayed by a release before
+// levels) is not adopted over a view with a level, by hello or commit.
+func TestStrippedViewNotAdopted(t *testing.T) {
+	e := node(t, 1, 5, 0)
+	at4 := view(3, 1, 2, 3)
+	at4.Level = 4
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: at4})); err != nil {
+		t.Fatal(err)
+	}
+	stripped := view(4, 1, 2, 3)
+	stripped.PrevEpoch, stripped.PrevLeaders = 3, []wire.NodeID{1, 2, 3}
+	for _, kind := range []wire.Kind{wire.KindHello, wire.KindCommit} {
+		err := e.Step(in(5, wire.Message{Kind: kind, From: 4, To: 1, View: stripped, ElectionID: "14|4|a4|1|n4"}))
+		if !errors.Is(err, election.ErrBelowLevel) || e.View().Epoch != 3 {
+			t.Fatalf("%s of a view without its level: %v, valid epoch %d", kind, err, e.View().Epoch)
+		}
+	}
+	whole := stripped
+	whole.Level = 4
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: whole})); err != nil || e.View().Epoch != 4 {
+		t.Fatalf("the same view whole: %v, valid epoch %d", err, e.View().Epoch)
+	}
+}
+
+// A coordinator whose own copy of the valid view lost its level still
+// proposes at least the level its promisers accepted: the newest valid
+// view's, which one of them holds.
+func TestLevelFromPromises(t *testing.T) {
+	e, err := election.New(election.Config{Node: 1, Bootstrap: members(5), Peers: members(5), Incarnation: 1, Nonce: 1, Codec: 4,
+		ID: election.ID{Priority: 1, Random: 1, Address: "a1", PID: 1, Name: "n1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []wire.NodeID{2, 3, 4, 5} {
+		_ = e.Step(in(5, wire.Message{Kind: wire.KindCheckInAck, From: o, To: 1, Incarnation: 1, Nonce: 1}))
+	}
+	stripped := wire.View{Epoch: 3, Leaders: []wire.NodeID{1, 3, 4}, Members: members(5), PrevMembers: members(5)}
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 3, To: 1, View: stripped})); err != nil {
+		t.Fatal(err)
+	}
+	for id, codec := range map[wire.NodeID]uint64{2: 3, 3: 4, 4: 4, 5: 4} {
+		_ = e.Step(in(5, wire.Message{Kind: wire.KindHello, From: id, To: 1, Codec: codec, ElectionID: fmt.Sprintf("14|%d|a%d|1|n%d", id, id, id)}))
+	}
+	if err := e.ChangeMembers(election.Change{Remove: 5}); err != nil {
+		t.Fatal(err)
+	}
+	rd := e.Ready()
+	e.Advance()
+	var epoch uint64
+	for _, m := range rd.Messages {
+		if m.Kind == wire.KindPrepare {
+			epoch = m.View.Epoch
+			if m.To == 1 {
+				_ = e.Step(m)
+			}
+		}
+	}
+	rd = e.Ready()
+	e.Advance()
+	for _, m := range rd.Messages {
+		if m.Kind == wire.KindPromise && m.To == 1 {
+			_ = e.Step(m)
+		}
+	}
+	whole := stripped
+	whole.Level = 4
+	for _, id := range []wire.NodeID{3, 4} {
+		if err := e.Step(in(5, wire.Message{Kind: wire.KindPromise, From: id, To: 1, PrepareEpoch: epoch, View: whole})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd = e.Ready()
+	e.Advance()
+	for _, m := range rd.Messages {
+		if m.Kind == wire.KindAccept {
+			if m.View.Level != 4 {
+				t.Fatalf("proposed codec %d after promises of codec 4 (node 2 offers 3)", m.View.Level)
+			}
+			return
+		}
+	}
+	t.Fatalf("no proposal: %v", rd.Messages)
+}
