@@ -486,6 +486,23 @@ func (e *Election) belowLevel(id wire.NodeID, level uint64) string {
 	return ""
 }
 
+// voteBelowLevel is belowLevel for a vote (a promise or an accept), which
+// says itself what its sender offers: a node restarted with another
+// release votes with what it runs now, whatever its last hello said.
+func (e *Election) voteBelowLevel(m wire.Message, level uint64) string {
+	if mb := e.members[m.From]; mb != nil {
+		mb.codec = m.Codec
+	}
+	if c := max(m.Codec, uint64(wire.MinVersion)); c < level {
+		release := ""
+		if mb := e.members[m.From]; mb != nil {
+			release = mb.release
+		}
+		return fmt.Sprintf("node %d (release %s) votes offering codec %d, and the cluster's codec is %d", m.From, releaseOr(release), c, level)
+	}
+	return ""
+}
+
 // releaseOr is a release for messages: "before 0.9" when a node's hellos
 // do not say.
 func releaseOr(r string) string {
@@ -656,7 +673,7 @@ func (e *Election) onPrepare(m wire.Message) error {
 	ep := m.View.Epoch
 	if ep > e.p.Promised || e.cfg.Mutant.on(MutantTwoViewsPerEpoch) && ep == e.p.Promised {
 		e.p.Promised, e.persist = ep, true
-		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, PrepareEpoch: ep, View: e.p.Accepted.Clone()})
+		e.send(wire.Message{Kind: wire.KindPromise, To: m.From, PrepareEpoch: ep, View: e.p.Accepted.Clone(), Codec: e.cfg.Codec})
 		return nil
 	}
 	e.stats.Rejections++
@@ -678,7 +695,7 @@ func (e *Election) onPromise(m wire.Message) error {
 	if err := e.checkView(m.View, true); err != nil {
 		return err
 	}
-	if why := e.belowLevel(m.From, e.p.Valid.Codec()); why != "" {
+	if why := e.voteBelowLevel(m, e.p.Valid.Codec()); why != "" {
 		e.stats.BelowLevel++
 		return fmt.Errorf("%w: promise not counted: %s", ErrBelowLevel, why)
 	}
@@ -701,10 +718,16 @@ func (e *Election) propose(r *round) {
 		return
 	}
 	var high wire.View
+	// The level is at least every promiser's accepted view's: one of them
+	// accepted the newest valid view or a later one, whatever this node's
+	// own copy of the valid view lost on the way.
+	floor := e.p.Valid.Level
 	for _, id := range slices.Sorted(maps.Keys(r.promises)) {
-		if v := r.promises[id]; v.Epoch > high.Epoch {
+		v := r.promises[id]
+		if v.Epoch > high.Epoch {
 			high = v
 		}
+		floor = max(floor, v.Level)
 	}
 	if high.Epoch > e.p.Valid.Epoch && !e.cfg.Mutant.on(MutantPrevFromOwnView) {
 		if !e.quorumOf(r.voted, high.Members) || !e.quorumOf(r.voted, high.PrevMembers) {
@@ -719,15 +742,11 @@ func (e *Election) propose(r *round) {
 		e.endChange(fmt.Errorf("%w: another view change (epoch %d) was under way; try again", ErrChangeLost, high.Epoch))
 		p := high.Clone()
 		p.Epoch = r.epoch
+		if !e.cfg.Mutant.on(MutantLevelBackwards) {
+			p.Level = max(p.Level, floor) // a copy may have lost it
+		}
 		r.proposal = &p
 	} else {
-		// The level is at least every promiser's accepted view's: one of
-		// them accepted the newest valid view or a later one, whatever
-		// this node's own copy of the valid view lost on the way.
-		floor := e.p.Valid.Level
-		for _, v := range r.promises {
-			floor = max(floor, v.Level)
-		}
 		old := e.Members()
 		members := applyChange(old, r.change)
 		leaders := e.pickLeaders(members)
@@ -781,7 +800,7 @@ func (e *Election) onAccept(m wire.Message) error {
 		for _, id := range m.View.Members {
 			e.AddPeer(id)
 		}
-		e.send(wire.Message{Kind: wire.KindAccepted, To: m.From, View: wire.View{Epoch: ep}})
+		e.send(wire.Message{Kind: wire.KindAccepted, To: m.From, View: wire.View{Epoch: ep}, Codec: e.cfg.Codec})
 		return nil
 	}
 	e.stats.Rejections++
@@ -799,7 +818,7 @@ func (e *Election) onAccepted(m wire.Message) error {
 		e.round = nil
 		return nil
 	}
-	if why := e.belowLevel(m.From, max(e.p.Valid.Codec(), r.proposal.Codec())); why != "" {
+	if why := e.voteBelowLevel(m, max(e.p.Valid.Codec(), r.proposal.Codec())); why != "" {
 		e.stats.BelowLevel++
 		return fmt.Errorf("%w: accept not counted: %s", ErrBelowLevel, why)
 	}
@@ -863,7 +882,18 @@ func (e *Election) hello(m wire.Message) error {
 	if m.View.Epoch > e.p.Valid.Epoch {
 		return e.adoptNotBelow(m) // how a late joiner learns the leaders
 	}
+	if v := m.View; v.Epoch == e.p.Valid.Epoch && v.Level > e.p.Valid.Level && sameView(v, e.p.Valid) {
+		// This node's copy lost its level on the way (a link of codec 3,
+		// or a start of the release before): the same view, whole.
+		e.p.Valid.Level, e.persist = v.Level, true
+	}
 	return nil
+}
+
+// sameView reports whether a and b are one view but for their levels.
+func sameView(a, b wire.View) bool {
+	return a.Epoch == b.Epoch && a.PrevEpoch == b.PrevEpoch && slices.Equal(a.Leaders, b.Leaders) &&
+		slices.Equal(a.PrevLeaders, b.PrevLeaders) && slices.Equal(a.Members, b.Members) && slices.Equal(a.PrevMembers, b.PrevMembers)
 }
 
 // adoptNotBelow adopts the view m carries unless its level is below the

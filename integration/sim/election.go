@@ -129,6 +129,8 @@ type ElectionResult struct {
 	// BelowLevel: votes of nodes below it, and views that would lower it,
 	// refused.
 	LevelRises, BelowLevel int
+	// OldAfterLevel: starts of the release before after the level moved.
+	OldAfterLevel int
 }
 
 // Add adds o's counts to r's.
@@ -157,6 +159,7 @@ func (r *ElectionResult) Add(o ElectionResult) {
 	r.Vouched += o.Vouched
 	r.LevelRises += o.LevelRises
 	r.BelowLevel += o.BelowLevel
+	r.OldAfterLevel += o.OldAfterLevel
 }
 
 type nodeKind uint8
@@ -254,6 +257,15 @@ type electionSim struct {
 	// `sluice members` would (a node of the release before would not even
 	// open a store that holds the level).
 	levelAsked bool
+	// proposed is the level of each proposal, by cluster and epoch, as
+	// its coordinator sent it: a node of the release before keeps the view
+	// it accepted without it, and is judged by what it accepted.
+	proposed map[[2]uint64]uint64
+	// healing: the faults stopped; starts run the new release.
+	healing bool
+	// levels are the levels of the views nodes of the new release learned
+	// as valid, by cluster and epoch (checkLevel).
+	levels map[uint64]map[uint64]uint64
 }
 
 // RunElection simulates the election of a cluster and the world around it
@@ -324,7 +336,7 @@ func newElectionSim(o ElectionOptions) *electionSim {
 		o.SettleTicks = 300
 	}
 	s := &electionSim{o: o, rng: rng, strayIdx: -1, cut: map[[2]int]bool{}, slow: map[[2]int]slowLink{},
-		valid: map[uint64]map[uint64]wire.View{}, top: map[uint64]uint64{}, bootOf: map[uint64][]wire.NodeID{},
+		valid: map[uint64]map[uint64]wire.View{}, levels: map[uint64]map[uint64]uint64{}, top: map[uint64]uint64{}, bootOf: map[uint64][]wire.NodeID{},
 		accepts: map[string]map[int]bool{}, addAsked: map[wire.NodeID]bool{}, memberSince: map[wire.NodeID]int64{}, removeAsked: map[wire.NodeID]bool{},
 		replace: map[int]int64{}, lastDisk: -1000, opsAt: -1}
 	// Some members are off, leaving at least three candidates (or all).
@@ -462,8 +474,21 @@ func (s *electionSim) start(i int) {
 	// A rolling upgrade and its rollback: until the level moved, a start
 	// runs the release before (codec 3) or the new one (codec 4).
 	n.codec = uint64(wire.Version)
-	if !s.levelAsked && s.rng.IntN(3) == 0 {
+	switch {
+	case s.healing:
+	case !s.levelAsked:
+		if s.rng.IntN(3) == 0 {
+			n.codec = uint64(wire.MinVersion)
+		}
+	case s.rng.IntN(8) == 0 && (n.persisted == nil || n.persisted.Accepted.Level == 0 && n.persisted.Valid.Level == 0):
+		// The release before, after the level moved, on a store that never
+		// held a view with a level (which it would refuse): a node that
+		// was down when it moved, downgraded, or one that joins. Its links
+		// carry codec 3, which strips the levels of the views it hears
+		// and relays (deliver); it may not vote, and the operator
+		// upgrades it when the faults stop (heal).
 		n.codec = uint64(wire.MinVersion)
+		s.res.OldAfterLevel++
 	}
 	e, err := election.New(election.Config{Node: n.id, Bootstrap: boot, Peers: s.peers(i), Mutant: s.o.Mutant,
 		Incarnation: n.inc, Nonce: n.nonce, Codec: n.codec,
@@ -976,7 +1001,13 @@ func (s *electionSim) heal() {
 			}
 		}
 	}
+	s.healing = true
 	for i, n := range s.nodes {
+		if n.e != nil && n.codec < uint64(wire.Version) && s.levelAsked {
+			s.tracef("node %d is upgraded to the new release", n.id)
+			s.stop(i)
+			s.start(i)
+		}
 		if n.e == nil && n.started && !n.retired && !n.everStale && !(s.o.LeaveOut&GapLostStoreRestarts != 0 && s.lost(n)) {
 			s.start(i)
 		}
@@ -998,6 +1029,10 @@ func (s *electionSim) deliver() {
 		}
 		if faulty && s.rng.Float64() < 0.03 {
 			s.post(m)
+		}
+		if from >= 0 && from < len(s.nodes) && s.nodes[from].codec < uint64(wire.Version) || n.codec < uint64(wire.Version) {
+			// A link of codec 3: what it lacks does not arrive.
+			m.View.Level, m.Codec, m.Release = 0, 0, ""
 		}
 		_ = n.e.Step(m)
 		s.ready(to)
@@ -1022,8 +1057,10 @@ func (s *electionSim) post(m wire.Message) {
 	s.net = append(s.net, envelope{at: s.tick + d, seq: s.seq, m: m})
 }
 
+// viewKey names a view; its level is not part of it: a copy that crossed
+// a link of codec 3 lost it, and is the same view.
 func viewKey(v wire.View) string {
-	return fmt.Sprintf("%d%v/%d%v m%v/%v c%d", v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders, v.Members, v.PrevMembers, v.Codec())
+	return fmt.Sprintf("%d%v/%d%v m%v/%v", v.Epoch, v.Leaders, v.PrevEpoch, v.PrevLeaders, v.Members, v.PrevMembers)
 }
 
 func (s *electionSim) ready(i int) {
@@ -1038,6 +1075,12 @@ func (s *electionSim) ready(i int) {
 				s.levelAsked = true
 				s.tracef("node %d proposes the cluster's codec %d", n.id, m.View.Level)
 			}
+			if m.Kind == wire.KindAccept {
+				if s.proposed == nil {
+					s.proposed = map[[2]uint64]uint64{}
+				}
+				s.proposed[[2]uint64{m.Cluster, m.View.Epoch}] = m.View.Level
+			}
 		}
 		if p := rd.Persist; p != nil {
 			if n.everStale && (p.Promised > n.promisedAt || p.Accepted.Epoch > n.acceptedAt) {
@@ -1047,8 +1090,8 @@ func (s *electionSim) ready(i int) {
 			n.persisted = p
 			n.hiPromised = max(n.hiPromised, p.Promised, p.Accepted.Epoch)
 			n.hiAccepted = max(n.hiAccepted, p.Accepted.Epoch)
-			if p.Accepted.Epoch > 0 {
-				s.accepted(i, p.Cluster, p.Accepted)
+			if v := p.Accepted; v.Epoch > 0 {
+				s.accepted(i, p.Cluster, v)
 			}
 		}
 		for _, m := range rd.Messages {
@@ -1185,15 +1228,6 @@ func (s *electionSim) checkChain(cluster uint64, v wire.View, key string, valid 
 		if e < v.Epoch && !covers(v, w) {
 			s.failf("valid view %s takes its table from epoch %d, but epoch %d was valid: %s", key, v.PrevEpoch, e, viewKey(w))
 		}
-		// The cluster's codec never falls: what an older release cannot
-		// read may have been written under the higher one.
-		earlier, later := w, v
-		if e > v.Epoch {
-			earlier, later = v, w
-		}
-		if e != v.Epoch && later.Codec() < earlier.Codec() {
-			s.failf("the cluster's codec falls from %d (valid view %s) to %d (valid view %s)", earlier.Codec(), viewKey(earlier), later.Codec(), viewKey(later))
-		}
 		if e > v.Epoch && !covers(w, v) {
 			s.failf("valid view %s skips the valid view %s", viewKey(w), key)
 		}
@@ -1294,6 +1328,27 @@ func (s *electionSim) adopt(i int, v wire.View) {
 		s.failf("node %d adopted epoch %d after epoch %d", i+1, v.Epoch, n.adopted)
 	}
 	n.adopted = v.Epoch
+	if n.codec == uint64(wire.Version) {
+		s.checkLevel(c, i, v)
+	}
+}
+
+// checkLevel checks the level of v, which node i of the new release just
+// learned as valid: the cluster's codec never falls, so no node of the
+// new release learns a view of a lower level than one a node of it
+// learned at an earlier epoch. (A node of the release before drops
+// levels; it does not count.)
+func (s *electionSim) checkLevel(cluster uint64, i int, v wire.View) {
+	if s.levels[cluster] == nil {
+		s.levels[cluster] = map[uint64]uint64{}
+	}
+	for e, lv := range s.levels[cluster] {
+		if e < v.Epoch && v.Codec() < lv || e > v.Epoch && lv < v.Codec() {
+			s.failf("node %d learned %s of codec %d, and a node of the new release learned epoch %d of codec %d: the cluster's codec fell",
+				i+1, viewKey(v), v.Codec(), e, lv)
+		}
+	}
+	s.levels[cluster][v.Epoch] = max(s.levels[cluster][v.Epoch], v.Codec())
 }
 
 // changed checks the end of a membership change the operator started.
@@ -1356,7 +1411,13 @@ func (s *electionSim) settled(settle int64) {
 			s.failf("liveness: node %d (%s) not ready %d ticks after faults stopped: %s", i+1, n.kind, settle, st.Reason)
 			return
 		}
-		views[c] = append(views[c], viewKey(st.View))
+		key := viewKey(st.View)
+		if n.codec == uint64(wire.Version) {
+			key += fmt.Sprintf(" codec %d", st.View.Codec()) // the new release's copies come whole
+		} else {
+			key += fmt.Sprintf(" codec %d", wire.View{Level: s.proposed[[2]uint64{c, st.View.Epoch}]}.Codec())
+		}
+		views[c] = append(views[c], key)
 	}
 	for _, c := range slices.Sorted(maps.Keys(views)) {
 		vs := slices.Compact(slices.Sorted(slices.Values(views[c])))

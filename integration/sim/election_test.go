@@ -65,17 +65,17 @@ func TestElection(t *testing.T) {
 		"%d foreign messages refused, %d runs with a stray one-node cluster (%d joiners captured); "+
 		"%d slow-link episodes, %d runs settling on slow links; %d lives checked in on the operator's word; "+
 		"liveness of the main cluster not checked in %d runs (too few healthy members); "+
-		"%d rises of the cluster's codec, %d votes or views below it refused",
+		"%d rises of the cluster's codec, %d votes or views below it refused, %d starts of the release before after it rose",
 		count, time.Since(start).Round(time.Millisecond), total.ValidViews, total.Crashes, total.Continuations,
 		total.Joiners, total.Changes, total.Added, total.Removed, total.ChangesRefused, total.ChangesLost,
 		total.Wipes, total.Rollbacks, total.NewestLife, total.Stale, total.Replaced,
 		total.Foreign, total.Stray, total.Captured, total.SlowLinks, total.SlowSettle, total.Vouched, total.NoQuorum,
-		total.LevelRises, total.BelowLevel)
+		total.LevelRises, total.BelowLevel, total.OldAfterLevel)
 	if total.ValidViews < count {
 		t.Fatal("fewer valid views than runs: elections did not happen")
 	}
-	if count >= 100 && (total.Changes == 0 || total.Stale == 0 || total.Replaced == 0 || total.Foreign == 0 || total.LevelRises == 0) {
-		t.Fatal("the world did not happen: no membership change, stale life, replacement, foreign message or rise of the codec")
+	if count >= 100 && (total.Changes == 0 || total.Stale == 0 || total.Replaced == 0 || total.Foreign == 0 || total.LevelRises == 0 || total.OldAfterLevel == 0) {
+		t.Fatal("the world did not happen: no membership change, stale life, replacement, foreign message, rise of the codec or release before after it")
 	}
 }
 
