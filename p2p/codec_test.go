@@ -51,29 +51,42 @@ func TestMixedCodecs(t *testing.T) {
 	}
 }
 
-// A frame written in codec 3 before the stream to a peer opened, which
-// left out a field codec 3 lacks (a view's level), never reaches that peer
-// once the stream says it reads codec 4: it would take the view for one
-// without a level. Frames that lost nothing go on; once the stream is
-// open, the same message goes whole.
+// A frame written in codec 3 that left out a field codec 3 lacks (a
+// view's level) never goes on a stream of codec 4, whose reader would take
+// the view for one without a level: queued before the stream to a peer
+// that was upgraded opened, it is dropped there. Frames that lost nothing
+// go on. Before any stream, frames are written in the codec the peerstore
+// says the stream will open in.
 func TestNoLossyFrameOnNewerStream(t *testing.T) {
 	t.Parallel()
 	a := start(t, Config{})
 	b := start(t, Config{Peers: a.Addrs()})
 	eventually(t, "a to know b", func() bool { _, ok := memberOf(a, b.Self()); return ok })
-	hello := msg(b.Self(), 1)
+	p := a.openPeer(b.Self())
+	if c := a.sendCodec(p); c != wire.Version {
+		t.Fatalf("before any stream, frames to b are written in codec %d; identify said it reads %d", c, wire.Version)
+	}
+	send(t, a, msg(b.Self(), 1)) // opens the stream, codec 4
+	if m := recv(t, b); m.StoreAge != 1 {
+		t.Fatalf("b got %v", m)
+	}
+	hello := msg(b.Self(), 2)
 	hello.View = wire.View{Epoch: 2, Leaders: []wire.NodeID{1}, Members: []wire.NodeID{1}, PrevMembers: []wire.NodeID{1}, Level: 4}
 	hello.Codec, hello.Release = 4, "0.9.0"
-	send(t, a, hello) // no stream yet: codec 3, without the level
-	send(t, a, msg(b.Self(), 2))
-	if m := recv(t, b); m.StoreAge != 2 {
-		t.Fatalf("b got %v first, want the frame that lost nothing", m)
+	queue := func(m wire.Message, codec byte) {
+		f, err := encodeFrame(&m, codec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.queue <- frames{b: f, n: 1, codec: codec, lossy: wire.Lossy(&m, codec)}
 	}
-	if m, _ := memberOf(a, b.Self()); m.Codec != wire.Version {
-		t.Fatalf("a writes to b in codec %d", m.Codec)
+	queue(hello, 3)            // lost its level: dropped
+	queue(msg(b.Self(), 3), 3) // lost nothing: goes
+	send(t, a, hello)          // in the stream's codec: goes whole
+	if m := recv(t, b); m.StoreAge != 3 {
+		t.Fatalf("b got %v first, want the codec 3 frame that lost nothing", m)
 	}
-	send(t, a, hello)
-	if m := recv(t, b); m.StoreAge != 1 || m.View.Level != 4 || m.Codec != 4 || m.Release != "0.9.0" {
+	if m := recv(t, b); m.StoreAge != 2 || m.View.Level != 4 || m.Codec != 4 || m.Release != "0.9.0" {
 		t.Fatalf("b got %v, want the hello whole", m)
 	}
 	if st := a.Stats(); st.Dropped != 1 {

@@ -33,7 +33,7 @@ func (h *Host) Send(m wire.Message) bool {
 	}
 	// Encoding here, not in the writer, snapshots m: the caller may reuse
 	// its slices as soon as Send returns.
-	codec := p.writeCodec()
+	codec := h.sendCodec(p)
 	f, err := encodeFrame(&m, codec)
 	if err != nil {
 		h.stats.dropped.Add(1)
@@ -81,7 +81,7 @@ func (h *Host) SendAll(msgs []wire.Message) int {
 		}
 		var err error
 		if b.n == 0 {
-			b.codec = b.peer.writeCodec()
+			b.codec = h.sendCodec(b.peer)
 		}
 		if body, err = wire.EncodeVersion(body[:0], m, b.codec); err != nil {
 			h.log.Warn("p2p: unencodable message dropped", "to", m.To, "kind", m.Kind, "err", err)
@@ -107,9 +107,25 @@ func (h *Host) SendAll(msgs []wire.Message) int {
 	return dropped
 }
 
-// writeCodec is the codec frames to m are written in: its stream's, or
-// the oldest this build writes before a stream said more.
+// writeCodec is the codec of m's stream: its frames must be in it (see
+// frames.stale); the oldest this build writes before a stream opened.
 func (m *member) writeCodec() byte { return max(byte(m.codec.Load()), wire.MinVersion) }
+
+// sendCodec is the codec a frame for m is written in when queued: its
+// stream's; before the first stream opened, the one it will most likely
+// open in, the newest lock protocol the peerstore says the peer speaks
+// (identify), which is how NewStream picks. A wrong guess costs the frames
+// written in it, dropped as stale at the open, never a frame the peer
+// cannot read.
+func (h *Host) sendCodec(m *member) byte {
+	if c := byte(m.codec.Load()); c != 0 {
+		return c
+	}
+	if p, err := h.host.Peerstore().FirstSupportedProtocol(m.id, lockProtocolIDs(h.codec)...); err == nil && p != "" {
+		return codecOf(p)
+	}
+	return wire.MinVersion
+}
 
 // frames are encoded frames queued for a peer's stream: n of them in b,
 // in codec; lossy when codec left out a field a message sets, so that a
@@ -153,7 +169,7 @@ func (h *Host) SendWait(ctx context.Context, m wire.Message) error {
 		h.stats.dropped.Add(1)
 		return fmt.Errorf("%w: node %d is unknown, or the host is closed", ErrUnknownPeer, m.To)
 	}
-	codec := p.writeCodec()
+	codec := h.sendCodec(p)
 	f, err := encodeFrame(&m, codec)
 	if err != nil {
 		h.stats.dropped.Add(1)

@@ -518,9 +518,10 @@ type Message struct {
 	// addressee the sender knows, and the store age that life told.
 	KnownIncarnation uint32
 	KnownStoreAge    uint64
-	// Codec is, in a hello, the newest codec the sender offers to the
-	// cluster's level (View.Level): the newest it reads, or less while
-	// its operator holds the level back. Zero: MinVersion.
+	// Codec is, in a hello, a promise or an accept, the newest codec the
+	// sender offers to the cluster's level (View.Level): the newest it
+	// reads, or less while its operator holds the level back. Zero:
+	// MinVersion (a release before levels).
 	Codec uint64
 	// Release is, in a hello, the sender's release ("0.9.0").
 	Release string
