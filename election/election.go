@@ -882,7 +882,7 @@ func (e *Election) hello(m wire.Message) error {
 	if m.View.Epoch > e.p.Valid.Epoch {
 		return e.adoptNotBelow(m) // how a late joiner learns the leaders
 	}
-	if v := m.View; v.Epoch == e.p.Valid.Epoch && v.Level > e.p.Valid.Level && sameView(v, e.p.Valid) {
+	if v := m.View; v.Epoch == e.p.Valid.Epoch && v.Level > e.p.Valid.Level && v.Level <= uint64(wire.Version) && sameView(v, e.p.Valid) {
 		// This node's copy lost its level on the way (a link of codec 3,
 		// or a start of the release before): the same view, whole.
 		e.p.Valid.Level, e.persist = v.Level, true

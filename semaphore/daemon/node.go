@@ -211,6 +211,9 @@ type Node struct {
 	changed chan election.ChangeResult
 	// foreignLogged rate-limits the log of refused foreign messages.
 	foreignLogged map[wire.NodeID]time.Time
+	// belowLogged: when a refusal below the cluster's codec was last
+	// logged, per sender.
+	belowLogged map[wire.NodeID]time.Time
 	// statusWaits are the WaitStatus calls whose condition did not hold yet.
 	statusWaits []*statusWait
 	// sharesGone are the StopSharing calls waiting for the leaders to drop
@@ -260,8 +263,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
 		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, watchedReaders: map[wire.RequestID]*lease{}, releases: map[releaseCall]chan error{},
 		changed:       make(chan election.ChangeResult, 1),
-		foreignLogged: map[wire.NodeID]time.Time{},
-		sending:       map[[2]uint64]*snapshotSend{}, metrics: newMetrics()}, nil
+		foreignLogged: map[wire.NodeID]time.Time{}, belowLogged: map[wire.NodeID]time.Time{},
+		sending: map[[2]uint64]*snapshotSend{}, metrics: newMetrics()}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -478,6 +481,13 @@ func (n *Node) step(m wire.Message) {
 		if now := time.Now(); now.Sub(n.foreignLogged[m.From]) > time.Minute {
 			n.foreignLogged[m.From] = now
 			n.log.Warn("message of another cluster refused", "from", uint64(m.From), "err", err)
+		}
+	case errors.Is(err, election.ErrBelowLevel):
+		// A node of an older release, or a view that lost the cluster's
+		// codec on the way: once a minute per sender, as above.
+		if now := time.Now(); now.Sub(n.belowLogged[m.From]) > time.Minute {
+			n.belowLogged[m.From] = now
+			n.log.Warn("a vote or view below the cluster's codec refused: upgrade that node", "from", uint64(m.From), "err", err)
 		}
 	case errors.Is(err, election.ErrStale):
 		n.metrics.stale.Inc()
