@@ -608,3 +608,33 @@ func TestLevelFromPromises(t *testing.T) {
 	}
 	t.Fatalf("no proposal: %v", rd.Messages)
 }
+
+// A copy of the valid view that lost its level gets it back from a hello
+// carrying the same view whole; never a level this build does not read.
+func TestLevelRestoredByHello(t *testing.T) {
+	e := node(t, 1, 5, 0)
+	stripped := view(3, 1, 2, 3)
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindCommit, From: 2, To: 1, View: stripped})); err != nil {
+		t.Fatal(err)
+	}
+	hello := func(level uint64) {
+		v := stripped
+		v.Level = level
+		if err := e.Step(in(5, wire.Message{Kind: wire.KindHello, From: 2, To: 1, View: v, ElectionID: "14|2|a2|1|n2"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hello(uint64(wire.Version) + 1)
+	if got := e.View().Level; got != 0 {
+		t.Fatalf("level %d from a hello of a codec this build does not read", got)
+	}
+	other := view(3, 1, 2, 4) // another view of the same epoch: not ours
+	other.Level = 4
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindHello, From: 2, To: 1, View: other, ElectionID: "14|2|a2|1|n2"})); err != nil || e.View().Level != 0 {
+		t.Fatalf("a hello of another view: %v, level %d", err, e.View().Level)
+	}
+	hello(4)
+	if got := e.View().Level; got != 4 {
+		t.Fatalf("level %d after a hello of the same view at codec 4", got)
+	}
+}
