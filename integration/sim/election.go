@@ -204,9 +204,11 @@ type electionNode struct {
 	everStale              bool
 	promisedAt, acceptedAt uint64
 	// The highest epoch this identity ever promised (or accepted) and the
-	// epoch of the newest view it ever accepted, over all its lives: what
-	// it acknowledged. A vote must never be made with less.
-	hiPromised, hiAccepted uint64
+	// epoch of the newest view it ever accepted, over all its lives, in
+	// each cluster (epochs of two clusters are unrelated: a joiner whose
+	// store was lost may join another): what it acknowledged. A vote must
+	// never be made with less.
+	hiPromised, hiAccepted map[uint64]uint64
 	captured               bool
 	copies                 []storeCopy // backups of the store, oldest first
 	vouched                bool        // the operator vouched for this life's store
@@ -399,7 +401,7 @@ func (s *electionSim) runTicks() {
 }
 
 func (s *electionSim) add(k nodeKind) *electionNode {
-	n := &electionNode{id: wire.NodeID(len(s.nodes) + 1), kind: k}
+	n := &electionNode{id: wire.NodeID(len(s.nodes) + 1), kind: k, hiPromised: map[uint64]uint64{}, hiAccepted: map[uint64]uint64{}}
 	s.nodes = append(s.nodes, n)
 	if k == joiner {
 		s.res.Joiners++
@@ -533,7 +535,20 @@ func (s *electionSim) lost(n *electionNode) bool {
 	if p == nil {
 		p = &election.Persisted{}
 	}
-	return n.everStale || p.Promised < n.hiPromised || p.Accepted.Epoch < n.hiAccepted
+	if n.everStale {
+		return true
+	}
+	for c, hp := range n.hiPromised {
+		ha := n.hiAccepted[c]
+		if hp == 0 && ha == 0 {
+			continue
+		}
+		// A store of another cluster than one it voted in forgot that one.
+		if p.Cluster != c || p.Promised < hp || p.Accepted.Epoch < ha {
+			return true
+		}
+	}
+	return false
 }
 
 // current is the newest valid view of the main cluster (epoch 0: none).
@@ -1088,8 +1103,8 @@ func (s *electionSim) ready(i int) {
 					n.id, p.Promised, p.Accepted.Epoch, n.promisedAt, n.acceptedAt, s.history(n))
 			}
 			n.persisted = p
-			n.hiPromised = max(n.hiPromised, p.Promised, p.Accepted.Epoch)
-			n.hiAccepted = max(n.hiAccepted, p.Accepted.Epoch)
+			n.hiPromised[p.Cluster] = max(n.hiPromised[p.Cluster], p.Promised, p.Accepted.Epoch)
+			n.hiAccepted[p.Cluster] = max(n.hiAccepted[p.Cluster], p.Accepted.Epoch)
 			if v := p.Accepted; v.Epoch > 0 {
 				s.accepted(i, p.Cluster, v)
 			}
@@ -1131,21 +1146,23 @@ func (s *electionSim) ready(i int) {
 // vote checks a vote that n sends against what n acknowledged in any
 // life: a node never votes with less.
 func (s *electionSim) vote(n *electionNode, m wire.Message) {
+	c := m.Cluster
+	hiP, hiA := n.hiPromised[c], n.hiAccepted[c]
 	switch {
 	case m.Reject:
 	case m.Kind == wire.KindPromise:
-		if m.PrepareEpoch <= n.hiPromised || m.View.Epoch < n.hiAccepted {
+		if m.PrepareEpoch <= hiP || m.View.Epoch < hiA {
 			s.failf("node %d (incarnation %d) promises epoch %d carrying its accepted view of epoch %d, "+
 				"but it promised epoch %d and accepted a view of epoch %d before: it votes with less than it acknowledged%s",
-				n.id, n.inc, m.PrepareEpoch, m.View.Epoch, n.hiPromised, n.hiAccepted, s.history(n))
+				n.id, n.inc, m.PrepareEpoch, m.View.Epoch, hiP, hiA, s.history(n))
 		}
-		n.hiPromised = m.PrepareEpoch
+		n.hiPromised[c] = m.PrepareEpoch
 	case m.Kind == wire.KindAccepted:
-		if m.View.Epoch < n.hiPromised || m.View.Epoch <= n.hiAccepted {
+		if m.View.Epoch < hiP || m.View.Epoch <= hiA {
 			s.failf("node %d (incarnation %d) accepts epoch %d, but it promised epoch %d and accepted a view of epoch %d before: "+
-				"it votes with less than it acknowledged%s", n.id, n.inc, m.View.Epoch, n.hiPromised, n.hiAccepted, s.history(n))
+				"it votes with less than it acknowledged%s", n.id, n.inc, m.View.Epoch, hiP, hiA, s.history(n))
 		}
-		n.hiPromised, n.hiAccepted = max(n.hiPromised, m.View.Epoch), m.View.Epoch
+		n.hiPromised[c], n.hiAccepted[c] = max(hiP, m.View.Epoch), m.View.Epoch
 	}
 }
 
