@@ -136,8 +136,10 @@ func splitNames(cmd *cobra.Command, args []string, most int) ([]string, []string
 	switch {
 	case dash < 0:
 		return nil, nil, usageErrorf("%s: missing -- before the command (%s NAME -- CMD ARGS...)", cmd.Name(), cmd.Name())
-	case dash == 0 || dash > most && most == 1:
+	case most == 1 && dash != 1:
 		return nil, nil, usageErrorf("%s: one NAME before --, got %d", cmd.Name(), dash)
+	case dash == 0:
+		return nil, nil, usageErrorf("%s: no NAME before --", cmd.Name())
 	case dash > most:
 		return nil, nil, usageErrorf("%s: at most %d names before --, got %d", cmd.Name(), most, dash)
 	case len(args) == dash:
