@@ -54,6 +54,13 @@ const (
 	// Exclusive is the core's own exclusive lock, as `sluice lock` takes it:
 	// the same admission as ReadWritePriority.
 	Exclusive = wire.ModeExclusive
+	// IntentShared and IntentExclusive are held on the parents of a nested
+	// name (NamePath) read, or written, below them: the agent takes them,
+	// never a client. IntentShared is admitted as READ_ONLY is, without a
+	// limit; IntentExclusive also waits for earlier READ_ONLY tickets, and
+	// READ_ONLY for earlier IntentExclusive ones.
+	IntentShared    = wire.ModeIntentShared
+	IntentExclusive = wire.ModeIntentExclusive
 )
 
 // Version is this release of sluice, in semantic versioning: agents of
@@ -149,18 +156,27 @@ func soft(m Mode) bool { return m.Soft() }
 // never announce themselves, so a soft writer takes every reader ticket in
 // the table as possibly active.
 //
-//   - READ_ONLY waits for every earlier READ_WRITE_PRIORITY or exclusive
-//     ticket, and for any active soft writer; a try is told ErrDraining.
-//     With a limit L it also waits while L reader tickets are ahead of it,
-//     or any node's shared read ticket (a READ_ONLY entry marked Active),
-//     whose page views the table does not count (a try is told
-//     ErrTimedOut): of L+1 readers holding at once, the last in line
-//     would have seen the L before it, so that cannot happen.
+//   - READ_ONLY waits for every earlier READ_WRITE_PRIORITY, exclusive or
+//     INTENT_EXCLUSIVE ticket, and for any active soft writer; a try is
+//     told ErrDraining. With a limit L it also waits while L reader
+//     tickets are ahead of it, or any node's shared read ticket (a
+//     READ_ONLY entry marked Active), whose page views the table does not
+//     count (a try is told ErrTimedOut): of L+1 readers holding at once,
+//     the last in line would have seen the L before it, so that cannot
+//     happen.
+//   - INTENT_SHARED (a reader's, on a parent) waits as READ_ONLY does,
+//     but not for INTENT_EXCLUSIVE: a reader of /site/blog and a writer of
+//     /site/shop share /site. INTENT_EXCLUSIVE (a writer's, on a parent)
+//     waits for earlier priority, exclusive and READ_ONLY tickets, and
+//     for an active soft writer; a try is told ErrTimedOut. So the holder
+//     of a name meets the holders of its parents and descendants on the
+//     names they share, by the modes' rules (wire.Conflicts).
 //   - READ_WRITE_PRIORITY and exclusive wait for every earlier ticket and
 //     for any active soft writer; a try is told ErrTimedOut.
-//   - READ_WRITE waits while any reader ticket is in the table, any earlier
-//     writer ticket, or any other active writer; then it must be activated
-//     (announced at a quorum) and asked again before it is granted.
+//   - READ_WRITE waits while any reader ticket (READ_ONLY or an intent)
+//     is in the table, any earlier writer ticket, or any other active
+//     writer; then it must be activated (announced at a quorum) and asked
+//     again before it is granted.
 //   - READ_WRITE_GENTLE is READ_WRITE that also waits until, on the
 //     reports decided on, no reader ticket was in the table for its quiet
 //     period (me.Quiet ticks; the runtime fills in DefaultQuiet).
@@ -173,25 +189,29 @@ func soft(m Mode) bool { return m.Soft() }
 //     writer for the soft one) that only a timeout breaks. So soft writers
 //     may starve behind hard writers as behind readers, as their mode
 //     says, and fencing tokens still grow: the soft writer's new ticket is
-//     above the hard writer's.
+//     above the hard writer's. A later INTENT_EXCLUSIVE needs no such
+//     move: it waits for the soft writer only while that one is active.
 //
-// No one waits on a cycle: readers and hard writers wait only for earlier
-// tickets and for an active soft writer, which backs off (clears its
-// mark) as soon as it cannot go in, and a waiting soft writer holds up no
-// hard writer.
+// No one waits on a cycle: readers, intents and hard writers wait only for
+// earlier tickets and for an active soft writer, which backs off (clears
+// its mark) as soon as it cannot go in, and a waiting soft writer holds up
+// no hard writer. Across names, a nested acquire takes the parents first
+// and every name of one acquire in byte order (the agent's rule), so a
+// request waits only on a name above every one it holds.
 func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	d := admit(me, others)
-	if d.Refuse == wire.CodeNone || !me.Try || !writer(me.Mode) {
+	if d.Refuse == wire.CodeNone || !me.Try || !writer(me.Mode) && me.Mode != IntentExclusive {
 		return d
 	}
-	// A writer's try that only nodes' shared read tickets keep out (READ_ONLY
-	// entries marked Active) waits for them to yield instead of failing at
-	// once: their nodes are asked as its ticket is taken, an idle one goes
-	// within a round trip, and the core still ends the try at its bound.
+	// A writer's try that only nodes' shared read tickets keep out (entries
+	// of a shared mode marked Active) waits for them to yield instead of
+	// failing at once: their nodes are asked as its ticket is taken, an
+	// idle one goes within a round trip, and the core still ends the try at
+	// its bound.
 	shared := wire.RequestID{} // one that keeps it out
 	rest := make([]wire.Entry, 0, len(others))
 	for _, o := range others {
-		if o.Mode != ReadOnly || !o.Active || o.Req == me.Req {
+		if !o.Mode.Shared() || !o.Active || o.Req == me.Req || !wire.Conflicts(me.Mode, o.Mode) {
 			rest = append(rest, o)
 		} else if shared == (wire.RequestID{}) && (soft(me.Mode) || core.Earlier(o.Ticket, o.Req, me.Ticket, me.Req)) {
 			shared = o.Req
@@ -230,7 +250,7 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 	wait := core.Decision{}
 	if me.Try {
 		wait.Refuse = wire.CodeTimedOut
-		if me.Mode == ReadOnly {
+		if me.Mode == ReadOnly || me.Mode == IntentShared {
 			wait.Refuse = wire.CodeDraining
 		}
 	}
@@ -248,13 +268,14 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 			sharedAhead = sharedAhead || o.Active
 		}
 		activeSoft := soft(o.Mode) && o.Active
-		hard := writer(o.Mode) && !soft(o.Mode)
 		var blocked bool
 		switch {
-		case me.Mode == ReadOnly:
-			blocked = earlier && hard || activeSoft
+		case !writer(me.Mode):
+			// A reader or an intent: earlier tickets it conflicts with,
+			// save a soft writer's until it is active.
+			blocked = earlier && wire.Conflicts(me.Mode, o.Mode) && !soft(o.Mode) || activeSoft
 		case soft(me.Mode):
-			blocked = o.Mode == ReadOnly || earlier && writer(o.Mode) || activeSoft
+			blocked = o.Mode.Reader() || earlier && writer(o.Mode) || activeSoft
 		default:
 			blocked = earlier || activeSoft
 		}
@@ -282,17 +303,18 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 	return core.Decision{Grant: true, Activate: true}
 }
 
-// RefuseEarly is the core.RefuseEarly of the semaphore: a READ_ONLY try
-// meets a draining name at its first replica, a round and a durable
-// ticket before Admit would say the same (every ticket the try can get is
-// after the ones the replica has): a priority or exclusive writer's
-// ticket, or a soft writer marked active, answers `draining`.
+// RefuseEarly is the core.RefuseEarly of the semaphore: a READ_ONLY or
+// INTENT_SHARED try meets a draining name at its first replica, a round
+// and a durable ticket before Admit would say the same (every ticket the
+// try can get is after the ones the replica has): a priority or exclusive
+// writer's ticket, a soft writer marked active, or for READ_ONLY an
+// INTENT_EXCLUSIVE ticket (a writer below), answers `draining`.
 func RefuseEarly(mode wire.Mode, tickets []wire.Entry) wire.Code {
-	if mode != ReadOnly {
+	if mode != ReadOnly && mode != IntentShared {
 		return wire.CodeNone
 	}
 	for _, o := range tickets {
-		if writer(o.Mode) && !soft(o.Mode) || soft(o.Mode) && o.Active {
+		if writer(o.Mode) && !soft(o.Mode) || soft(o.Mode) && o.Active || mode == ReadOnly && o.Mode == IntentExclusive {
 			return wire.CodeDraining
 		}
 	}

@@ -18,15 +18,19 @@ import (
 // themselves, so any reader ticket may be active.
 func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 	isSoft := func(m wire.Mode) bool { return m == semaphore.ReadWrite || m == semaphore.ReadWriteGentle }
-	var anyEarlier, earlierHard, earlierWriter, anyReader, activeSoft, earlierShared bool
+	isIntent := func(m wire.Mode) bool { return m == semaphore.IntentShared || m == semaphore.IntentExclusive }
+	var anyEarlier, earlierHard, earlierWriter, anyReader, activeSoft, earlierShared, earlierRO, earlierIX bool
 	readersAhead := 0
 	for _, o := range others {
 		earlier := o.Ticket < me.Ticket || o.Ticket == me.Ticket && o.Req.Compare(me.Req) < 0
-		hard := o.Mode != semaphore.ReadOnly && !isSoft(o.Mode)
+		writer := o.Mode != semaphore.ReadOnly && !isIntent(o.Mode)
+		hard := writer && !isSoft(o.Mode)
 		anyEarlier = anyEarlier || earlier
-		earlierWriter = earlierWriter || earlier && o.Mode != semaphore.ReadOnly
+		earlierWriter = earlierWriter || earlier && writer
 		earlierHard = earlierHard || earlier && hard
-		anyReader = anyReader || o.Mode == semaphore.ReadOnly
+		earlierRO = earlierRO || earlier && o.Mode == semaphore.ReadOnly
+		earlierIX = earlierIX || earlier && o.Mode == semaphore.IntentExclusive
+		anyReader = anyReader || !writer
 		activeSoft = activeSoft || isSoft(o.Mode) && o.Active
 		if earlier && o.Mode == semaphore.ReadOnly {
 			readersAhead++
@@ -37,7 +41,11 @@ func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 	}
 	switch me.Mode {
 	case semaphore.ReadOnly:
-		return !earlierHard && !activeSoft && (me.Limit == 0 || readersAhead < me.Limit && !earlierShared), false
+		return !earlierHard && !earlierIX && !activeSoft && (me.Limit == 0 || readersAhead < me.Limit && !earlierShared), false
+	case semaphore.IntentShared:
+		return !earlierHard && !activeSoft, false
+	case semaphore.IntentExclusive:
+		return !earlierHard && !earlierRO && !activeSoft, false
 	case semaphore.ReadWrite:
 		return !anyReader && !earlierWriter && !activeSoft, true
 	case semaphore.ReadWriteGentle:
@@ -51,7 +59,8 @@ func reference(me core.Candidate, others []wire.Entry) (grant, activate bool) {
 // around a candidate of each mode, tried or waiting, with a quiet period
 // over or not.
 func TestAdmitAgainstReference(t *testing.T) {
-	modes := []wire.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.Exclusive, semaphore.ReadWrite, semaphore.ReadWriteGentle}
+	modes := []wire.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.Exclusive, semaphore.ReadWrite, semaphore.ReadWriteGentle,
+		semaphore.IntentShared, semaphore.IntentExclusive}
 	checked := 0
 	var others []wire.Entry
 	var rec func(k int)
@@ -69,9 +78,12 @@ func TestAdmitAgainstReference(t *testing.T) {
 					grant, activate := reference(me, others)
 					// A writer's try that only shared read tickets (active
 					// readers) keep out waits for them to yield.
-					unshared := slices.DeleteFunc(slices.Clone(others), func(e wire.Entry) bool { return e.Mode == semaphore.ReadOnly && e.Active })
+					unshared := slices.DeleteFunc(slices.Clone(others), func(e wire.Entry) bool {
+						return (e.Mode == semaphore.ReadOnly || e.Mode == semaphore.IntentShared) && e.Active
+					})
 					grantUnshared, _ := reference(me, unshared)
-					yields := !grant && try && mm != semaphore.ReadOnly && grantUnshared
+					reader := mm == semaphore.ReadOnly || mm == semaphore.IntentShared
+					yields := !grant && try && !reader && grantUnshared
 					checked++
 					// The core hands every waiter one list, itself in it:
 					// its own entry, active or not, changes nothing.
@@ -101,7 +113,7 @@ func TestAdmitAgainstReference(t *testing.T) {
 						t.Fatalf("%+v among %+v: a try must be answered at once", me, others)
 					case !grant && !try && d.Refuse != wire.CodeNone:
 						t.Fatalf("%+v among %+v: a waiter was refused", me, others)
-					case !grant && try && mm == semaphore.ReadOnly && variant.limit == 0 && d.Refuse != wire.CodeDraining:
+					case !grant && try && reader && variant.limit == 0 && d.Refuse != wire.CodeDraining:
 						t.Fatalf("a reader's try behind a writer must say draining, got %s", d.Refuse)
 					}
 				}
@@ -153,7 +165,8 @@ func TestParseMode(t *testing.T) {
 // after theirs it gets, with or without a reader limit; and it refuses
 // every such try that Admit refuses as draining.
 func TestRefuseEarlyOnlyWhatAdmitRefuses(t *testing.T) {
-	modes := []wire.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.Exclusive, semaphore.ReadWrite, semaphore.ReadWriteGentle}
+	modes := []wire.Mode{semaphore.ReadOnly, semaphore.ReadWritePriority, semaphore.Exclusive, semaphore.ReadWrite, semaphore.ReadWriteGentle,
+		semaphore.IntentShared, semaphore.IntentExclusive}
 	var entries []wire.Entry
 	for i, m := range modes {
 		for _, active := range []bool{false, true} {
@@ -177,24 +190,30 @@ func TestRefuseEarlyOnlyWhatAdmitRefuses(t *testing.T) {
 	grow(0, nil)
 	refused := 0
 	for _, table := range tables {
-		for _, limit := range []int{0, 1, 5} {
-			me := core.Candidate{Req: wire.RequestID{Node: 9, Seq: 1}, Ticket: 100, Mode: semaphore.ReadOnly, Try: true, Limit: limit}
+		for _, c := range []struct {
+			mode  wire.Mode
+			limit int
+		}{{semaphore.ReadOnly, 0}, {semaphore.ReadOnly, 1}, {semaphore.ReadOnly, 5}, {semaphore.IntentShared, 0}} {
+			me := core.Candidate{Req: wire.RequestID{Node: 9, Seq: 1}, Ticket: 100, Mode: c.mode, Try: true, Limit: c.limit}
 			d := semaphore.Admit(me, table)
-			early := semaphore.RefuseEarly(semaphore.ReadOnly, table)
+			early := semaphore.RefuseEarly(c.mode, table)
 			if (early == wire.CodeDraining) != (d.Refuse == wire.CodeDraining) || early != wire.CodeNone && early != wire.CodeDraining {
-				t.Fatalf("table %v, limit %d: RefuseEarly %v, Admit %+v", table, limit, early, d)
+				t.Fatalf("table %v, %v limit %d: RefuseEarly %v, Admit %+v", table, c.mode, c.limit, early, d)
 			}
 			if early != wire.CodeNone {
 				refused++
 			}
 		}
-		for _, m := range modes[1:] {
+		for _, m := range modes[1:5] {
 			if code := semaphore.RefuseEarly(m, table); code != wire.CodeNone {
 				t.Fatalf("a %v try refused early (%v): only readers are", m, code)
 			}
 		}
+		if code := semaphore.RefuseEarly(semaphore.IntentExclusive, table); code != wire.CodeNone {
+			t.Fatalf("an intent-exclusive try refused early (%v): only readers are", code)
+		}
 	}
-	if refused == 0 || refused == 3*len(tables) {
-		t.Fatalf("%d of %d tries refused: the tables do not cover both answers", refused, 3*len(tables))
+	if refused == 0 || refused == 4*len(tables) {
+		t.Fatalf("%d of %d tries refused: the tables do not cover both answers", refused, 4*len(tables))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -200,11 +201,7 @@ func getReq(d *decoder, m *Message) { m.Req = d.req("request id") }
 
 func putMode(dst []byte, m *Message) ([]byte, bool) { return append(dst, byte(m.Mode)), m.Mode != 0 }
 
-func getMode(d *decoder, m *Message) {
-	if m.Mode = Mode(d.byte("mode")); d.err == nil && !m.Mode.Valid() {
-		d.fail("mode")
-	}
-}
+func getMode(d *decoder, m *Message) { m.Mode = d.mode("mode") }
 
 func putCode(dst []byte, m *Message) ([]byte, bool) { return append(dst, byte(m.Code)), m.Code != 0 }
 
@@ -247,7 +244,7 @@ func getEntries(d *decoder, m *Message) {
 		e := &m.Entries[i]
 		e.Req = d.req("entry request id")
 		e.Ticket = d.uvarint("entry ticket")
-		e.Mode = Mode(d.byte("entry mode"))
+		e.Mode = d.mode("entry mode")
 		e.State = EntryState(d.byte("entry state"))
 		switch d.byte("entry flags") {
 		case 0:
@@ -256,8 +253,8 @@ func getEntries(d *decoder, m *Message) {
 		default:
 			d.fail("entry flags")
 		}
-		if d.err == nil && (!e.Mode.Valid() || e.State == 0 || e.State >= stateEnd) {
-			d.fail("entry mode or state")
+		if d.err == nil && (e.State == 0 || e.State >= stateEnd) {
+			d.fail("entry state")
 		}
 	}
 }
@@ -316,12 +313,15 @@ func Encode(dst []byte, m *Message) ([]byte, error) { return EncodeVersion(dst, 
 
 // Lossy reports whether m in codec v leaves out a field m sets: one codec v
 // does not have (in codec 3, the view's level, a hello's codec and
-// release). A transport must not hand such a frame to a reader of a newer
+// release), or shows a ticket in another mode (an intent mode). A transport must not hand such a frame to a reader of a newer
 // codec, which would take the missing field for zero: a view without its
 // level, for one.
 func Lossy(m *Message, v byte) bool {
 	if v != 3 {
 		return false
+	}
+	if slices.ContainsFunc(m.Entries, func(e Entry) bool { return e.Mode.Intent() }) {
+		return true // written as codec 3's nearest modes (codec3Entries)
 	}
 	var scratch [16]byte
 	for i := lastCodec3Tag; i < len(fields); i++ {
@@ -340,6 +340,15 @@ func EncodeVersion(dst []byte, m *Message, v byte) ([]byte, error) {
 	}
 	if err := checkCaps(m); err != nil {
 		return dst, err
+	}
+	if v == 3 {
+		if m.Mode.Intent() {
+			return dst, fmt.Errorf("%w: mode %s is not in codec 3", ErrVersion, m.Mode)
+		}
+		if entries, ok := codec3Entries(m.Entries); !ok {
+			c := *m
+			c.Entries, m = entries, &c
+		}
 	}
 	start := len(dst)
 	dst = append(dst, v, byte(m.Kind))
@@ -371,6 +380,28 @@ func EncodeVersion(dst []byte, m *Message, v byte) ([]byte, error) {
 		return dst[:start], fmt.Errorf("%w: %d bytes", ErrTooLarge, len(dst)-start)
 	}
 	return dst, nil
+}
+
+// codec3Entries is entries as a codec 3 reader (a 0.8 agent watching a
+// name) can take them, and whether they were so already: an
+// INTENT_SHARED ticket is shown as READ_ONLY and an INTENT_EXCLUSIVE one
+// as READ_WRITE_PRIORITY, the codec 3 modes that keep out at least what
+// they keep out. Such a reader only orders its own requests by them; the
+// tickets themselves are decided by masters that read codec 4.
+func codec3Entries(entries []Entry) ([]Entry, bool) {
+	if !slices.ContainsFunc(entries, func(e Entry) bool { return e.Mode.Intent() }) {
+		return entries, true
+	}
+	out := slices.Clone(entries)
+	for i := range out {
+		switch out[i].Mode {
+		case ModeIntentShared:
+			out[i].Mode = ModeReadOnly
+		case ModeIntentExclusive:
+			out[i].Mode = ModeReadWritePriority
+		}
+	}
+	return out, false
 }
 
 // key is the field's codec 4 key under tag.
@@ -430,6 +461,17 @@ func appendReq(dst []byte, r RequestID) []byte {
 type decoder struct {
 	b   []byte
 	err error
+	// v is the frame's codec: the intent modes are not in codec 3.
+	v byte
+}
+
+// mode reads a mode byte: one this codec has, or a failure.
+func (d *decoder) mode(what string) Mode {
+	m := Mode(d.byte(what))
+	if d.err == nil && (!m.Valid() || d.v == 3 && m.Intent()) {
+		d.fail(what)
+	}
+	return m
 }
 
 func (d *decoder) failWith(err error) {
@@ -499,6 +541,7 @@ func Decode(b []byte) (Message, error) {
 	}
 	d := decoder{b: b}
 	v := d.byte("version")
+	d.v = v
 	if d.err == nil && v == 0 {
 		return m, fmt.Errorf("%w: codec 0, which no release wrote", ErrMalformed) // garbage, not another release
 	}
@@ -537,7 +580,7 @@ func Decode(b []byte) (Message, error) {
 		case typ != f.typ:
 			return Message{}, fmt.Errorf("%w: %s of wire type %d", ErrMalformed, f.name, typ)
 		case typ == typeBytes:
-			inner := decoder{b: d.value(f.name)}
+			inner := decoder{b: d.value(f.name), v: v}
 			if d.err == nil {
 				f.get(&inner, &m)
 				if inner.err == nil && len(inner.b) > 0 {

@@ -222,6 +222,58 @@ func TestCodec3Frames(t *testing.T) {
 	}
 }
 
+// TestIntentModesInCodec3: codec 3 has no intent modes. A request in one
+// is never written in it; a table that lists such tickets is shown to a
+// codec 3 reader in the nearest modes it has, as a lossy frame; and a
+// codec 3 frame that claims one is malformed.
+func TestIntentModesInCodec3(t *testing.T) {
+	enter := Message{Kind: KindEnter, Name: "/site", Req: RequestID{Node: 1, Seq: 1}, Mode: ModeIntentShared}
+	if _, err := EncodeVersion(nil, &enter, 3); !errors.Is(err, ErrVersion) {
+		t.Fatalf("an intent mode in codec 3: %v, want ErrVersion", err)
+	}
+	report := Message{Kind: KindReport, Name: "/site", Entries: []Entry{
+		{Req: RequestID{Node: 1, Seq: 1}, Ticket: 4, Mode: ModeIntentShared, State: StateTicket},
+		{Req: RequestID{Node: 2, Seq: 1}, Ticket: 5, Mode: ModeIntentExclusive, State: StateTicket},
+		{Req: RequestID{Node: 3, Seq: 1}, Ticket: 6, Mode: ModeReadWrite, State: StateTicket}}}
+	if !Lossy(&report, 3) || Lossy(&report, 4) {
+		t.Error("a report with intent tickets is lossy in codec 3 only")
+	}
+	b, err := EncodeVersion(nil, &report, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var modes []Mode
+	for _, e := range got.Entries {
+		modes = append(modes, e.Mode)
+	}
+	if want := []Mode{ModeReadOnly, ModeReadWritePriority, ModeReadWrite}; !reflect.DeepEqual(modes, want) {
+		t.Errorf("codec 3 shows the modes %v, want %v", modes, want)
+	}
+	if report.Entries[0].Mode != ModeIntentShared {
+		t.Error("encoding changed the caller's entries")
+	}
+	// The same frame with the mode byte of the first entry set back to
+	// intent-shared: a codec 3 writer never wrote it.
+	enter.Mode = ModeReadOnly
+	b, _ = EncodeVersion(nil, &enter, 3)
+	i := bytes.LastIndexByte(b, byte(ModeReadOnly))
+	b[i] = byte(ModeIntentShared)
+	if _, err := Decode(b); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "mode") {
+		t.Errorf("a codec 3 frame with an intent mode: %v, want ErrMalformed about the mode", err)
+	}
+	enter.Mode = ModeIntentExclusive
+	if b, err = Encode(nil, &enter); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Decode(b); err != nil || got.Mode != ModeIntentExclusive {
+		t.Errorf("codec 4 carries intent modes: %v %v", got.Mode, err)
+	}
+}
+
 func TestEncodeRejectsOverCap(t *testing.T) {
 	m := Message{Kind: KindEnter, Name: strings.Repeat("n", MaxNameLen+1)}
 	if _, err := Encode(nil, &m); !errors.Is(err, ErrTooLarge) {

@@ -34,7 +34,7 @@ func (r RequestID) Compare(o RequestID) int {
 }
 
 // Mode is the semaphore mode of a request. The core treats it as opaque and
-// hands it to the admission policy.
+// hands it to the admission policy, save for the traits below.
 type Mode uint8
 
 const (
@@ -43,31 +43,76 @@ const (
 	ModeReadWritePriority
 	ModeReadWrite
 	ModeReadWriteGentle
+	// ModeIntentShared (IS) is held on each parent of a name read in
+	// READ_ONLY, ModeIntentExclusive (IX) on each parent of a name held in
+	// a writer's mode: a holder of a name then meets the holders of its
+	// parents and of its descendants on the names they share (multiple
+	// granularity locking). Written in codec 4 only.
+	ModeIntentShared
+	ModeIntentExclusive
 	modeEnd
 )
 
 // Valid reports whether m is a known mode.
 func (m Mode) Valid() bool { return m >= ModeExclusive && m < modeEnd }
 
-var modeNames = [...]string{"", "exclusive", "read-only", "read-write-priority", "read-write", "read-write-gentle"}
+var modeNames = [...]string{"", "exclusive", "read-only", "read-write-priority", "read-write", "read-write-gentle",
+	"intent-shared", "intent-exclusive"}
 
 // modeTraits is the one table of what each mode is: the core and the
 // semaphore's policy both read it.
-var modeTraits = [modeEnd]struct{ shared, soft bool }{
+var modeTraits = [modeEnd]struct{ shared, soft, intent bool }{
 	ModeReadOnly:        {shared: true},
 	ModeReadWrite:       {soft: true},
 	ModeReadWriteGentle: {soft: true},
+	ModeIntentShared:    {shared: true, intent: true},
+	ModeIntentExclusive: {intent: true},
 }
 
-// Shared: a reader, held beside other readers (READ_ONLY).
+// Shared: held beside other readers, and taken by a node's shared read
+// ticket for its local clients (READ_ONLY, INTENT_SHARED).
 func (m Mode) Shared() bool { return m.Valid() && modeTraits[m].shared }
 
-// Writer: any mode but READ_ONLY, held alone.
-func (m Mode) Writer() bool { return m.Valid() && !modeTraits[m].shared }
+// Writer: held alone, whatever else holds the name (EXCLUSIVE and the
+// READ_WRITE modes).
+func (m Mode) Writer() bool { return m.Valid() && !modeTraits[m].shared && !modeTraits[m].intent }
 
 // Soft: a writer that lets later readers pass while it waits, and is
 // marked active before it goes in (READ_WRITE, READ_WRITE_GENTLE).
 func (m Mode) Soft() bool { return m.Valid() && modeTraits[m].soft }
+
+// Intent: held on a parent for a holder below it (INTENT_SHARED,
+// INTENT_EXCLUSIVE).
+func (m Mode) Intent() bool { return m.Valid() && modeTraits[m].intent }
+
+// Reader: any mode but a writer's. A soft writer waits for every one of
+// them, and a gentle one's quiet period counts from the last.
+func (m Mode) Reader() bool { return m.Valid() && !m.Writer() }
+
+// IntentOf is the mode held on each parent of a name held in m:
+// INTENT_SHARED under a reader, INTENT_EXCLUSIVE under anything else.
+func (m Mode) IntentOf() Mode {
+	if m == ModeReadOnly || m == ModeIntentShared {
+		return ModeIntentShared
+	}
+	return ModeIntentExclusive
+}
+
+// Conflicts reports whether holders of modes a and b may not hold one
+// name at once: a writer conflicts with everything, READ_ONLY with
+// INTENT_EXCLUSIVE (a reader of a whole subtree and a writer inside it);
+// readers and intents are otherwise compatible.
+func Conflicts(a, b Mode) bool {
+	switch {
+	case a.Writer() || b.Writer():
+		return true
+	case a == ModeReadOnly:
+		return b == ModeIntentExclusive
+	case b == ModeReadOnly:
+		return a == ModeIntentExclusive
+	}
+	return false
+}
 
 func (m Mode) String() string { return NameOf(modeNames[:], m, "mode") }
 
