@@ -226,6 +226,16 @@ const (
 	// (StopSharing) lets its shared read tickets go while local readers
 	// still hold on them.
 	MutantStopWithHolders
+	// MutantNoParentTickets: a nested name's request takes no ticket on
+	// its parents, so a drain of /site goes in beside a reader of
+	// /site/shop.
+	MutantNoParentTickets
+	// MutantParentsInnermostFirst: a nested name's request takes its
+	// parents innermost first (/site/shop before /site), against the one
+	// order every request follows: a request of a shallower name that
+	// holds /site and waits for /site/shop then closes a cycle with it
+	// through a drain of /site.
+	MutantParentsInnermostFirst
 )
 
 func (c *Config) withDefaults() (Config, error) {
@@ -274,7 +284,17 @@ type Acquire struct {
 	Quiet int64
 	// Limit caps the readers ahead of a READ_ONLY request; >= 0 (0: none).
 	Limit int
+	// Parents are the names above Name that its holder holds too, in the
+	// intent mode of Mode (Mode.IntentOf), outermost first: each below the
+	// next in byte order and all below Name, at most MaxParents. They are
+	// taken one by one before Name, and go with it (nested.go). Empty: a
+	// flat name. The agent derives them (semaphore.NamePath); every agent
+	// must derive the same ones for a name.
+	Parents []string
 }
+
+// MaxParents is the most parents a request may have.
+const MaxParents = 31
 
 // validate keeps the core's own invariants for whoever proposes: the
 // agent, whose edge (daemon.Request.Validate) has already refused what
@@ -289,7 +309,22 @@ func (n *Node) validate(a Acquire) error {
 	span := func(t int64) bool { return t >= 0 && t <= maxSpan }
 	if a.Name != "" && len(a.Name) <= n.cfg.MaxNameLen && a.Mode.Valid() && span(a.Timeout) && span(a.Grace) &&
 		span(a.Quiet) && span(a.Duration) && a.Duration > 0 && a.Limit >= 0 && a.Limit <= n.cfg.MaxWaiters {
-		return nil
+		if len(a.Parents) == 0 {
+			return nil
+		}
+		ordered := len(a.Parents) <= MaxParents && !a.Mode.Intent()
+		for i, p := range a.Parents {
+			next := a.Name
+			if i+1 < len(a.Parents) {
+				next = a.Parents[i+1]
+			}
+			ordered = ordered && p != "" && len(p) <= n.cfg.MaxNameLen && p < next
+		}
+		if ordered {
+			return nil
+		}
+		return fmt.Errorf("%w: outside what the core runs: %d parents of %q in mode %s (at most %d, each below the next "+
+			"and the name in byte order, of a mode that is not an intent)", codes.ErrInvalid, len(a.Parents), a.Name, a.Mode, MaxParents)
 	}
 	return fmt.Errorf("%w: outside what the core runs (a name of 1..%d bytes, a known mode, spans of 0..%d ticks, "+
 		"a duration of at least one, a reader limit of 0..%d): name of %d bytes, mode %d, timeout %d, duration %d, "+

@@ -403,7 +403,7 @@ func (n *Node) mergeEntry(m wire.Message) {
 	}
 	r.entry.State, r.entry.Ticket = wire.StateTicket, m.Ticket
 	r.entry.Active = r.entry.Active || mayBeActive(m.Mode) ||
-		m.Shared && m.Mode == wire.ModeReadOnly && !n.cfg.Mutant.on(MutantRestoreSharesAsReaders)
+		m.Shared && m.Mode.Shared() && !n.cfg.Mutant.on(MutantRestoreSharesAsReaders)
 	r.deadline = max(r.deadline, n.now+n.keepHandedOver(m.Lifetime))
 	n.schedule(t, r.deadline)
 	t.highWater, t.stored = max(t.highWater, m.Ticket), true

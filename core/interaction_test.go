@@ -81,6 +81,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		a := core.Acquire{Name: strArg(d, "name", "a"), Mode: mode,
 			Timeout: intArg(t, d, "timeout", 100), Duration: intArg(t, d, "duration", 50), Grace: intArg(t, d, "grace", 10),
 			Quiet: intArg(t, d, "quiet", 0), Limit: int(intArg(t, d, "limit", 0))}
+		if p := strArg(d, "parents", ""); p != "" {
+			a.Parents = strings.Split(p, ",")
+		}
 		id, err := h.nodes[n-1].core.Acquire(a)
 		if err != nil {
 			h.printf("error: %v\n", err)

@@ -20,6 +20,7 @@ const (
 	phaseReleasing              // gone for the client; telling the replicas
 	phaseLocalWait              // a local reader waiting for its node's shared read ticket
 	phaseLocalHeld              // a local reader granted on the shared read ticket
+	phaseParents                // a nested name's request waiting for its parents' tickets (nested.go)
 )
 
 // request is one of this node's requests, through all its phases. Its
@@ -60,6 +61,11 @@ type request struct {
 	// localEnd: a local reader's lease end and the end of its grace,
 	// both within the share's lease.
 	unlockAt, endAt int64
+	// parents: a nested name's tickets on the names above it, outermost
+	// first (Acquire.Parents); parentOf: this is one of them, of that
+	// request, which gets its events (nested.go).
+	parents  []*request
+	parentOf *request
 }
 
 // doorway is what the bakery's doorway (ENTERING to ADD_TICKET) gathers.
@@ -209,9 +215,10 @@ type masterName struct {
 	blockedOn  map[wire.RequestID]map[wire.RequestID]*request
 	changed    map[wire.RequestID]struct{}
 	changedAll bool
-	// share is this node's shared read ticket of the name, if any
-	// (Config.ShareLease).
-	share *share
+	// shares are this node's shared tickets of the name, if any
+	// (Config.ShareLease): READ_ONLY for its readers, INTENT_SHARED for
+	// the readers of names below it (shareSlot).
+	shares [2]*share
 }
 
 func (mn *masterName) addWaiter(r *request) {
@@ -971,7 +978,7 @@ func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestI
 			continue
 		}
 		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
-		if below && !n.cfg.Mutant.on(MutantIgnoreChoosing) && r.relevant(e.Req) || anyPlace && e.Mode == wire.ModeReadOnly {
+		if below && !n.cfg.Mutant.on(MutantIgnoreChoosing) && r.relevant(e.Req) || anyPlace && e.Mode.Reader() {
 			return e.Req, true
 		}
 	}
@@ -1097,8 +1104,17 @@ func (n *Node) emit(r *request, e Event) {
 		n.onShareEvent(r, e)
 		return
 	}
+	if r.parentOf != nil {
+		n.onParentEvent(r, e)
+		return
+	}
 	if r.handle == (wire.RequestID{}) {
 		return
+	}
+	if len(r.parents) > 0 && (e.Kind == EventGranted || e.Kind == EventRenewed) {
+		// Its client holds within every ticket of its: the first of
+		// their ends, counted from the call as TTL is.
+		e.TTL = min(e.TTL, n.parentsEnd(r)-(n.now-e.Elapsed))
 	}
 	e.Req, e.Name, e.Token = r.handle, r.a.Name, r.ticket
 	n.events = append(n.events, e)
@@ -1115,7 +1131,10 @@ func (n *Node) fail(r *request, c wire.Code) {
 // or the replicas would have forgotten it by themselves.
 func (n *Node) startRelease(r *request) {
 	n.leaveWait(r)
-	if r.phase == phaseQueued {
+	if r.parents != nil {
+		n.releaseParents(r)
+	}
+	if r.phase == phaseQueued || r.phase == phaseParents {
 		n.released(r, wire.CodeNone, wire.CodeNone) // never reached a leader
 		n.forget(r)
 		return
@@ -1176,8 +1195,15 @@ func (n *Node) masterTick() {
 			if r.phase == phaseHeld && r.share != nil {
 				n.tickShare(r)
 			}
+			if r.phase == phaseHeld && r.parentOf != nil {
+				n.tickParent(r)
+			}
 		case phaseLocalWait, phaseLocalHeld:
 			n.tickLocal(r)
+		case phaseParents:
+			if n.now > r.dead {
+				n.fail(r, wire.CodeTimedOut)
+			}
 		case phaseReleasing:
 			if n.now > r.releaseUntil {
 				// The replicas forgot the request by themselves; a force

@@ -288,15 +288,14 @@ func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
 	n.reqs[r.id] = r
 	n.handles[r.handle] = r
 	mn.count++
-	switch {
-	case n.sharing(a):
-		n.acquireLocal(mn, r)
-	case len(n.cfg.View.Leaders) > 0:
-		n.startEnter(r)
-	default:
-		n.setPhase(r, phaseQueued)
+	if len(a.Parents) > 0 {
+		a.Parents = slices.Clone(a.Parents)
+		r.a.Parents = a.Parents
+		n.nestedStart(r)
+		n.arm(r)
+	} else {
+		n.startOwn(r)
 	}
-	n.arm(r)
 	return r.id, nil
 }
 
@@ -343,12 +342,14 @@ func (n *Node) Renew(id wire.RequestID) error {
 		if sh := r.local.req; sh == nil || sh.phase != phaseHeld {
 			return fmt.Errorf("%w: %s: its node's shared read ticket is gone", codes.ErrLost, id)
 		}
+		n.renewParents(r) // first: the grant's time to live counts theirs
 		n.renewLocal(r)
 		return nil
 	}
 	if r == nil || r.phase != phaseHeld {
 		return fmt.Errorf("%w: %s is not held", codes.ErrLost, id)
 	}
+	n.renewParents(r)
 	r.renew = &renewal{start: n.now, acks: map[wire.NodeID]bool{}, rejects: map[wire.NodeID]bool{}}
 	n.sendRenew(r, nil)
 	return nil
@@ -591,7 +592,8 @@ type RequestStatus struct {
 	Since int64
 }
 
-var phaseNames = [...]string{"queued", "entering", "add-ticket", "waiting", "held", "releasing", "waiting-shared", "held-shared"}
+var phaseNames = [...]string{"queued", "entering", "add-ticket", "waiting", "held", "releasing", "waiting-shared", "held-shared",
+	"waiting-parents"}
 
 // PhaseNames are the phases RequestStatus and PhaseChange name, in order.
 func PhaseNames() []string { return append([]string(nil), phaseNames[:]...) }

@@ -255,13 +255,13 @@ func (n *Node) onEnter(m wire.Message) {
 			// ticket (its ENTER says so): writers ask it to yield
 			// (KindYield), and a writer's try waits for that instead of
 			// failing at once (semaphore.Admit). Stored with the ticket.
-			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing, Active: m.Shared && m.Mode == wire.ModeReadOnly},
+			entry:    wire.Entry{Req: m.Req, Mode: m.Mode, State: wire.StateChoosing, Active: m.Shared && m.Mode.Shared()},
 			deadline: n.now + n.keep(m.Lifetime),
 			try:      m.Try && !n.cfg.Mutant.on(MutantTryDrains),
 		})
 		n.schedule(t, t.recs[m.Req].deadline)
 		n.changedReq(t, m.Req, m.Mode)
-		if m.Mode != wire.ModeReadOnly {
+		if !m.Mode.Shared() {
 			// A drain's readers are turned away from here, a round and a
 			// durable ticket before the writer's ticket is taken (asked
 			// again then): a yield only makes a node more careful, and a
@@ -428,9 +428,9 @@ func (n *Node) onRenew(m wire.Message) {
 	if t, r, ticketed := n.ticketOf(m); !ticketed {
 		reply.Reject = true
 	} else {
-		if r.entry.Mode == wire.ModeReadOnly {
+		if r.entry.Mode.Shared() {
 			// Again, should a KindYield be lost.
-			reply.Yield, reply.Ticket = t.writerYield(), r.entry.Ticket
+			reply.Yield, reply.Ticket = t.writerYield(r.entry.Mode), r.entry.Ticket
 		}
 		r.held = true
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
@@ -662,7 +662,7 @@ func (n *Node) dropRecord(name string, t *replicaName, req wire.RequestID, tombU
 func (n *Node) dropRecordAs(name string, t *replicaName, req wire.RequestID, tombUntil int64, lazy bool) {
 	r := t.recs[req]
 	if r != nil {
-		if r.entry.Mode == wire.ModeReadOnly {
+		if r.entry.Mode.Reader() {
 			t.readerSeen = n.now
 		}
 		delete(t.recs, req)
@@ -768,7 +768,7 @@ func (n *Node) flushReports() {
 		t.dirty = false
 		if len(t.watchers) > 0 {
 			for _, r := range t.recs {
-				if r.entry.Mode == wire.ModeReadOnly && !shared(r.entry) {
+				if r.entry.Mode.Reader() && !shared(r.entry) {
 					t.readerSeen = n.now
 					break
 				}
@@ -833,45 +833,49 @@ func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
 	return n.cfg.RefuseEarly(m.Mode, tickets)
 }
 
-// askYields tells the masters of the name's shared read tickets that a
-// writer waits, when r, a ticket just taken or a choosing flag just set,
-// is a writer's; or r's own master, when r is a reader's and a writer
-// waits already. A master that holds the ticket for its local readers (a
-// share) lets it go; others ignore it (a ticket taken over in a handoff may be either: snapshots do
-// not carry the mark).
+// askYields tells the masters of the name's shared tickets (READ_ONLY or
+// INTENT_SHARED) that a writer waits, when r, a ticket just taken or a
+// choosing flag just set, is of a mode some of them conflict with (a
+// writer's, or INTENT_EXCLUSIVE, which READ_ONLY shares yield to); or r's
+// own master, when r is a shared ticket and such a ticket waits already.
+// A master that holds the ticket for its local readers (a share) lets it
+// go; others ignore it (a ticket taken over in a handoff may be either:
+// snapshots do not carry the mark).
 func (n *Node) askYields(t *replicaName, r *record) {
 	e := r.entry
-	if e.Mode == wire.ModeReadOnly {
+	if e.Mode.Shared() {
 		if !e.Active {
 			return // a plain reader's: nothing to yield, no need to look
 		}
-		if y := t.writerYield(); y != wire.YieldNone {
+		if y := t.writerYield(e.Mode); y != wire.YieldNone {
 			n.send(wire.Message{Kind: wire.KindYield, To: e.Req.Node, Name: t.name, Req: e.Req, Ticket: e.Ticket, Yield: y})
 		}
 		return
 	}
 	y := yieldFor(e.Mode, r.try)
 	for _, req := range sortedReqs(t.recs) {
-		if r := t.recs[req]; r.entry.Mode == wire.ModeReadOnly && r.entry.Ticket != 0 && (r.entry.Active || r.restored) {
+		if r := t.recs[req]; r.entry.Mode.Shared() && r.entry.Ticket != 0 && (r.entry.Active || r.restored) &&
+			wire.Conflicts(e.Mode, r.entry.Mode) {
 			n.send(wire.Message{Kind: wire.KindYield, To: req.Node, Name: t.name, Req: req, Ticket: r.entry.Ticket, Yield: y})
 		}
 	}
 }
 
-// writerYield is the strongest yield the writers with a ticket in t ask.
-func (t *replicaName) writerYield() wire.Yield {
+// writerYield is the strongest yield that the tickets in t of the modes a
+// shared ticket of mode m conflicts with ask.
+func (t *replicaName) writerYield(m wire.Mode) wire.Yield {
 	y := wire.YieldNone
 	for _, r := range t.recs {
-		if r.entry.Mode != wire.ModeReadOnly && r.entry.Ticket != 0 {
+		if !r.entry.Mode.Shared() && r.entry.Ticket != 0 && wire.Conflicts(m, r.entry.Mode) {
 			y = max(y, yieldFor(r.entry.Mode, r.try))
 		}
 	}
 	return y
 }
 
-// yieldFor is the yield a writer of mode m asks of shared read tickets:
-// one that lets later readers pass, or a try, only needs them gone when
-// idle.
+// yieldFor is the yield a ticket of mode m (a writer's, or
+// INTENT_EXCLUSIVE) asks of the shared tickets it conflicts with: one
+// that lets later readers pass, or a try, only needs them gone when idle.
 func yieldFor(m wire.Mode, try bool) wire.Yield {
 	if mayBeActive(m) || try {
 		return wire.YieldIdle

@@ -62,8 +62,18 @@ import (
 // (bounded) until SharesOut is zero, so the leaders do not keep a stopped
 // node's tickets, and a writer does not wait, until their lease runs out.
 
-// share is one name's shared read ticket at this node.
+// A name may have two shares at a node: a READ_ONLY one for the readers of
+// the name itself, and an INTENT_SHARED one for the readers of the names
+// below it (a nested name's parents, Acquire.Parents). Each yields only to
+// the tickets its mode conflicts with (wire.Conflicts): the INTENT_SHARED
+// share of /site stays while a job writes /site/shop/cart, whose
+// INTENT_EXCLUSIVE ticket on /site makes the READ_ONLY share of /site
+// yield; a drain of /site makes both yield.
+
+// share is one name's shared ticket of one mode at this node.
 type share struct {
+	// mode is READ_ONLY or INTENT_SHARED.
+	mode wire.Mode
 	// req is the cluster request: in its doorway or held; nil when the
 	// node has no share of the name (one being let go is no longer here).
 	req *request
@@ -82,26 +92,43 @@ func (n *Node) sharing(a Acquire) bool {
 	return n.cfg.ShareLease > 0 && !n.sharesStopped && a.Mode.Shared() && a.Limit == 0 && len(n.cfg.View.Leaders) > 0
 }
 
+// shareSlot is where a name's share of mode m (a shared mode) is kept.
+func shareSlot(m wire.Mode) int {
+	if m == wire.ModeIntentShared {
+		return 1
+	}
+	return 0
+}
+
 // held reports whether sh can grant local readers now.
 func (sh *share) held() bool {
 	return sh.req != nil && sh.req.phase == phaseHeld && !sh.req.unlocking
 }
 
-// Draining reports whether this node's shared read ticket of name was
-// asked to let a writer in (a drain waits, YieldDrain): its page views
-// should end soon. It only reads.
+// Draining reports whether a shared ticket of this node on name was asked
+// to let a writer in (a drain waits, YieldDrain): the page views on it, of
+// the name or below it, should end soon. It only reads.
 func (n *Node) Draining(name string) bool {
 	mn := n.mnames[name]
-	return mn != nil && mn.share != nil && mn.share.req != nil && mn.share.yield == wire.YieldDrain
+	if mn == nil {
+		return false
+	}
+	for _, sh := range mn.shares {
+		if sh != nil && sh.req != nil && sh.yield == wire.YieldDrain {
+			return true
+		}
+	}
+	return false
 }
 
-// acquireLocal starts r, a READ_ONLY request of a local client, on its
-// name's share.
+// acquireLocal starts r, a request of a local client in a shared mode, on
+// its name's share of that mode.
 func (n *Node) acquireLocal(mn *masterName, r *request) {
-	if mn.share == nil {
-		mn.share = &share{holders: map[wire.RequestID]*request{}}
+	slot := shareSlot(r.a.Mode)
+	if mn.shares[slot] == nil {
+		mn.shares[slot] = &share{mode: r.a.Mode, holders: map[wire.RequestID]*request{}}
 	}
-	sh := mn.share
+	sh := mn.shares[slot]
 	r.local = sh
 	n.setPhase(r, phaseLocalWait)
 	switch {
@@ -121,7 +148,7 @@ func (n *Node) acquireLocal(mn *masterName, r *request) {
 // startShare asks the leaders for a share of name: a try, for as long as
 // ShareLease.
 func (n *Node) startShare(sh *share, name string) {
-	r := &request{id: n.nextID(), a: Acquire{Name: name, Mode: wire.ModeReadOnly, Duration: n.cfg.ShareLease},
+	r := &request{id: n.nextID(), a: Acquire{Name: name, Mode: sh.mode, Duration: n.cfg.ShareLease},
 		start: n.now, dead: n.now + n.cfg.TryTicks, share: sh, ofShare: true}
 	sh.req, sh.yield = r, wire.YieldNone
 	n.reqs[r.id] = r
@@ -172,6 +199,9 @@ func (n *Node) dropLocal(w *request) {
 	}
 	n.forget(w)
 	n.keepShare(sh)
+	if w.parents != nil {
+		n.releaseParents(w)
+	}
 }
 
 // bypass sends w, a local reader that may wait, through the whole bakery
@@ -319,6 +349,8 @@ func (n *Node) tickLocal(w *request) {
 	case w.phase == phaseLocalHeld && !w.unlocking && n.now >= w.unlockAt:
 		w.unlocking = true
 		n.event(w, EventUnlocking, wire.CodeNone)
+	case w.phase == phaseLocalHeld && w.parentOf != nil:
+		n.tickParent(w)
 	}
 }
 
@@ -403,8 +435,10 @@ func (n *Node) StopSharing() {
 	}
 	n.sharesStopped = true
 	for _, name := range sortedKeys(n.mnames) {
-		if sh := n.mnames[name].share; sh != nil {
-			n.keepShare(sh)
+		for _, sh := range n.mnames[name].shares {
+			if sh != nil {
+				n.keepShare(sh)
+			}
 		}
 	}
 }

@@ -106,14 +106,21 @@ func (n *Node) nextTimer(r *request) int64 {
 		if r.share != nil {
 			at = min(at, n.shareTimer(r))
 		}
+		if r.parentOf != nil {
+			at = min(at, n.parentRenewAt(r))
+		}
 		return at
-	case phaseLocalWait:
+	case phaseLocalWait, phaseParents:
 		return r.dead + 1
 	case phaseLocalHeld:
+		at := min(r.unlockAt, r.endAt)
 		if r.unlocking {
-			return r.endAt
+			at = r.endAt
 		}
-		return min(r.unlockAt, r.endAt)
+		if r.parentOf != nil {
+			at = min(at, n.parentRenewAt(r))
+		}
+		return at
 	default: // phaseReleasing
 		return min(r.releaseUntil+1, r.sentAt+resend)
 	}
