@@ -291,10 +291,18 @@ type Acquire struct {
 	// flat name. The agent derives them (semaphore.NamePath); every agent
 	// must derive the same ones for a name.
 	Parents []string
+	// ParentModes, when set, are the parents' modes, one each, instead of
+	// Mode.IntentOf(): for several names taken together as one request
+	// (the agent's acquire of several nested names), whose steps are the
+	// names and the levels above them, in byte order. A step of a
+	// reader's or writer's mode is granted with its own limit (Limit,
+	// for READ_ONLY) and quiet period (Quiet).
+	ParentModes []wire.Mode
 }
 
-// MaxParents is the most parents a request may have.
-const MaxParents = 31
+// MaxParents is the most parents a request may have: the levels of
+// api.MaxNames names of semaphore.MaxDepth levels each.
+const MaxParents = 2047
 
 // validate keeps the core's own invariants for whoever proposes: the
 // agent, whose edge (daemon.Request.Validate) has already refused what
@@ -312,8 +320,11 @@ func (n *Node) validate(a Acquire) error {
 		if len(a.Parents) == 0 {
 			return nil
 		}
-		ordered := len(a.Parents) <= MaxParents && !a.Mode.Intent()
+		ordered := len(a.Parents) <= MaxParents && !a.Mode.Intent() && (a.ParentModes == nil || len(a.ParentModes) == len(a.Parents))
 		for i, p := range a.Parents {
+			if a.ParentModes != nil && !a.ParentModes[i].Valid() {
+				ordered = false
+			}
 			next := a.Name
 			if i+1 < len(a.Parents) {
 				next = a.Parents[i+1]
@@ -324,7 +335,7 @@ func (n *Node) validate(a Acquire) error {
 			return nil
 		}
 		return fmt.Errorf("%w: outside what the core runs: %d parents of %q in mode %s (at most %d, each below the next "+
-			"and the name in byte order, of a mode that is not an intent)", codes.ErrInvalid, len(a.Parents), a.Name, a.Mode, MaxParents)
+			"and the name in byte order, of a mode that is not an intent, with a known mode each if modes are given)", codes.ErrInvalid, len(a.Parents), a.Name, a.Mode, MaxParents)
 	}
 	return fmt.Errorf("%w: outside what the core runs (a name of 1..%d bytes, a known mode, spans of 0..%d ticks, "+
 		"a duration of at least one, a reader limit of 0..%d): name of %d bytes, mode %d, timeout %d, duration %d, "+

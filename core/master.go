@@ -1116,6 +1116,12 @@ func (n *Node) emit(r *request, e Event) {
 		// their ends, counted from the call as TTL is.
 		e.TTL = min(e.TTL, n.parentsEnd(r)-(n.now-e.Elapsed))
 	}
+	if len(r.parents) > 0 && e.Kind == EventGranted {
+		e.ParentTokens = make([]uint64, len(r.parents))
+		for i, p := range r.parents {
+			e.ParentTokens[i] = p.ticket
+		}
+	}
 	e.Req, e.Name, e.Token = r.handle, r.a.Name, r.ticket
 	n.events = append(n.events, e)
 }

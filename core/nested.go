@@ -63,6 +63,12 @@ func (n *Node) nextParent(r *request) {
 	}
 	name := r.a.Parents[i]
 	a := Acquire{Name: name, Mode: r.a.Mode.IntentOf(), Duration: r.a.Duration, Grace: r.a.Grace}
+	if r.a.ParentModes != nil {
+		a.Mode, a.Quiet = r.a.ParentModes[i], r.a.Quiet
+		if a.Mode == wire.ModeReadOnly {
+			a.Limit = r.a.Limit
+		}
+	}
 	if r.a.Timeout > 0 {
 		// A wait that ran out answers as a try then: at once.
 		a.Timeout = max(r.dead-n.now, 0)

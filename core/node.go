@@ -71,6 +71,9 @@ type Event struct {
 	// and whose request on the wire (what the leaders list) Share is.
 	Shared bool
 	Share  wire.RequestID
+	// ParentTokens (EventGranted of a request with Acquire.Parents) are
+	// the fencing tokens of its parents' tickets, in Parents' order.
+	ParentTokens []uint64
 }
 
 // ExpiryFrom is the one definition of a lease's end, for

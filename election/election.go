@@ -328,6 +328,10 @@ func (e *Election) age() uint64 {
 // View is the valid view this node knows (epoch 0: none).
 func (e *Election) View() wire.View { return e.p.Valid.Clone() }
 
+// Codec is the cluster's codec: the level of the valid view (MinVersion
+// before the first). It only reads.
+func (e *Election) Codec() uint64 { return e.p.Valid.Codec() }
+
 // Stats returns the counters.
 func (e *Election) Stats() Stats { return e.stats }
 

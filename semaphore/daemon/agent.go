@@ -117,6 +117,8 @@ type AgentConfig struct {
 	// still take over this agent's store. semaphore.MinCodec to
 	// semaphore.Codec; zero: no hold.
 	HoldCodec uint64
+	// NestedNames makes names nest like URLs and paths (NodeConfig).
+	NestedNames bool
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Broken: see NodeConfig.Broken. Never set it outside tests.
@@ -360,7 +362,7 @@ func (a *Agent) startNode(cfg AgentConfig, state store.State, boot, peers []wire
 	tick := cmp.Or(cfg.Tick, DefaultTick)
 	node, err := NewNode(NodeConfig{Self: a.host.Self(), Bootstrap: boot, Nonce: nonce(), Peers: peers, ID: id,
 		ElectionTicks: int64(cfg.ElectionTimeout / tick),
-		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, ShareLease: cfg.ShareLease, ShareLinger: cfg.ShareLinger, Codec: cfg.HoldCodec,
+		State:         state, Transport: a.host, Store: a.store, Tick: cfg.Tick, ShareLease: cfg.ShareLease, ShareLinger: cfg.ShareLinger, Codec: cfg.HoldCodec, NestedNames: cfg.NestedNames,
 		Logger: cfg.Logger, Broken: cfg.Broken, Cluster: a.host})
 	if err != nil {
 		return err

@@ -146,6 +146,9 @@ type memClusterOpts struct {
 	mesh memConfig
 	// shareLease is NodeConfig.ShareLease (0: the default).
 	shareLease time.Duration
+	// nested is NodeConfig.NestedNames; codec, NodeConfig.Codec.
+	nested bool
+	codec  uint64
 }
 
 // memNode is one node: its disk outlives its lives.
@@ -210,7 +213,8 @@ func (c *memCluster) start(i int) {
 	c.lives++
 	n, err := daemon.NewNode(daemon.NodeConfig{Self: id, Bootstrap: boot, Nonce: c.lives, Peers: c.ids,
 		ID:    election.ID{Priority: prio, Address: "mem", PID: 1, Name: fmt.Sprintf("n%d", i+1)},
-		State: state, Transport: c.net.Attach(id, c.ids), Store: st, ShareLease: c.opts.shareLease, Logger: testLogger(i + 1)})
+		State: state, Transport: c.net.Attach(id, c.ids), Store: st, ShareLease: c.opts.shareLease, Logger: testLogger(i + 1),
+		NestedNames: c.opts.nested, Codec: c.opts.codec})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", i+1, err)
 	}

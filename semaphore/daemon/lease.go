@@ -33,12 +33,19 @@ type Lease struct {
 }
 
 type lease struct {
-	handle  wire.RequestID
-	req     Request
-	sent    int64 // tick of the Acquire call
-	renewAt int64 // tick of the pending Renew call
-	token   uint64
-	expiry  int64 // tick; 0 until granted
+	handle wire.RequestID
+	req    Request
+	// parents are the names a nested lease holds too, before req.Name
+	// (NodeConfig.NestedNames): the names above it, or, for several names
+	// taken together, the others and the names above them. leaves are
+	// the names of such an acquire of several, which its leases carry.
+	parents      []string
+	leaves       []string
+	parentTokens []uint64 // the fencing tokens of the parents' tickets
+	sent         int64    // tick of the Acquire call
+	renewAt      int64    // tick of the pending Renew call
+	token        uint64
+	expiry       int64 // tick; 0 until granted
 	// ttl is the time to live the last grant or renewal gave, counted from
 	// the monotonic time of its call (asked, renewAsked).
 	ttl        time.Duration
@@ -158,6 +165,11 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 	if r.ReadersGrace > 0 {
 		r.graceAt = time.Now().Add(r.ReadersGrace)
 	}
+	name, parents, err := n.nested(r.Name)
+	if err != nil {
+		return Lease{}, err
+	}
+	r.Name = name
 	c, ok := callerFrom(ctx)
 	if ok {
 		if err := c.may("take a "+r.Mode.String()+" lock", r.Name, modeRole(r.Mode)); err != nil {
@@ -165,7 +177,7 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 		}
 		r.by = c
 	}
-	l, err := n.acquire(ctx, r)
+	l, _, err := n.acquire(ctx, r, steps{names: parents})
 	if ok && r.Mode != semaphore.ReadOnly && err == nil {
 		// A drain or a deploy's lock, taken through the API. Refusals are
 		// not audited: a flood of them (overflow) must cost the agent
@@ -175,8 +187,44 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 	return l, err
 }
 
-func (n *Node) acquire(ctx context.Context, r Request) (Lease, error) {
+// nested is name as a nested lease takes it (NodeConfig.NestedNames): its
+// canonical form, and the names above it, outermost first. An agent of
+// flat names takes every name as given.
+func (n *Node) nested(name string) (string, []string, error) {
+	if !n.cfg.NestedNames {
+		return name, nil, nil
+	}
+	path, err := semaphore.NamePath(name)
+	if err != nil {
+		return "", nil, err
+	}
+	return path[len(path)-1], path[:len(path)-1], nil
+}
+
+// canonical is name as this agent's leases carry it; a name NamePath
+// refuses is left as it is (no lease has it).
+func (n *Node) canonical(name string) string {
+	if c, _, err := n.nested(name); err == nil && name != "" {
+		return c
+	}
+	return name
+}
+
+// steps are the names a request takes before its own (core.Acquire's
+// Parents), and their modes (nil: the intent of the request's mode);
+// leaves are the names of an acquire of several nested names, which its
+// leases carry.
+type steps struct {
+	names  []string
+	modes  []wire.Mode
+	leaves []string
+}
+
+// acquire takes r, after the names of before; it answers the lease of r's
+// name and the fencing tokens of the steps' tickets.
+func (n *Node) acquire(ctx context.Context, r Request, before steps) (Lease, []uint64, error) {
 	a := n.coreAcquire(r)
+	a.Parents, a.ParentModes = before.names, before.modes
 	// One turn of the loop: the call waits for the answer alone, which a
 	// refusal, or a grant on the agent's shared read ticket, gives in the
 	// same turn.
@@ -195,24 +243,31 @@ func (n *Node) acquire(ctx context.Context, r Request) (Lease, error) {
 				return
 			}
 		}
+		if c := n.elect.Codec(); len(a.Parents) > 0 && c < uint64(wire.Version) {
+			// An older leader would refuse the intent modes' messages.
+			acquired <- fmt.Errorf("%w: a nested name's lease needs cluster codec %d, and the cluster is at %d "+
+				"(every voter must run a release that reads it)", codes.ErrNotReady, wire.Version, c)
+			return
+		}
 		h, err := n.core.Acquire(a)
 		if err != nil {
 			acquired <- err
 			return
 		}
-		l = &lease{handle: h, req: r, sent: n.ticks, acquired: acquired, renewed: make(chan error, 1),
-			asked: time.Now()}
+		l = &lease{handle: h, req: r, parents: before.names, leaves: before.leaves, sent: n.ticks, acquired: acquired,
+			renewed: make(chan error, 1), asked: time.Now()}
 		n.leases[h] = l
 		n.metrics.waiters.Inc()
 	}); err != nil {
-		return Lease{}, err
+		return Lease{}, nil, err
 	}
 	var out Lease
+	var tokens []uint64
 	var err error
 	select {
 	case err = <-acquired:
 		if err == nil {
-			out = l.grant
+			out, tokens = l.grant, l.parentTokens
 		}
 	case <-ctx.Done():
 	case <-n.done:
@@ -229,9 +284,9 @@ func (n *Node) acquire(ctx context.Context, r Request) (Lease, error) {
 				n.drop(l, true)
 			}
 		})
-		return Lease{}, ctx.Err()
+		return Lease{}, nil, ctx.Err()
 	}
-	return out, err
+	return out, tokens, err
 }
 
 // answered waits for the loop's answer on ch about l, and returns the
@@ -324,6 +379,7 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 	if err != nil {
 		return err
 	}
+	name = n.canonical(name)
 	// One turn of the loop, as Acquire: a release of a lease held on the
 	// agent's shared read ticket is through in the same turn.
 	done := make(chan error, 1)
@@ -333,7 +389,7 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 			req := l.req
 			writer.Store(&req)
 		}
-		if l != nil && name != "" && l.req.Name != name {
+		if l != nil && name != "" && l.req.Name != name && !slices.Contains(l.leaves, name) {
 			done <- fmt.Errorf("%w: %s on %q", semaphore.ErrUnknownLease, id, name)
 			return
 		}
@@ -574,6 +630,13 @@ func (n *Node) adopt(ctx context.Context, h wire.RequestID, as Held) (Lease, err
 			return Lease{}, err
 		}
 	}
+	if _, parents, _ := n.nested(as.Name); len(parents) > 0 {
+		// Its tickets on the names above were the earlier life's, which
+		// nobody here knows: held alone, the name would not keep a drain
+		// of its parents out.
+		return Lease{}, fmt.Errorf("%w: %s on %q: a lease on a nested name is not taken over after its agent restarted; "+
+			"take the name again", semaphore.ErrLost, h, as.Name)
+	}
 	req := Request{Name: as.Name, Mode: as.Mode, Duration: cmp.Or(as.Duration, defaultDuration), Grace: as.Grace}
 	var token uint64
 	if n.cfg.Cluster != nil || as.Name == "" {
@@ -696,7 +759,7 @@ func (n *Node) tellDraining() {
 		switch {
 		case n.leases[h] != l || len(l.watchers) == 0:
 			delete(n.watchedReaders, h)
-		case !l.toldDraining && n.core.Draining(l.req.Name):
+		case !l.toldDraining && (n.core.Draining(l.req.Name) || slices.ContainsFunc(l.parents, n.core.Draining)):
 			l.toldDraining = true
 			n.emitTo(l, api.Event{Kind: "draining"})
 		}
@@ -758,6 +821,7 @@ func (n *Node) onGranted(l *lease, e core.Event, ev api.Event) {
 		return
 	}
 	l.held, l.token, l.expiry, l.granted = true, e.Token, expiry, time.Now()
+	l.parentTokens = e.ParentTokens
 	l.ttl = n.ttlFrom(l.asked, l.expiry)
 	mode := l.req.Mode.String()
 	n.metrics.waiters.Dec()

@@ -133,6 +133,15 @@ type NodeConfig struct {
 	// ShareLinger is how long a shared read ticket is kept with no local
 	// reader. Zero: ShareLease/8.
 	ShareLinger time.Duration
+	// NestedNames makes names nest (semaphore.NamePath): a lease on
+	// /site/shop/cart also holds an intent ticket on /site and /site/shop,
+	// so a drain of /site keeps it out and a writer of /site/blog does
+	// not. Names are taken in their canonical form. Every agent that
+	// serves a subtree must have it: a flat lease on /site/shop/cart
+	// takes no ticket on /site, and a drain of /site does not see it.
+	// Nested acquires wait for a cluster codec of 4 (not_ready before).
+	// False: every name is flat, as in 0.8.
+	NestedNames bool
 	// Codec is the codec the node offers the cluster's level
 	// (election.Config.Codec): less than this build's newest holds the
 	// level back, so that the previous release can still take over.

@@ -75,6 +75,9 @@ func (r Request) Validate() error {
 	if !r.Mode.Valid() {
 		return fmt.Errorf("%w: unknown mode %s", codes.ErrInvalid, r.Mode)
 	}
+	if r.Mode.Intent() {
+		return fmt.Errorf("%w: mode %s is the agent's own, held on the names above a nested name", codes.ErrInvalid, r.Mode)
+	}
 	for _, f := range []struct {
 		field string
 		d     time.Duration

@@ -5,10 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 )
 
@@ -35,6 +40,9 @@ func (n *Node) AcquireAll(ctx context.Context, rs []Request) ([]Lease, error) {
 		return nil, fmt.Errorf("%w: no name", codes.ErrInvalid)
 	case len(rs) > api.MaxNames:
 		return nil, fmt.Errorf("%w: %d names, at most %d in one acquire", codes.ErrInvalid, len(rs), api.MaxNames)
+	}
+	if n.cfg.NestedNames {
+		return n.acquireNested(ctx, rs)
 	}
 	rs = slices.Clone(rs)
 	slices.SortFunc(rs, func(a, b Request) int { return cmp.Compare(a.Name, b.Name) })
@@ -69,6 +77,93 @@ func (n *Node) AcquireAll(ctx context.Context, rs []Request) ([]Lease, error) {
 		got = append(got, l)
 	}
 	return got, nil
+}
+
+// acquireNested is AcquireAll on an agent of nested names: one request
+// of the core takes every name and every level above them, each once, in
+// byte order (a level before the names below it), in the name's mode or,
+// for a level above, its intent; a name that is also above another is
+// taken in its own mode, which covers the intent (a reader's covers
+// INTENT_SHARED, a writer's everything). So a name's levels are never
+// taken again after names below them, which would wait, behind a drain
+// of that level, for a drain that waits for the call itself. The leases
+// share the request: one id, each name with its own fencing token, and a
+// renewal or release of any of them is one of all.
+func (n *Node) acquireNested(ctx context.Context, rs []Request) ([]Lease, error) {
+	first := rs[0]
+	if err := first.Validate(); err != nil {
+		return nil, err
+	}
+	modes := map[string]wire.Mode{}
+	var leaves, above []string
+	for _, r := range rs {
+		if err := r.Validate(); err != nil {
+			return nil, err
+		}
+		name, parents, err := n.nested(r.Name)
+		if err != nil {
+			return nil, err
+		}
+		if _, twice := modes[name]; twice && slices.Contains(leaves, name) {
+			return nil, fmt.Errorf("%w: name %q twice in one acquire (as %q)", codes.ErrInvalid, name, r.Name)
+		}
+		modes[name] = r.Mode
+		leaves = append(leaves, name)
+		above = append(above, parents...)
+	}
+	for _, p := range above {
+		if _, ok := modes[p]; !ok {
+			modes[p] = first.Mode.IntentOf()
+		}
+	}
+	names := slices.Sorted(maps.Keys(modes))
+	if len(names)-1 > core.MaxParents {
+		return nil, fmt.Errorf("%w: the names and the levels above them come to %d, at most %d in one acquire",
+			codes.ErrInvalid, len(names), core.MaxParents+1)
+	}
+	slices.Sort(leaves)
+	c, ok := callerFrom(ctx)
+	if ok {
+		for _, name := range leaves {
+			if err := c.may("take a "+first.Mode.String()+" lock", name, modeRole(first.Mode)); err != nil {
+				return nil, n.refused(c, "acquire", err)
+			}
+		}
+		first.by = c
+	}
+	if first.ETA > 0 {
+		first.etaAt = time.Now().Add(first.ETA)
+	}
+	if first.ReadersGrace > 0 {
+		first.graceAt = time.Now().Add(first.ReadersGrace)
+	}
+	last := len(names) - 1
+	first.Name = names[last]
+	before := steps{names: names[:last], leaves: leaves}
+	for _, name := range before.names {
+		before.modes = append(before.modes, modes[name])
+	}
+	l, tokens, err := n.acquire(ctx, first, before)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Lease, 0, len(leaves))
+	for _, name := range leaves {
+		one := l
+		one.Name = name
+		if i := slices.Index(before.names, name); i >= 0 {
+			one.Token = 0 // not told (a core that took no such ticket)
+			if i < len(tokens) {
+				one.Token = tokens[i]
+			}
+		}
+		out = append(out, one)
+	}
+	if ok && first.Mode != semaphore.ReadOnly {
+		n.audit(ctx, "write_lock", strings.Join(leaves, " "), nil, first.Owner,
+			fmt.Sprintf("%s lease %s of %d names", first.Mode, l.ID, len(leaves)))
+	}
+	return out, nil
 }
 
 // releaseAll lets ls go, each within releaseWait; a lease whose release

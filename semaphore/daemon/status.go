@@ -186,6 +186,11 @@ func (n *Node) readiness() (bool, string) {
 	if v := n.core.View(); ready && v.IsLeader(n.cfg.Self) && !n.core.Serving() {
 		return false, fmt.Sprintf("taking the lock table of epoch %d over", v.PrevEpoch)
 	}
+	if c := n.elect.Codec(); ready && n.cfg.NestedNames && c < uint64(wire.Version) {
+		// Its leases would all be refused: say why, as /readyz does.
+		return false, fmt.Sprintf("nested names need cluster codec %d, and the cluster is at %d "+
+			"(`sluice members` shows which agents hold it)", wire.Version, c)
+	}
 	if r, ok := n.cfg.Transport.(peerReach); !ready && ok {
 		if connected, known := r.Reach(); connected == 0 {
 			// The usual causes of a node that hears from nobody: say them.

@@ -63,7 +63,7 @@ type agentFlags struct {
 	httpAllow, roles                                                                 []string
 	listen, peers, allow, initial                                                    []string
 	size, holdCodec                                                                  int
-	inMemory, join, insecure                                                         bool
+	inMemory, join, insecure, nestedNames                                            bool
 	electionTimeout, shareLease, shareLinger                                         time.Duration
 	// cpuProfile is the hidden --cpu-profile: the benchmark harness
 	// (integration/bench) profiles the agents of a run with it. A heap
@@ -124,6 +124,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.DurationVar(&f.electionTimeout, "election-timeout", time.Second, "how long an election round may run at first; slow links get more")
 	fl.DurationVar(&f.shareLease, "share-lease", daemon.DefaultShareLease, "read-lease aggregation: this agent holds one cluster-wide READ_ONLY ticket per name for its local readers, for this long, renewed while they hold it; a node that cannot be reached holds a drain up to this long (0: off, every reader runs the whole bakery)")
 	fl.DurationVar(&f.shareLinger, "share-linger", 0, "how long a shared read ticket is kept with no local reader (default: an eighth of --share-lease)")
+	fl.BoolVar(&f.nestedNames, "nested-names", false, nestedNamesUsage)
 	fl.IntVar(&f.holdCodec, "hold-codec", 0, fmt.Sprintf("offer the cluster at most this codec (%d to %d), so that its codec does not move past what the release before reads and a downgrade stays possible; remove it once every agent runs this release (0: no hold)", semaphore.MinCodec, semaphore.Codec))
 	fl.StringVar(&f.priority, "priority", fmt.Sprint(election.DefaultPriority), "election priority 1..14 (1 wins), or off")
 	fl.StringVar(&f.pskFile, "psk-file", "", "cluster secret (libp2p swarm key file)")
@@ -190,7 +191,7 @@ func (f *agentFlags) agentConfig(log *slog.Logger) (daemon.AgentConfig, error) {
 	cfg := daemon.AgentConfig{Name: f.name, DataDir: f.data, InMemory: f.inMemory, KeyFile: f.keyFile, Listen: f.listen, Peers: f.peers,
 		ClusterSize: f.size, InitialMembers: f.initial, Join: f.join, ElectionTimeout: f.electionTimeout,
 		Priority: prio, AllowList: f.allow, Insecure: f.insecure, API: f.api, APIMode: os.FileMode(apiMode), APIGroup: f.apiGroup, ShareLease: shareLease, ShareLinger: f.shareLinger, Logger: log, Broken: mutant,
-		Roles: f.roles, HoldCodec: uint64(f.holdCodec)}
+		Roles: f.roles, HoldCodec: uint64(f.holdCodec), NestedNames: f.nestedNames}
 	if f.pskFile != "" {
 		if cfg.PSK, err = p2p.ReadPSK(f.pskFile); err != nil {
 			return none, usageErrorf("agent: --psk-file: %v", err)
@@ -337,10 +338,14 @@ func newIDCmd() *cobra.Command {
 	return cmd
 }
 
+// nestedNamesUsage is the help of --nested-names, for agent and dev alike.
+const nestedNamesUsage = "names nest like URLs and paths: a lease on /site/shop/cart also holds intent tickets on /site and /site/shop, so a drain of /site keeps it out and a writer of /site/blog does not; every agent serving a site needs it (needs cluster codec 4)"
+
 func newDevCmd() *cobra.Command {
 	var (
 		nodes                          int
 		apiAddr, data, lvl, httpListen string
+		nestedNames                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -375,7 +380,7 @@ func newDevCmd() *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			cluster, err := startDev(ctx, nodes, apiAddr, token, data, httpListen, log)
+			cluster, err := startDev(ctx, nodes, apiAddr, token, data, httpListen, nestedNames, log)
 			if err != nil {
 				return startError(err)
 			}
@@ -411,6 +416,7 @@ func newDevCmd() *cobra.Command {
 	f.StringVar(&data, "data", "", "data directory, one sub-directory per node (default: in memory)")
 	f.StringVar(&lvl, "log-level", "warn", "debug, info, warn or error")
 	f.StringVar(&httpListen, "http-listen", "", "loopback IP:port of the first node's operator page, /metrics, /healthz and /readyz (default: none)")
+	f.BoolVar(&nestedNames, "nested-names", false, nestedNamesUsage)
 	return cmd
 }
 
@@ -418,7 +424,7 @@ type devCluster struct{ agents []*daemon.Agent }
 
 // startDev starts n agents on loopback; each knows the earlier ones and the
 // mesh's announcements tell the earlier ones of the later.
-func startDev(ctx context.Context, n int, apiAddr, token, data, httpListen string, log *slog.Logger) (*devCluster, error) {
+func startDev(ctx context.Context, n int, apiAddr, token, data, httpListen string, nested bool, log *slog.Logger) (*devCluster, error) {
 	c := &devCluster{}
 	// The identities come first: every node bootstraps with all of them.
 	keys := make([]p2p.PrivKey, n)
@@ -442,7 +448,7 @@ func startDev(ctx context.Context, n int, apiAddr, token, data, httpListen strin
 	var peers []string
 	for i := 1; i <= n; i++ {
 		cfg := daemon.AgentConfig{Name: fmt.Sprintf("dev-%d", i), InMemory: data == "", InitialMembers: members,
-			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, Logger: log.With("node", i)}
+			Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Peers: peers, Logger: log.With("node", i), NestedNames: nested}
 		if data != "" {
 			cfg.DataDir = filepath.Join(data, fmt.Sprintf("node-%d", i))
 		} else {

@@ -30,7 +30,7 @@ func BenchmarkProxyAddedLatency(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	cluster, err := startDev(ctx, 1, sock, "", "", "", log)
+	cluster, err := startDev(ctx, 1, sock, "", "", "", false, log)
 	if err != nil {
 		b.Fatal(err)
 	}
