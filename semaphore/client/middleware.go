@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,34 @@ type MiddlewareOptions struct {
 	// Logger gets the failures visitors are not shown (agent errors,
 	// release errors, leases lost mid-request). Nil: discarded.
 	Logger *slog.Logger
+	// PathLevels, with an agent of nested names (sluice agent
+	// --nested-names), makes each request lock the site's name joined
+	// with the first PathLevels segments of its path (RequestName): a
+	// drain of part of the site (sluice drain https://shop.example/shop)
+	// then turns away only that part's visitors, and the whole site's
+	// drain all of them. Each distinct name costs the agents a shared
+	// ticket, so keep it to the parts you drain apart (1 or 2). Zero:
+	// every request locks the site's name.
+	PathLevels int
+}
+
+// RequestName is the lock name of a request for path (its escaped URL
+// path) under site, the site's name, with levels path segments at most
+// (MiddlewareOptions.PathLevels): "https://shop.example/" and "/shop/cart/1"
+// with 2 give "https://shop.example/shop/cart". It stops before an empty,
+// "." or ".." segment, which name no part of the site.
+func RequestName(site, path string, levels int) string {
+	var segs []string
+	for seg := range strings.SplitSeq(strings.TrimPrefix(path, "/"), "/") {
+		if len(segs) == levels || seg == "" || seg == "." || seg == ".." {
+			break
+		}
+		segs = append(segs, seg)
+	}
+	if len(segs) == 0 {
+		return site
+	}
+	return strings.TrimSuffix(site, "/") + "/" + strings.Join(segs, "/")
 }
 
 type leaseKey struct{}
@@ -150,9 +179,12 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	writer := &writerWord{c: c, name: name, info: MaintenanceInfo{Name: name}, checks: make(chan struct{}, maxPreviewChecks)}
-	unavailable := func(w http.ResponseWriter, r *http.Request) {
-		info := writer.get(r.Context())
+	writer := &writerWord{c: c, name: name, checks: make(chan struct{}, maxPreviewChecks)}
+	if path, err := semaphore.NamePath(name); err == nil && o.PathLevels > 0 {
+		writer.name = path[len(path)-1] // as an agent of nested names keeps it
+	}
+	unavailable := func(w http.ResponseWriter, r *http.Request, name string) {
+		info := writer.get(r.Context(), writer.levels(name, o.PathLevels))
 		info.RetryAfter = int((o.RetryAfter + time.Second - 1) / time.Second)
 		if left := time.Until(info.ETA); left > 0 {
 			info.RetryAfter = int((left + time.Second - 1) / time.Second)
@@ -184,6 +216,10 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
+			name := name
+			if o.PathLevels > 0 {
+				name = RequestName(name, r.URL.EscapedPath(), o.PathLevels)
+			}
 			l, err := outage.acquire(ctx, c, name, Options{Try: true, Duration: o.Duration, AutoRenew: true}, o.AgentWait)
 			r.Header.Del(PreviewHeader) // the middleware's word to the handler, not the visitor's
 			switch {
@@ -191,8 +227,8 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			case errors.Is(err, semaphore.ErrDraining), errors.Is(err, semaphore.ErrTimedOut):
 				// A writer holds or waits for the site: the maintenance
 				// page, unless the request is the holding drain's preview.
-				if !preview(w, r, next, writer, log) {
-					unavailable(w, r)
+				if !preview(w, r, next, writer, writer.levels(name, o.PathLevels), log) {
+					unavailable(w, r, name)
 				}
 				return
 			case ctx.Err() != nil:
@@ -203,7 +239,7 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 				return
 			default:
 				log.Error("no lock, answering 503", "name", name, "err", err)
-				unavailable(w, r)
+				unavailable(w, r, name)
 				return
 			}
 			// Released once the handler returns, off the visitor's path:
@@ -232,7 +268,7 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			case !g.w.wrote:
 				log.Warn("the request's lock was lost; answering 503", "name", name, "lease", l.ID(), "err", lerr)
 				clear(w.Header()) // the handler's headers (a Content-Length, say) are not the page's
-				unavailable(w, r)
+				unavailable(w, r, name)
 			default:
 				// Part of the response may be out (or buffered, and sent
 				// once this returns): only an abort keeps the visitor from
@@ -293,7 +329,7 @@ var previewTokenLen = base64.RawURLEncoding.EncodedLen(32)
 // afresh for every preview request (an operator's few, not visitors'
 // many): a token is good only while its drain holds, never for a later
 // drain, nor while its drain still waits for readers.
-func preview(w http.ResponseWriter, r *http.Request, next http.Handler, writer *writerWord, log *slog.Logger) bool {
+func preview(w http.ResponseWriter, r *http.Request, next http.Handler, writer *writerWord, levels []string, log *slog.Logger) bool {
 	token, fromQuery := r.URL.Query().Get(PreviewQuery), true
 	if token == "" {
 		fromQuery = false
@@ -322,7 +358,7 @@ func preview(w http.ResponseWriter, r *http.Request, next http.Handler, writer *
 		log.Warn("a preview token could not be checked", "name", writer.name, "err", err)
 		return false
 	}
-	if !previewHolds(t, writer.name, PreviewHash(token)) {
+	if !previewHolds(t, levels, PreviewHash(token)) {
 		log.Info("a preview token refused: no drain of the name that holds it gave it", "name", writer.name)
 		return false
 	}
@@ -349,10 +385,11 @@ func preview(w http.ResponseWriter, r *http.Request, next http.Handler, writer *
 	return true
 }
 
-// previewHolds says whether a writer that holds name in t gave hash.
-func previewHolds(t api.Table, name, hash string) bool {
+// previewHolds says whether a writer that holds one of names in t gave
+// hash.
+func previewHolds(t api.Table, names []string, hash string) bool {
 	for _, l := range t.Locks {
-		if l.Name != name {
+		if !slices.Contains(names, l.Name) {
 			continue
 		}
 		for _, e := range l.Entries {
@@ -394,9 +431,20 @@ type writerWord struct {
 	// checks holds a place for each preview check under way.
 	checks chan struct{}
 	mu     sync.Mutex
-	info   MaintenanceInfo
+	table  api.Table // the names under name (Locks), as last asked
 	at     time.Time
 	busy   bool
+}
+
+// levels are the names whose writers keep a request on name out: name
+// itself and, when requests lock parts of the site (PathLevels), the
+// names above it, canonical as the agent keeps them (semaphore.NamePath).
+func (w *writerWord) levels(name string, pathLevels int) []string {
+	if path, err := semaphore.NamePath(name); err == nil && pathLevels > 0 {
+		slices.Reverse(path) // the request's own name first
+		return path
+	}
+	return []string{name}
 }
 
 const (
@@ -406,39 +454,41 @@ const (
 
 // get is the writers' word, asked again when it is old and no other
 // request is asking.
-func (w *writerWord) get(ctx context.Context) MaintenanceInfo {
+func (w *writerWord) get(ctx context.Context, levels []string) MaintenanceInfo {
 	w.mu.Lock()
 	if w.busy || time.Since(w.at) < writerWordTTL {
-		info := w.info
+		t := w.table
 		w.mu.Unlock()
-		return info
+		return writerOf(t, levels)
 	}
 	w.busy = true
 	w.mu.Unlock()
-	info := MaintenanceInfo{Name: w.name}
+	var t api.Table
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writerWordWait)
 	defer cancel()
-	if t, err := w.c.Locks(qctx, w.name); err == nil {
-		info = writerOf(t, w.name)
+	if got, err := w.c.Locks(qctx, w.name); err == nil {
+		t = got
 	}
 	w.mu.Lock()
-	w.info, w.at, w.busy = info, time.Now(), false
+	w.table, w.at, w.busy = t, time.Now(), false
 	w.mu.Unlock()
-	return info
+	return writerOf(t, levels)
 }
 
-// writerOf is what the first writer in line for name (the holder, if
-// one holds) said of its hold, in t.
-func writerOf(t api.Table, name string) MaintenanceInfo {
-	info := MaintenanceInfo{Name: name}
+// writerOf is what the first writer in line for the first of names (the
+// request's own; the others are the names above it) said of its hold,
+// in t: the holder, if one holds, of any of names.
+func writerOf(t api.Table, names []string) MaintenanceInfo {
+	info := MaintenanceInfo{Name: names[0]}
 	var best *api.Entry
 	for _, l := range t.Locks {
-		if l.Name != name {
+		if !slices.Contains(names, l.Name) {
 			continue
 		}
 		for i := range l.Entries {
 			e := &l.Entries[i]
-			if e.Mode == semaphore.ReadOnly.String() || e.Ticket == 0 || e.Reason == "" && e.ETA.IsZero() {
+			if e.Mode == semaphore.ReadOnly.String() || e.Mode == semaphore.IntentShared.String() ||
+				e.Mode == semaphore.IntentExclusive.String() || e.Ticket == 0 || e.Reason == "" && e.ETA.IsZero() {
 				continue
 			}
 			if best == nil || e.Holder && !best.Holder || e.Holder == best.Holder && e.Ticket < best.Ticket {

@@ -30,6 +30,7 @@ type proxyFlags struct {
 	retryAfter, duration, dialTimeout                time.Duration
 	headerTimeout, shutdown, agentWait               time.Duration
 	failOpen, trustForwarded                         bool
+	pathLevels                                       int
 }
 
 func newProxyCmd() *cobra.Command {
@@ -63,6 +64,7 @@ func newProxyCmd() *cobra.Command {
 	fl.DurationVar(&f.dialTimeout, "dial-timeout", 5*time.Second, "how long connecting to the upstream may take")
 	fl.DurationVar(&f.headerTimeout, "upstream-timeout", time.Minute, "how long the upstream may take to begin its answer")
 	fl.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for the requests in flight")
+	fl.IntVar(&f.pathLevels, "path-levels", 0, "with agents of nested names (--nested-names): each request locks NAME joined with the first N segments of its path, so that `sluice drain NAME/PART` turns away only that part's visitors (0: every request locks NAME)")
 	fl.BoolVar(&f.failOpen, "fail-open", false, "serve without the lock when the agent cannot be asked (default: answer 503)")
 	fl.DurationVar(&f.agentWait, "agent-wait", 2*time.Second, "how long a request waits for an agent that restarts before --fail-open decides; 0: no wait")
 	fl.BoolVar(&f.trustForwarded, "trust-forwarded", false, "keep the X-Forwarded-For of requests (behind a load balancer you trust); otherwise it starts with the client's address")
@@ -105,6 +107,9 @@ func (f *proxyFlags) check() (*url.URL, map[string]string, *template.Template, e
 	}
 	if f.agentWait < 0 {
 		return nil, nil, nil, usageErrorf("proxy: --agent-wait must be 0 or above, got %s", f.agentWait)
+	}
+	if f.pathLevels < 0 || f.pathLevels > semaphore.MaxDepth-1 {
+		return nil, nil, nil, usageErrorf("proxy: --path-levels must be 0 to %d, got %d", semaphore.MaxDepth-1, f.pathLevels)
 	}
 	var page *template.Template
 	if f.page != "" {
@@ -199,7 +204,7 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 		},
 	}
 	o := client.MiddlewareOptions{Duration: f.duration, RetryAfter: f.retryAfter, Template: page,
-		ContentType: f.pageType, FailOpen: f.failOpen, AgentWait: noWaitIfZero(f.agentWait), Logger: log}
+		ContentType: f.pageType, FailOpen: f.failOpen, AgentWait: noWaitIfZero(f.agentWait), Logger: log, PathLevels: f.pathLevels}
 	byName := map[string]http.Handler{}
 	for _, name := range append([]string{f.name}, valuesOf(hosts)...) {
 		if byName[name] == nil {
