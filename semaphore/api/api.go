@@ -148,8 +148,15 @@ type Entry struct {
 	Preview  string    `json:"preview,omitempty"`
 	// Readers, for a node's shared read ticket (Active read-only) in a
 	// merged table, is how many of that node's clients hold on it, as its
-	// agent answered; nil when it did not (gone, or an older version).
+	// agent answered; for its shared intent ticket (Active intent-shared),
+	// how many hold on names strictly below this one (semaphore.NamePath),
+	// whom a drain of this name waits for too. Nil when the agent did not
+	// answer (gone, or an older version).
 	Readers *int `json:"readers,omitempty"`
+	// ReadersBelow splits an intent-shared entry's Readers by the level
+	// directly below the name: "/site/shop" on /site counts the readers of
+	// /site/shop and of every name below it. Nil when Readers is nil or 0.
+	ReadersBelow map[string]int `json:"readers_below,omitempty"`
 }
 
 // OwnRequest is one request of this node's clients.

@@ -154,7 +154,7 @@ func (w *agentWord) add(t *api.Table) {
 }
 
 // addAgentsWord fills in the owners of t's entries, and the readers on
-// its shared read tickets: what each request's own agent says (its
+// its shared tickets: what each request's own agent says (its
 // Requests and SharedReaders), from the tables at hand and, for the other
 // agents whose requests are in t, by asking them; best effort (an agent
 // that does not answer leaves its owners and readers unknown).
@@ -193,20 +193,76 @@ func (n *Node) addAgentsWord(ctx context.Context, q querier, question []byte, t 
 		})
 	}
 	wg.Wait()
+	word.fill(t)
+}
+
+// fill sets on t's entries what their agents said: owners, a writer's
+// reason and expected end, and the readers on each node's shared tickets:
+// on a read-only one, those of its name; on an intent-shared one, those
+// of the names below it, which a drain of its name waits for as well.
+func (w *agentWord) fill(t *api.Table) {
+	below := map[string]map[string]*levelReaders{} // node → level → its readers below: each node's worked out once
 	for i := range t.Locks {
 		l := &t.Locks[i]
 		for j := range l.Entries {
 			e := &l.Entries[j]
-			e.Owner = word.owners[e.Request]
-			if h, ok := word.holds[e.Request]; ok {
+			e.Owner = w.owners[e.Request]
+			if h, ok := w.holds[e.Request]; ok {
 				e.Reason, e.ETA = h.Reason, h.ETA
 				e.GraceEnd, e.Revoked, e.Preview = h.GraceEnd, h.Revoked, h.Preview
 			}
-			if readers, known := word.readers[e.Node]; known && e.Mode == semaphore.ReadOnly.String() && e.Active {
+			readers, known := w.readers[e.Node]
+			if !known || !e.Active {
+				continue
+			}
+			switch e.Mode {
+			case semaphore.ReadOnly.String():
 				e.Readers = new(readers[l.Name])
+			case semaphore.IntentShared.String():
+				levels, ok := below[e.Node]
+				if !ok {
+					levels = readersBelow(readers)
+					below[e.Node] = levels
+				}
+				e.Readers = new(0)
+				if lr := levels[l.Name]; lr != nil {
+					*e.Readers, e.ReadersBelow = lr.total, maps.Clone(lr.byChild)
+				}
 			}
 		}
 	}
+}
+
+// levelReaders is one node's readers below one level: in all, and by the
+// level directly below it that they are at or under.
+type levelReaders struct {
+	total   int
+	byChild map[string]int
+}
+
+// readersBelow counts one node's readers (by name, as SharedReaders) below
+// every level they are under: each name's readers under each proper
+// parent of it by semaphore.NamePath, not by a string prefix, so that
+// /site/shopping is not under /site/shop. A name NamePath refuses is
+// under nothing.
+func readersBelow(readers map[string]int) map[string]*levelReaders {
+	out := map[string]*levelReaders{}
+	for name, n := range readers {
+		path, err := semaphore.NamePath(name)
+		if err != nil || n <= 0 {
+			continue
+		}
+		for i := 0; i+1 < len(path); i++ {
+			lr := out[path[i]]
+			if lr == nil {
+				lr = &levelReaders{byChild: map[string]int{}}
+				out[path[i]] = lr
+			}
+			lr.total += n
+			lr.byChild[path[i+1]] += n
+		}
+	}
+	return out
 }
 
 func firstError(errs []error) error {

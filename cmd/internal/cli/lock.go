@@ -688,8 +688,9 @@ func revokeAfter(ctx context.Context, c *client.Client, out io.Writer, name stri
 	}
 }
 
-// showDrain reports, until ctx ends, how many readers are left on name: a
-// live line on a terminal, a plain line every few seconds otherwise.
+// showDrain reports, until ctx ends, how many readers are left on name
+// and below it: a live line on a terminal, a plain line every few seconds
+// otherwise.
 func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode string, quiet, grace time.Duration) {
 	tty := isTerminal(out)
 	start := time.Now()
@@ -700,32 +701,23 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 	defer tick.Stop()
 	lastLeft, lastPrint := "", time.Time{}
 	report := func() {
-		readers := -1
-		if tab, err := c.Locks(ctx, name); err == nil && (tab.Leader || len(tab.MergedFrom) > 0) { // a table, not only this agent's requests
-			readers = 0
-			for _, l := range tab.Locks {
-				if l.Name != name {
-					continue
-				}
-				readers += l.ReadersHolding()
-			}
+		left := drainLeft{name: name, readers: -1}
+		if tab, err := c.Locks(ctx, name); err == nil {
+			left = drainReaders(tab, name)
 		}
 		if ctx.Err() != nil {
 			return // granted (or given up) meanwhile: the table said nothing
 		}
-		left := "unknown"
-		if readers >= 0 {
-			left = strconv.Itoa(readers)
-		}
+		readers := left.readers
 		if readers != 0 {
 			lastReader = time.Now()
 		}
-		if !tty && left == lastLeft && time.Since(lastPrint) < 2*time.Second {
+		shown := left.String()
+		if !tty && shown == lastLeft && time.Since(lastPrint) < 2*time.Second {
 			return
 		}
-		lastLeft, lastPrint = left, time.Now()
-		line := fmt.Sprintf("draining %s (%s): %s readers left, waiting %s", name, mode, left,
-			time.Since(start).Round(time.Second))
+		lastLeft, lastPrint = shown, time.Now()
+		line := drainLine(name, mode, left, time.Since(start))
 		if grace > 0 && readers != 0 {
 			line += fmt.Sprintf("; grace: %s of %s left, then they are revoked", max(grace-time.Since(start), 0).Round(time.Second), grace)
 		}
@@ -752,6 +744,88 @@ func showDrain(ctx context.Context, c *client.Client, out io.Writer, name, mode 
 			report()
 		}
 	}
+}
+
+// drainLine is the drain's progress line, before its grace and quiet
+// period: "draining /site (hard): 7 readers left (/site/shop 5, /site/blog
+// 2), waiting 3s".
+func drainLine(name, mode string, left drainLeft, waited time.Duration) string {
+	return fmt.Sprintf("draining %s (%s): %s, waiting %s", name, mode, left, waited.Round(time.Second))
+}
+
+// drainLeft is what a drain of a name waits for, as the cluster's table
+// shows it: the readers holding the name, and those holding names below
+// it (through their intent-shared tickets on it), which it waits for too.
+type drainLeft struct {
+	name    string
+	readers int // in all; -1 when the agent had no table to tell
+	self    int // those of the name itself
+	// below counts, by each level directly below the name, the readers
+	// at or below that level.
+	below map[string]int
+}
+
+// drainReaders reads tab, the table of the names starting with name, for
+// a drain of name. The levels below it are NamePath's, so /site/shopping
+// is not under /site/shop.
+func drainReaders(tab api.Table, name string) drainLeft {
+	if !tab.Leader && len(tab.MergedFrom) == 0 {
+		return drainLeft{name: name, readers: -1} // only this agent's requests: no table
+	}
+	left := drainLeft{name: name, below: map[string]int{}}
+	parent := name
+	if path, err := semaphore.NamePath(name); err == nil {
+		parent = path[len(path)-1]
+	}
+	for _, l := range tab.Locks {
+		if l.Name == name {
+			left.self += l.ReadersHolding()
+			left.readers += readersAtOrBelow(l)
+			continue
+		}
+		if path, err := semaphore.NamePath(l.Name); err == nil && len(path) > 1 && path[len(path)-2] == parent {
+			left.below[path[len(path)-1]] += readersAtOrBelow(l)
+		}
+	}
+	return left
+}
+
+// readersAtOrBelow counts the readers holding l's name (ReadersHolding)
+// and those holding names below it: on an intent-shared ticket, the
+// readers its agent said (one when it did not), or one for a reader's
+// ticket of its own.
+func readersAtOrBelow(l api.Lock) int {
+	n := l.ReadersHolding()
+	for _, e := range l.Entries {
+		switch {
+		case e.Mode != semaphore.IntentShared.String() || !e.Holder:
+		case e.Active && e.Readers != nil:
+			n += *e.Readers
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// String is the count for the progress line, with the levels below the
+// name that have readers: "7 readers left (/site/shop 5, /site/blog 2)".
+func (d drainLeft) String() string {
+	if d.readers < 0 {
+		return "unknown readers left"
+	}
+	s := fmt.Sprintf("%d readers left", d.readers)
+	listed, more := readersBy(d.below)
+	if len(listed) == 0 {
+		return s
+	}
+	if d.self > 0 {
+		listed = append(listed, fmt.Sprintf("%s itself %d", tableName(d.name), d.self))
+	}
+	if more != "" {
+		listed = append(listed, more)
+	}
+	return s + " (" + strings.Join(listed, ", ") + ")"
 }
 
 // isTerminal reports whether w is a character device (a terminal).

@@ -261,7 +261,16 @@ func nodeLabel(name, id string) string {
 	return tableName(name)
 }
 
-func printLocks(w io.Writer, tab api.Table) {
+// printLocks prints tab as a table, each entry a row. Names that nest
+// (semaphore.NamePath) are shown as a tree: each under its nearest parent
+// level in the table, two spaces further in per level, siblings in order,
+// and this agent's own requests under their names. A table of names
+// without parents keeps its rows in the table's order and this agent's
+// other requests after them.
+func printLocks(w io.Writer, tab api.Table) { printLocksAt(w, tab, time.Now()) }
+
+// printLocksAt is printLocks with the AGE column counted up to now.
+func printLocksAt(w io.Writer, tab api.Table, now time.Time) {
 	own := map[string]api.OwnRequest{}
 	owners := map[string]string{}
 	for _, r := range tab.Requests {
@@ -269,13 +278,38 @@ func printLocks(w io.Writer, tab api.Table) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tAGE\tEXPIRES\tOWNER")
-	age := func(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+	age := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() }
 	sharedHere := map[string]bool{} // names with this node's shared read ticket in the table
 	for _, l := range tab.Locks {
 		for _, e := range l.Entries {
-			if e.Readers != nil && e.Node == tab.Node {
+			if e.Readers != nil && e.Node == tab.Node && e.Mode == semaphore.ReadOnly.String() {
 				sharedHere[l.Name] = true
 			}
+		}
+	}
+	// A group is a name's rows, all but the NAME cell.
+	type group struct {
+		name string
+		path []string // NamePath's levels, or the name alone when it refuses it
+		rows []string
+	}
+	var groups []*group
+	byName := map[string]*group{}
+	groupOf := func(name string) *group {
+		if g := byName[name]; g != nil {
+			return g
+		}
+		g := &group{name: name, path: []string{name}}
+		if path, err := semaphore.NamePath(name); err == nil {
+			g.path = path
+		}
+		groups = append(groups, g)
+		byName[name] = g
+		return g
+	}
+	for _, l := range tab.Locks {
+		g := groupOf(l.Name)
+		for _, e := range l.Entries {
 			state, since, expires := "waiting", e.Since.Format(time.TimeOnly), "-"
 			switch {
 			case e.Ticket == 0:
@@ -292,7 +326,17 @@ func printLocks(w io.Writer, tab api.Table) {
 				delete(own, e.Request)
 			}
 			owner := cmp.Or(e.Owner, owners[e.Request], "-")
-			if e.Readers != nil { // a node's shared read ticket
+			switch {
+			case e.Readers == nil:
+			case e.Mode == semaphore.IntentShared.String(): // a node's shared ticket for the page views below
+				owner = fmt.Sprintf("shared intent ticket, readers below: %d", *e.Readers)
+				if listed, more := readersBy(e.ReadersBelow); len(listed) > 0 {
+					if more != "" {
+						listed = append(listed, more)
+					}
+					owner += " (" + strings.Join(listed, ", ") + ")"
+				}
+			default: // a node's shared read ticket
 				owner = fmt.Sprintf("shared read ticket, readers on it: %d", *e.Readers)
 			}
 			if e.Reason != "" {
@@ -310,11 +354,13 @@ func printLocks(w io.Writer, tab api.Table) {
 			if e.Preview != "" {
 				owner += " — preview link given"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(l.Name), e.Mode, e.Ticket, e.Request, nodeLabel(e.NodeName, e.Node), state, since,
-				age(e.Since), expires, owner)
+			g.rows = append(g.rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", e.Mode, e.Ticket, e.Request, nodeLabel(e.NodeName, e.Node), state, since,
+				age(e.Since), expires, owner))
 		}
 	}
-	for _, r := range tab.Requests { // this node's requests not in a table it holds
+	type ownRow struct{ name, row string }
+	var rest []ownRow // this node's requests not in a table it holds
+	for _, r := range tab.Requests {
 		if _, left := own[r.Request]; !left || r.Phase == "held-shared" && sharedHere[r.Name] {
 			continue // shown, or one of the readers its shared read ticket's row counts
 		}
@@ -322,8 +368,46 @@ func printLocks(w io.Writer, tab api.Table) {
 		if !r.Expires.IsZero() {
 			expires = r.Expires.Format(time.TimeOnly)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableName(r.Name), r.Mode, r.Ticket, r.Request, nodeLabel(tab.NodeName, tab.Node), r.Phase,
-			r.Since.Format(time.TimeOnly), age(r.Since), expires, cmp.Or(r.Owner, "-"))
+		rest = append(rest, ownRow{r.Name, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Mode, r.Ticket, r.Request,
+			nodeLabel(tab.NodeName, tab.Node), r.Phase, r.Since.Format(time.TimeOnly), age(r.Since), expires, cmp.Or(r.Owner, "-"))})
+	}
+	nested := func(name string) bool {
+		path, err := semaphore.NamePath(name)
+		return err == nil && len(path) > 1
+	}
+	tree := slices.ContainsFunc(groups, func(g *group) bool { return len(g.path) > 1 }) ||
+		slices.ContainsFunc(rest, func(r ownRow) bool { return nested(r.name) })
+	if !tree {
+		for _, g := range groups {
+			for _, row := range g.rows {
+				fmt.Fprintf(tw, "%s\t%s\n", tableName(g.name), row)
+			}
+		}
+		for _, r := range rest {
+			fmt.Fprintf(tw, "%s\t%s\n", tableName(r.name), r.row)
+		}
+	} else {
+		for _, r := range rest {
+			g := groupOf(r.name)
+			g.rows = append(g.rows, r.row)
+		}
+		groups = slices.DeleteFunc(groups, func(g *group) bool { return len(g.rows) == 0 })
+		slices.SortStableFunc(groups, func(a, b *group) int { return cmp.Or(slices.Compare(a.path, b.path), cmp.Compare(a.name, b.name)) })
+		shown := map[string]bool{}
+		for _, g := range groups {
+			shown[g.path[len(g.path)-1]] = true
+		}
+		for _, g := range groups {
+			depth := 0
+			for _, level := range g.path[:len(g.path)-1] {
+				if shown[level] {
+					depth++
+				}
+			}
+			for _, row := range g.rows {
+				fmt.Fprintf(tw, "%s%s\t%s\n", strings.Repeat("  ", depth), tableName(g.name), row)
+			}
+		}
 	}
 	_ = tw.Flush()
 	switch {
@@ -332,6 +416,35 @@ func printLocks(w io.Writer, tab api.Table) {
 	case !tab.Leader && len(tab.MergedFrom) == 0:
 		fmt.Fprintln(w, "(this agent is not a leader: only its own clients' requests are shown)")
 	}
+}
+
+// readersBy lists readers by name, the most first ("/site/shop 5",
+// "/site/blog 2"), names with none left out; past the first few, more
+// sums up the others ("3 more on 2 other names").
+func readersBy(counts map[string]int) (listed []string, more string) {
+	var names []string
+	for name, n := range counts {
+		if n > 0 {
+			names = append(names, name)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b)) })
+	const most = 4 // a progress line stays one line on a terminal
+	for _, name := range names[:min(len(names), most)] {
+		listed = append(listed, fmt.Sprintf("%s %d", tableName(name), counts[name]))
+	}
+	switch others := names[min(len(names), most):]; len(others) {
+	case 0:
+	case 1:
+		more = fmt.Sprintf("%d more on 1 other name", counts[others[0]])
+	default:
+		n := 0
+		for _, name := range others {
+			n += counts[name]
+		}
+		more = fmt.Sprintf("%d more on %d other names", n, len(others))
+	}
+	return listed, more
 }
 
 func newUnlockCmd() *cobra.Command {
