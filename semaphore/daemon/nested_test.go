@@ -201,3 +201,38 @@ func waitForEntry(t *testing.T, n *daemon.Node, name string, mode semaphore.Mode
 	}
 	t.Fatalf("no %s request on %s", mode, name)
 }
+
+// A drain's grace over, its readers are revoked: with nested names, those
+// of the names below it too (their agents' intent tickets on it go).
+func TestNestedRevokeReadersBelow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := startMemCluster(t, memClusterOpts{size: 3, nested: true})
+		c.waitReady()
+		ctx, cancel := context.WithTimeout(context.Background(), settle)
+		defer cancel()
+		var views []daemon.Lease
+		for i, name := range []string{"/site/shop/cart", "/site/blog/post"} {
+			l, err := c.node(i).Acquire(ctx, daemon.Request{Name: name, Mode: semaphore.ReadOnly, Try: true, Duration: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			views = append(views, l)
+		}
+		other, err := c.node(2).Acquire(ctx, daemon.Request{Name: "/other/page", Mode: semaphore.ReadOnly, Try: true, Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs, readers, err := c.node(0).RevokeReaders(ctx, nil, "/site/")
+		if err != nil || len(reqs) != 2 || readers != 2 {
+			t.Fatalf("revoke the readers below /site: %v, %d readers, %v; want the two agents' intent tickets", reqs, readers, err)
+		}
+		for i, l := range views {
+			if _, err := c.node(i).Renew(ctx, l.ID); !errors.Is(err, semaphore.ErrLost) && !errors.Is(err, semaphore.ErrUnknownLease) {
+				t.Errorf("a page view below /site after the revocation: renewal %v, want lost", err)
+			}
+		}
+		if _, err := c.node(2).Renew(ctx, other.ID); err != nil {
+			t.Errorf("a page view elsewhere after the revocation: %v", err)
+		}
+	})
+}

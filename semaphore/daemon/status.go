@@ -297,6 +297,7 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 	if err := validName(name); err != nil {
 		return nil, err
 	}
+	name = n.canonical(name)
 	if leaseID != "" {
 		h, err := ParseLeaseID(leaseID)
 		if err != nil {
@@ -350,7 +351,9 @@ func (n *Node) ForceUnlock(ctx context.Context, name, leaseID string, token uint
 
 // RevokeReaders drops every READ_ONLY holder of name, as the cluster's
 // table lists them (this node's own table without q): page views on
-// agents' shared read tickets, and readers' own leases. Their clients
+// agents' shared read tickets, and readers' own leases; and, with nested
+// names, every INTENT_SHARED holder of it, which the readers of the names
+// below it hold. Their clients
 // lose them at once (the middleware cuts their requests). It returns the
 // requests dropped, and how many readers they were (the readers on a
 // shared read ticket, as its agent answered); none is not an error.
@@ -358,6 +361,7 @@ func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]str
 	if err := validName(name); err != nil {
 		return nil, 0, err
 	}
+	name = n.canonical(name)
 	var t api.Table
 	var err error
 	if q != nil {
@@ -374,7 +378,10 @@ func (n *Node) RevokeReaders(ctx context.Context, q querier, name string) ([]str
 			continue
 		}
 		for _, e := range l.Entries {
-			if !e.Holder || e.Mode != semaphore.ReadOnly.String() {
+			// The readers of the name, and of the names below it (a
+			// nested name's intent tickets: the page views below it on
+			// an agent's share, or a reader's own parent ticket).
+			if !e.Holder || e.Mode != semaphore.ReadOnly.String() && e.Mode != semaphore.IntentShared.String() {
 				continue
 			}
 			reqs, err := n.ForceUnlock(ctx, name, e.Request, 0)
