@@ -112,6 +112,24 @@ func (l Lock) ReadersHolding() int {
 	return n
 }
 
+// ReadersBelowHolding counts the readers of the names below l's, with
+// nested names: the readers on each node's INTENT_SHARED ticket of it (its
+// agent's count, one when it did not say), and each reader's own. A drain
+// of l's name waits for them too.
+func (l Lock) ReadersBelowHolding() int {
+	n := 0
+	for _, e := range l.Entries {
+		switch {
+		case e.Mode != "intent-shared" || !e.Holder:
+		case e.Active && e.Readers != nil:
+			n += *e.Readers
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 // Entry is one request of a name, in ticket order (the bakery's order).
 type Entry struct {
 	Request string `json:"request"`

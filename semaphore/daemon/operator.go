@@ -238,20 +238,21 @@ func drains(t api.Table, now time.Time) []Drain {
 	out := []Drain{}
 	for _, l := range t.Locks {
 		for _, w := range l.Entries {
-			if w.Mode == semaphore.ReadOnly.String() || w.Ticket == 0 {
-				continue
+			if w.Mode == semaphore.ReadOnly.String() || w.Mode == semaphore.IntentShared.String() ||
+				w.Mode == semaphore.IntentExclusive.String() || w.Ticket == 0 {
+				continue // readers, and the tickets of nested names' parents
 			}
 			drained := w.Reason != "" || !w.ETA.IsZero() || !w.GraceEnd.IsZero() || w.Revoked != 0 || w.Preview != ""
 			if w.Holder && !drained {
 				continue // a plain lock, not a drain's (sluice drain always says something)
 			}
-			if !w.Holder && !slices.ContainsFunc(l.Entries, func(r api.Entry) bool { return r.Mode == semaphore.ReadOnly.String() && r.Holder }) {
+			if !w.Holder && l.ReadersHolding()+l.ReadersBelowHolding() == 0 {
 				continue // waiting for another writer, not a drain
 			}
 			d := Drain{Name: l.Name, Mode: w.Mode, Request: w.Request, Owner: w.Owner, Reason: w.Reason, ETA: w.ETA, Since: w.Since,
 				Waited: now.Sub(w.Since).Round(time.Second).String(), GraceEnd: w.GraceEnd, Revoked: w.Revoked, Holding: w.Holder}
 			if !w.Holder {
-				d.Readers = l.ReadersHolding()
+				d.Readers = l.ReadersHolding() + l.ReadersBelowHolding()
 			}
 			if !w.GraceEnd.IsZero() {
 				d.GraceLeft = max(w.GraceEnd.Sub(now), 0).Round(100 * time.Millisecond).String()
