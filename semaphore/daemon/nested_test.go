@@ -236,3 +236,35 @@ func TestNestedRevokeReadersBelow(t *testing.T) {
 		}
 	})
 }
+
+// Bad names on an agent of nested names: clear errors, and nothing held.
+func TestNestedBadNames(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := startMemCluster(t, memClusterOpts{size: 3, nested: true})
+		c.waitReady()
+		ctx, cancel := context.WithTimeout(context.Background(), settle)
+		defer cancel()
+		deep := "/s" + strings.Repeat("/x", 40)
+		for _, name := range []string{"/site/../etc", "/site/%2e%2e/etc", "/site//shop", "/site/%zz", "https:///nohost", deep,
+			strings.Repeat("/x", 10000)} {
+			_, err := c.node(0).Acquire(ctx, daemon.Request{Name: name, Mode: semaphore.ReadOnly, Try: true, Duration: time.Minute})
+			if !errors.Is(err, semaphore.ErrInvalid) {
+				t.Errorf("%.40q: %v, want ErrInvalid", name, err)
+			}
+		}
+		// One name in two encodings is one name twice; a list with a bad
+		// name holds nothing of the good ones.
+		for _, names := range [][]string{{"/site/%41", "/site/A"}, {"/site/a", "/site/b/../c"}} {
+			if _, err := c.node(0).AcquireAll(ctx, several(semaphore.Exclusive, true, names...)); !errors.Is(err, semaphore.ErrInvalid) {
+				t.Errorf("%q: %v, want ErrInvalid", names, err)
+			}
+		}
+		l, err := c.node(1).Acquire(ctx, daemon.Request{Name: "/site", Mode: semaphore.Exclusive, Try: true, Duration: time.Minute})
+		if err != nil {
+			t.Fatalf("/site after the refused acquires: %v (something was held)", err)
+		}
+		if err := c.node(1).Release(ctx, l.ID, l.Name); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
