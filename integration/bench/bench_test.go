@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/semaphore"
 	"go.uber.org/goleak"
 )
 
@@ -166,12 +167,76 @@ func TestQuickRedis(t *testing.T) {
 	checkSVG(t, filepath.Join(out, "results.svg"), false) // W4 alone: no churn line
 }
 
+// TestQuickNested runs W4 and W4n in the quick mode, sluice in memory:
+// two clusters, the second with --nested-names (ready only at the codec
+// nested names need), W4n's rows beside W4's with their ratios, no
+// errors, each cluster's logs, no goroutine left.
+func TestQuickNested(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two 3-agent clusters; not with -short")
+	}
+	defer goleak.VerifyNone(t)
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"-quick", "-systems", "sluice", "-storage", "memory", "-only", "W4n,W4", "-out", out}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout bytes.Buffer
+	if err := run(ctx, cfg, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	md := stdout.String()
+	for _, want := range []string{
+		"| W4 | memory | grants/s | ",
+		"| W4n | memory | grants/s | ",
+		"| W4n | memory | grants/s, nested ÷ flat (W4) | ",
+		"| W4n | memory | acquire p99 | ",
+		"| W4n | memory | acquire p99, nested ÷ flat (W4) | ",
+		"- W4n: ",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	var raw struct {
+		Runs []runResult `json:"runs"`
+		Rows []row       `json:"rows"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	if len(raw.Runs) != 2 || raw.Runs[0].Workload != "W4" || raw.Runs[1].Workload != "W4n" {
+		t.Fatalf("results.json runs: %+v", raw.Runs)
+	}
+	for _, r := range raw.Runs {
+		if r.Cycles == 0 || r.ErrorRate > 0 {
+			t.Errorf("%s: %d grants, errors %v: %q", r.Workload, r.Cycles, r.Errors, r.ErrorSamples)
+		}
+	}
+	for _, r := range raw.Rows {
+		if r.Workload == "W4n" && strings.Contains(r.Metric, "÷") && r.Sluice == nil {
+			t.Errorf("results.json: %q has no ratio", r.Metric)
+		}
+	}
+	for _, log := range []string{"sluice-memory-n1.log", "sluice-nested-memory-n1.log"} {
+		if _, err := os.Stat(filepath.Join(out, "logs", log)); err != nil {
+			t.Errorf("agent log: %v", err)
+		}
+	}
+}
+
 // TestReport checks the table, the JSON rows and the chart of made-up
 // runs of W4 (with redis), the revocation and the middleware: the
 // targets' verdicts, the redis columns and the ratios.
 func TestReport(t *testing.T) {
 	out := t.TempDir()
-	cfg, err := parseFlags([]string{"-only", "W4,revoke,middleware", "-storage", "memory", "-out", out}, io.Discard)
+	cfg, err := parseFlags([]string{"-only", "W4,W4n,revoke,middleware", "-storage", "memory", "-out", out}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +245,7 @@ func TestReport(t *testing.T) {
 		{System: "sluice", Storage: "memory", Workload: "W4", Rep: 1, Rate: 50_000, Attempts: 1000, Acquire: &latency{P50: 0.4, P99: 1.5}},
 		{System: "etcd", Storage: "memory", Workload: "W4", Rep: 1, Rate: 5_000, Attempts: 1000, Acquire: &latency{P50: 4, P99: 20}},
 		{System: "redis", Storage: "memory", Workload: "W4", Rep: 1, Rate: 20_000, Attempts: 1000, Acquire: &latency{P50: 1, P99: 4}},
+		{System: "sluice", Storage: "memory", Workload: "W4n", Rep: 1, Rate: 35_000, Attempts: 1000, Acquire: &latency{P50: 0.5, P99: 3}},
 		{System: "sluice", Storage: "memory", Workload: "revoke", Rep: 1, Attempts: 1000, Revocations: []revokeSample{
 			{AgentMS: []*float64{f(1), f(3), f(2)}, RevocationMS: f(3), Drain: &drainSample{AfterLastReleaseMS: 0.5}},
 			{AgentMS: []*float64{f(4), f(12), f(2)}, RevocationMS: f(12), Drain: &drainSample{AfterLastReleaseMS: 1}},
@@ -197,6 +263,10 @@ func TestReport(t *testing.T) {
 		"| W4 | memory | grants/s | 50,000/s | 5,000/s | 10.00× | 20,000/s | 2.50× | ≥1× Redis+redsync (stretch 2×) | met, stretch met |",
 		"| W4 | memory | acquire p99 | 1.50 ms | 20.00 ms | 0.07× | 4.00 ms | 0.38× | ≤2 ms | met |",
 		"| W4 | memory | tries refused (timedout / draining) | 0 / 0 | 0 / 0 | — | — | — | — | — |",
+		"| W4n | memory | grants/s | 35,000/s | — | — | — | — | — | — |",
+		"| W4n | memory | grants/s, nested ÷ flat (W4) | 0.70× | — | — | — | — | ≥0.8× | missed |",
+		"| W4n | memory | acquire p99 | 3.00 ms | — | — | — | — | ≤2 ms | missed |",
+		"| W4n | memory | acquire p99, nested ÷ flat (W4) | 2.00× | — | — | — | — | — | — |",
 		"| revoke | memory | revocation latency (writer's ask → first draining refusal, latest agent), p50 | 3.00 ms | — | — | — | — | — | — |",
 		"| revoke | memory | revocation latency (writer's ask → first draining refusal, latest agent), p99 | 12.00 ms | — | — | — | — | ≤10 ms | missed |",
 		"| revoke | memory | writer grant − last reader release, p99 | 1.00 ms | ",
@@ -229,6 +299,26 @@ func TestReport(t *testing.T) {
 	if !strings.Contains(string(svg), "W4 memory redis: 20,000/s") {
 		t.Errorf("results.svg has no redis bar for W4")
 	}
+
+	if i := slices.IndexFunc(raw.Rows, func(r row) bool { return r.Metric == "grants/s, nested ÷ flat (W4)" }); i < 0 ||
+		raw.Rows[i].Sluice == nil || *raw.Rows[i].Sluice != 0.7 || raw.Rows[i].Etcd != nil {
+		t.Errorf("results.json has no W4n ratio of 0.7: %+v", raw.Rows)
+	}
+	if !strings.Contains(string(svg), "W4n memory sluice: 35,000/s") {
+		t.Errorf("results.svg has no bar for W4n")
+	}
+
+	// Without W4's sluice runs, W4n's ratios are not known.
+	flat := b.runs
+	b.runs = slices.DeleteFunc(slices.Clone(b.runs), func(r *runResult) bool { return r.Workload == "W4" && r.System == "sluice" })
+	md.Reset()
+	if err := b.report(&md, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| W4n | memory | grants/s, nested ÷ flat (W4) | — | — | — | — | — | ≥0.8× | n/a |"; !strings.Contains(md.String(), want) {
+		t.Errorf("results.md without W4's sluice runs lacks %q:\n%s", want, md.String())
+	}
+	b.runs = flat
 
 	// Without redis's runs, the table keeps its columns.
 	b.runs = slices.DeleteFunc(b.runs, func(r *runResult) bool { return r.System == "redis" })
@@ -309,7 +399,7 @@ func TestFlags(t *testing.T) {
 	if got := strings.Join(cfg.systems, ","); got != "sluice,etcd,redis" {
 		t.Errorf("default -systems: %s", got)
 	}
-	if got := strings.Join(cfg.only, ","); got != "W1,W2,W3,W4,W5,revoke,middleware,churn" {
+	if got := strings.Join(cfg.only, ","); got != "W1,W2,W3,W4,W4n,W5,revoke,middleware,churn" {
 		t.Errorf("default -only: %s", got)
 	}
 }
@@ -328,6 +418,9 @@ func TestNeeds(t *testing.T) {
 		{"revoke,middleware", "etcd", memory, false},
 		{"revoke,middleware", "sluice", durable, true},
 		{"W5", "etcd", durable, true},
+		{"W4n", "sluice", durable, true},
+		{"W4n", "etcd", memory, false},
+		{"W4n", "redis", memory, false},
 	} {
 		cfg, err := parseFlags([]string{"-only", c.only}, io.Discard)
 		if err != nil {
@@ -336,5 +429,40 @@ func TestNeeds(t *testing.T) {
 		if got := (&bench{cfg: cfg}).needs(c.sys, c.st); got != c.want {
 			t.Errorf("-only %s: needs(%s, %s) = %v, want %v", c.only, c.sys, c.st, got, c.want)
 		}
+	}
+	// Sluice's clusters: flat for every workload but W4n, nested for W4n.
+	for _, c := range []struct {
+		only         string
+		flat, nested bool
+	}{
+		{"W4n", false, true},
+		{"W4", true, false},
+		{"W4,W4n", true, true},
+		{"churn,revoke", true, false},
+	} {
+		cfg, err := parseFlags([]string{"-only", c.only}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &bench{cfg: cfg}
+		if flat, nested := b.needsSluice(false), b.needsSluice(true); flat != c.flat || nested != c.nested {
+			t.Errorf("-only %s: flat cluster %v, nested %v; want %v, %v", c.only, flat, nested, c.flat, c.nested)
+		}
+	}
+}
+
+// W4n's name has the three levels of a URL, the site its own per run.
+func TestNestedName(t *testing.T) {
+	name := nestedName("/bench/memory/r2/W4n")
+	path, err := semaphore.NamePath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://bench-memory-r2-w4n.example/", "https://bench-memory-r2-w4n.example/section", name}
+	if !slices.Equal(path, want) {
+		t.Errorf("NamePath(%q) = %q, want %q", name, path, want)
+	}
+	if nestedName("/bench/durable/r2/W4n") == name {
+		t.Errorf("two storages share the name %q", name)
 	}
 }

@@ -42,6 +42,9 @@ func buildSluice(ctx context.Context, dir string) (bin, root string, err error) 
 // cluster secret, and one client per agent.
 type sluiceCluster struct {
 	storage storage
+	// nested: the agents run with --nested-names (W4n), a cluster of its
+	// own so that every other workload keeps flat names.
+	nested  bool
 	dir     string
 	agents  []*process
 	clients []*client.Client
@@ -57,12 +60,14 @@ type sluiceCluster struct {
 // in-memory agents run with --in-memory and the identity of a key file
 // (`--key-file`), so every first member's peer id is known before any
 // starts. With profileDir set, each agent writes its CPU profile there.
-func startSluice(ctx context.Context, bin string, st storage, logDir, profileDir string) (_ *sluiceCluster, err error) {
+// Nested agents run with --nested-names; they report ready only once the
+// cluster's codec allows nested names, which the wait below includes.
+func startSluice(ctx context.Context, bin string, st storage, nested bool, logDir, profileDir string) (_ *sluiceCluster, err error) {
 	dir, err := os.MkdirTemp("", "sluice-bench-")
 	if err != nil {
 		return nil, err
 	}
-	c := &sluiceCluster{storage: st, dir: dir, bin: bin, logDir: logDir}
+	c := &sluiceCluster{storage: st, nested: nested, dir: dir, bin: bin, logDir: logDir}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -105,10 +110,13 @@ func startSluice(ctx context.Context, bin string, st storage, logDir, profileDir
 		} else {
 			args = append(args, "--in-memory", "--key-file", filepath.Join(node, "identity.key"))
 		}
-		if profileDir != "" {
-			args = append(args, "--cpu-profile", filepath.Join(profileDir, fmt.Sprintf("cpu-sluice-%s-%s.pprof", st, name)))
+		if nested {
+			args = append(args, "--nested-names")
 		}
-		p, err := startProcess("sluice agent "+name, filepath.Join(logDir, fmt.Sprintf("sluice-%s-%s.log", st, name)), bin, args...)
+		if profileDir != "" {
+			args = append(args, "--cpu-profile", filepath.Join(profileDir, fmt.Sprintf("cpu-%s-%s-%s.pprof", c.fileTag(), st, name)))
+		}
+		p, err := startProcess("sluice agent "+name, filepath.Join(logDir, fmt.Sprintf("%s-%s-%s.log", c.fileTag(), st, name)), bin, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +128,7 @@ func startSluice(ctx context.Context, bin string, st storage, logDir, profileDir
 		}
 		c.clients = append(c.clients, cl)
 	}
-	err = waitFor(ctx, "sluice "+st.String(), readyTimeout, c.agents, func(ctx context.Context) bool {
+	err = waitFor(ctx, c.label()+" "+st.String(), readyTimeout, c.agents, func(ctx context.Context) bool {
 		for _, cl := range c.clients {
 			s, err := cl.Status(ctx)
 			if err != nil || !s.Ready {
@@ -156,6 +164,29 @@ func writeSecret(path string) (string, error) {
 }
 
 func (c *sluiceCluster) name() string { return "sluice" }
+
+// label names the cluster in progress lines and errors.
+func (c *sluiceCluster) label() string {
+	if c.nested {
+		return "sluice (nested names)"
+	}
+	return "sluice"
+}
+
+// fileTag starts the names of the cluster's logs and profiles: the nested
+// cluster's are apart from the flat one's of the same storage.
+func (c *sluiceCluster) fileTag() string {
+	if c.nested {
+		return "sluice-nested"
+	}
+	return "sluice"
+}
+
+// isNested reports whether s is a sluice cluster of nested names.
+func isNested(s system) bool {
+	c, ok := s.(*sluiceCluster)
+	return ok && c.nested
+}
 
 // lockers makes n benchmark clients, client i going through agent i%3.
 // The agents' Go clients are shared: each is safe for concurrent use and

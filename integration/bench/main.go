@@ -87,7 +87,7 @@ func parseFlags(args []string, help io.Writer) (config, error) {
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "warm-up before each window")
 	fs.IntVar(&cfg.names, "names", 100_000, "distinct names of the churn")
 	fs.IntVar(&cfg.drains, "drains", 20, "drains per W5 and revoke run")
-	fs.StringVar(&only, "only", "", "comma list of workloads to run: W1,W2,W3,W4,W5,revoke,middleware,churn (default all)")
+	fs.StringVar(&only, "only", "", "comma list of workloads to run: W1,W2,W3,W4,W4n,W5,revoke,middleware,churn (default all)")
 	fs.StringVar(&storages, "storage", "durable,memory", "comma list of storage modes: durable, memory")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma list of systems: sluice, etcd, redis (redis runs W4 only, in memory)")
 	fs.BoolVar(&cfg.profile, "profile", false, "each sluice agent writes a CPU profile into the out directory")

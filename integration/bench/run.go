@@ -126,6 +126,17 @@ func (b *bench) needs(sys string, st storage) bool {
 	return false
 }
 
+// needsSluice reports whether a selected workload runs on sluice agents
+// of nested names (nested) or of flat ones.
+func (b *bench) needsSluice(nested bool) bool {
+	for _, id := range b.cfg.only {
+		if w := workloadByID(id); w.runsOn("sluice") && w.nested == nested {
+			return true
+		}
+	}
+	return false
+}
+
 // runStorage starts the systems' clusters in one storage mode (those a
 // selected workload runs on, whose binary bins has), runs the workloads
 // on them and stops them (also when ctx ends).
@@ -133,20 +144,47 @@ func (b *bench) runStorage(ctx context.Context, st storage, bins map[string]stri
 	var systems []system
 	defer func() {
 		for _, s := range systems {
-			logf("stopping %s %s", s.name(), st)
+			label := s.name()
+			if c, ok := s.(*sluiceCluster); ok {
+				label = c.label()
+			}
+			logf("stopping %s %s", label, st)
 			s.stop()
 		}
 	}()
+	type start struct {
+		name   string
+		nested bool
+	}
+	var starts []start
 	for _, name := range b.cfg.systems {
 		if !b.needs(name, st) || bins[name] == "" {
 			continue
 		}
-		logf("starting %s %s", name, st)
+		if name != "sluice" {
+			starts = append(starts, start{name: name})
+			continue
+		}
+		// Sluice runs as two clusters when both kinds of workload are
+		// selected: --nested-names changes what every name means.
+		for _, nested := range []bool{false, true} {
+			if b.needsSluice(nested) {
+				starts = append(starts, start{name: name, nested: nested})
+			}
+		}
+	}
+	for _, sp := range starts {
+		name := sp.name
+		label := name
+		if sp.nested {
+			label += " (nested names)"
+		}
+		logf("starting %s %s", label, st)
 		var s system
 		var err error
 		switch name {
 		case "sluice":
-			s, err = startSluice(ctx, bins[name], st, logDir, profileDir)
+			s, err = startSluice(ctx, bins[name], st, sp.nested, logDir, profileDir)
 		case "etcd":
 			s, err = startEtcd(ctx, bins[name], st, logDir)
 		case "redis":
@@ -156,7 +194,7 @@ func (b *bench) runStorage(ctx context.Context, st storage, bins map[string]stri
 			return nil
 		}
 		if err != nil {
-			b.note("%s %s did not start: %v", name, st, err)
+			b.note("%s %s did not start: %v", label, st, err)
 			continue
 		}
 		systems = append(systems, s)
@@ -173,7 +211,7 @@ func (b *bench) runStorage(ctx context.Context, st storage, bins map[string]stri
 				continue
 			}
 			for _, s := range order {
-				if !w.runsOn(s.name()) {
+				if !w.runsOn(s.name()) || w.nested != isNested(s) {
 					continue
 				}
 				b.measure(ctx, w, s, st, rep)
@@ -192,7 +230,7 @@ func (b *bench) runStorage(ctx context.Context, st storage, bins map[string]stri
 		}
 		churn := workloadByID("churn")
 		for _, s := range order {
-			if !churn.runsOn(s.name()) {
+			if !churn.runsOn(s.name()) || isNested(s) {
 				continue
 			}
 			b.measure(ctx, churn, s, st, 0)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -221,6 +222,9 @@ type workload struct {
 	// comparisons, redis too for W4 (the read path's reference), sluice alone
 	// for what only sluice has (revocation, the HTTP middleware).
 	systems []string
+	// nested: it runs on sluice agents with --nested-names, a cluster of
+	// their own (W4n); every other workload runs on flat names.
+	nested bool
 	// run measures on sys; prefix keeps its names apart from every
 	// other run's.
 	run func(ctx context.Context, b *bench, sys system, prefix string) (*runResult, error)
@@ -271,6 +275,14 @@ func lockOwn(p string) cycleOp {
 	}
 }
 
+// nestedName is a three-level URL name of its own for the run of prefix:
+// "/bench/memory/r1/W4n" is "https://bench-memory-r1-w4n.example/section/page",
+// whose levels are the site, the section and the page.
+func nestedName(prefix string) string {
+	site := strings.ToLower(strings.ReplaceAll(strings.Trim(prefix, "/"), "/", "-"))
+	return "https://" + site + ".example/section/page"
+}
+
 // workloads are the measured workloads, in the order they run (the
 // churn last: see runStorage).
 func workloads() []workload {
@@ -283,6 +295,17 @@ func workloads() []workload {
 		return func(ctx context.Context, l locker, _ int) (release, error) { return l.read(ctx, p+"/one") }
 	})
 	w4.systems = allSystems
+	// W4n is W4 on agents of nested names: one name as W4's, three levels
+	// deep, so that every grant goes through the agent's shares of the
+	// site and the section as well as the page's.
+	w4n := loopWorkload("W4n", "W4 with nested names (sluice only: etcd and redis have none): 64 clients, READ_ONLY "+
+		"try+release of one three-level URL name (https://SITE.example/section/page) on agents with --nested-names, "+
+		"which hold intent-shared tickets on the site and the section besides the page's READ_ONLY; the ratios are to "+
+		"W4's sluice figures in the same storage (flat names, agents without --nested-names)", 64, true, func(_, p string) cycleOp {
+		name := nestedName(p)
+		return func(ctx context.Context, l locker, _ int) (release, error) { return l.read(ctx, name) }
+	})
+	w4n.systems, w4n.nested = sluiceOnly, true
 	return []workload{
 		loopWorkload("W1", "1 client, exclusive lock+unlock of one name", 1, false, func(_, p string) cycleOp {
 			return func(ctx context.Context, l locker, _ int) (release, error) { return l.lock(ctx, p+"/one") }
@@ -292,6 +315,7 @@ func workloads() []workload {
 		}),
 		loopWorkload("W3", "64 clients, exclusive lock+unlock, a name each", 64, false, func(_, p string) cycleOp { return lockOwn(p) }),
 		w4,
+		w4n,
 		{id: "W5", title: fmt.Sprintf("drain: %d readers cycling (%s holds), a READ_WRITE_PRIORITY writer holding %s",
 			drainReaders, readerHold, writerHold), systems: compared, run: runDrain},
 		{id: "revoke", title: fmt.Sprintf("revocation: %d readers per agent doing READ_ONLY try+release of one name through "+
