@@ -9,6 +9,9 @@ import (
 // segments below it.
 const MaxDepth = 32
 
+// defaultPorts are the ports a URL's root leaves out.
+var defaultPorts = map[string]string{"http": ":80", "https": ":443"}
+
 // NamePath is the chain of names a nested lock on name covers, from its
 // root to name itself (its canonical form, the last), each canonical: a lock on the last one
 // takes intention tickets on the others, so that a holder of a name and
@@ -58,7 +61,7 @@ func NamePath(name string) ([]string, error) {
 			return bad("a URL without a host")
 		}
 		scheme, host = strings.ToLower(scheme), strings.ToLower(host)
-		if port := map[string]string{"http": ":80", "https": ":443"}[scheme]; port != "" {
+		if port := defaultPorts[scheme]; port != "" {
 			host = strings.TrimSuffix(host, port)
 		}
 		root, rest = scheme+"://"+host+"/", path

@@ -39,7 +39,7 @@ type row struct {
 // values are a row's numbers, nil where not measured.
 type values struct{ sluice, etcd, redis *float64 }
 
-// target is an issue-14 or issue-15 target for a row.
+// target is a speed or scale target a row is held to.
 type target struct {
 	text string
 	// check is nil when the numbers to decide are missing; v are the
