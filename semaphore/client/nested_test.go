@@ -42,30 +42,8 @@ func TestRequestName(t *testing.T) {
 // site turns away that part's visitors only, with its writer's reason,
 // and a drain of the site all of them.
 func TestMiddlewarePathLevels(t *testing.T) {
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	c := startNestedAgent(t)
 	ctx := ctxT(t)
-	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, NestedNames: true,
-		API: filepath.Join(dir, "api.sock")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), settle)
-		defer cancel()
-		a.Stop(ctx)
-	})
-	c, err := client.New(client.Config{API: a.APIAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if err := waitReady(ctx, c); err != nil {
-		t.Fatal(err)
-	}
 	names := make(chan string, 10)
 	site := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		names <- client.LeaseFrom(r.Context()).Name()
@@ -123,5 +101,60 @@ func TestMiddlewarePathLevels(t *testing.T) {
 	}
 	if err := drain.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// startNestedAgent is startAgent for an agent of nested names.
+func startNestedAgent(t *testing.T) *client.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx := ctxT(t)
+	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, NestedNames: true,
+		API: filepath.Join(dir, "api.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), settle)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	c, err := client.New(client.Config{API: a.APIAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := waitReady(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The leases of an acquire of several nested names share one id: each
+// renews, and releasing them all is no error.
+func TestAcquireAllNested(t *testing.T) {
+	c := startNestedAgent(t)
+	ctx := ctxT(t)
+	ls, err := c.AcquireAll(ctx, []string{"/site/b", "/site/a"}, semaphore.Exclusive, client.Options{Try: true, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 2 || ls[0].ID() != ls[1].ID() || ls[0].Name() != "/site/a" || ls[0].Token() == 0 || ls[1].Token() == 0 {
+		t.Fatalf("leases %v %v", ls[0], ls[1])
+	}
+	for _, l := range ls {
+		if err := l.Renew(ctx); err != nil {
+			t.Fatalf("renew %s: %v", l.Name(), err)
+		}
+	}
+	if err := client.ReleaseAll(ctx, ls...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "/site", semaphore.Exclusive, client.Options{Try: true, Duration: time.Minute}); err != nil {
+		t.Fatalf("/site after the release: %v", err)
 	}
 }

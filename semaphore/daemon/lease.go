@@ -73,6 +73,12 @@ type lease struct {
 	asked, granted time.Time
 }
 
+// named reports whether name is one of l's: its request's, or one of an
+// acquire of several nested names that it stands for.
+func (l *lease) named(name string) bool {
+	return name == l.req.Name || slices.Contains(l.leaves, name)
+}
+
 // mayUse is nil if ctx's caller may release, renew or watch l: it took l,
 // or is an operator, or there is no caller (an in-process call). A lease
 // this agent does not know (l nil: an earlier life's, which the leaders
@@ -389,7 +395,7 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 			req := l.req
 			writer.Store(&req)
 		}
-		if l != nil && name != "" && l.req.Name != name && !slices.Contains(l.leaves, name) {
+		if l != nil && name != "" && !l.named(name) {
 			done <- fmt.Errorf("%w: %s on %q", semaphore.ErrUnknownLease, id, name)
 			return
 		}
@@ -593,7 +599,7 @@ func (n *Node) RenewHeld(ctx context.Context, id string, as Held) (Lease, error)
 				as.Name, _ = n.core.Former(h)
 			}
 			return nil
-		case l == nil, as.Name != "" && l.req.Name != as.Name:
+		case l == nil, as.Name != "" && !l.named(n.canonical(as.Name)):
 			return fmt.Errorf("%w: %s", semaphore.ErrUnknownLease, id)
 		case n.failed != nil:
 			return n.failed

@@ -141,6 +141,12 @@ func TestNestedAcquireAll(t *testing.T) {
 		if err := c.node(1).Release(ctx, blog.ID, blog.Name); err != nil {
 			t.Fatal(err)
 		}
+		// Renewed by any of its names, as a client renews each lease.
+		for _, l := range ls {
+			if _, err := c.node(0).RenewHeld(ctx, l.ID, daemon.Held{Name: l.Name, Mode: semaphore.Exclusive}); err != nil {
+				t.Fatalf("renewal of %s by its name %s: %v", l.ID, l.Name, err)
+			}
+		}
 		if err := c.node(0).Release(ctx, ls[1].ID, ls[1].Name); err != nil {
 			t.Fatalf("release by the second name of the set: %v", err)
 		}
