@@ -104,7 +104,7 @@ func (n *Node) acquireNested(ctx context.Context, rs []Request) ([]Lease, error)
 		if err != nil {
 			return nil, err
 		}
-		if _, twice := modes[name]; twice && slices.Contains(leaves, name) {
+		if _, twice := modes[name]; twice {
 			return nil, fmt.Errorf("%w: name %q twice in one acquire (as %q)", codes.ErrInvalid, name, r.Name)
 		}
 		modes[name] = r.Mode

@@ -210,6 +210,9 @@ type peerReach interface {
 // Locks lists the names starting with prefix that this node holds as a
 // leader, and its own clients' requests.
 func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
+	// With nested names, a prefix spelt as a name is (HTTPS://Shop.Example/
+	// lists https://shop.example/'s names).
+	prefix = n.canonical(prefix)
 	var t api.Table
 	err := n.do(ctx, func() {
 		t = api.Table{Node: nodeID(n.cfg.Self), Leader: n.core.View().IsLeader(n.cfg.Self), Locks: []api.Lock{},
