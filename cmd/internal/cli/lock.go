@@ -765,6 +765,15 @@ type drainLeft struct {
 	below map[string]int
 }
 
+// canonicalName is name as an agent of nested names keeps it
+// (semaphore.NamePath), or name when it is none.
+func canonicalName(name string) string {
+	if path, err := semaphore.NamePath(name); err == nil {
+		return path[len(path)-1]
+	}
+	return name
+}
+
 // drainReaders reads tab, the table of the names starting with name, for
 // a drain of name. The levels below it are NamePath's, so /site/shopping
 // is not under /site/shop.
@@ -778,7 +787,7 @@ func drainReaders(tab api.Table, name string) drainLeft {
 		parent = path[len(path)-1]
 	}
 	for _, l := range tab.Locks {
-		if l.Name == name {
+		if l.Name == name || l.Name == parent {
 			left.self += l.ReadersHolding()
 			left.readers += readersAtOrBelow(l)
 			continue
@@ -872,10 +881,14 @@ func newUndrainCmd() *cobra.Command {
 				released := 0
 				for _, l := range tab.Locks {
 					for _, e := range l.Entries {
-						if l.Name != name || !e.Holder || e.Mode == semaphore.ReadOnly.String() {
+						// The writers of the name, as given or as an agent
+						// of nested names keeps it; not its readers, nor the
+						// intent tickets of the names below it.
+						if l.Name != name && l.Name != canonicalName(name) || !e.Holder || e.Mode == semaphore.ReadOnly.String() ||
+							e.Mode == semaphore.IntentShared.String() || e.Mode == semaphore.IntentExclusive.String() {
 							continue
 						}
-						if err := c.ReleaseID(ctx, e.Request, name); err != nil {
+						if err := c.ReleaseID(ctx, e.Request, l.Name); err != nil {
 							return apiError("undrain "+name, err)
 						}
 						released++
