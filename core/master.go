@@ -595,14 +595,14 @@ func (n *Node) onRenewAck(r *request, m wire.Message) {
 	}
 	r.renew.acks[m.From] = true
 	if len(r.renew.acks) >= n.quorum() {
-		r.leaseStart, r.unlocking = r.renew.start, false
-		n.arm(r)
+		start := r.renew.start
+		r.leaseStart, r.unlocking, r.renew = start, false, nil
+		n.arm(r) // after the renewal is over: a parent's next one is timed from it
 		ttl := r.a.Duration
 		if n.cfg.Mutant.on(MutantRenewFromDecision) {
-			ttl += n.now - r.renew.start // the old formula: counted from the confirmation
+			ttl += n.now - start // the old formula: counted from the confirmation
 		}
-		n.emit(r, Event{Kind: EventRenewed, Elapsed: n.now - r.renew.start, Duration: r.a.Duration, TTL: ttl})
-		r.renew = nil
+		n.emit(r, Event{Kind: EventRenewed, Elapsed: n.now - start, Duration: r.a.Duration, TTL: ttl})
 	}
 }
 
@@ -653,9 +653,21 @@ func (n *Node) checkTicketQuorum(r *request) {
 // request id, for the same client handle and deadline.
 func (n *Node) restartDoorway(r *request) {
 	n.stats.DoorwayRestarts++
-	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead, share: r.share, ofShare: r.ofShare}
+	fresh := &request{id: n.nextID(), handle: r.handle, a: r.a, start: r.start, dead: r.dead, share: r.share, ofShare: r.ofShare,
+		parents: r.parents, parentOf: r.parentOf}
 	if fresh.share != nil {
 		fresh.share.req, r.share = fresh, nil
+	}
+	// A nested request keeps its parents' tickets, and a parent its place
+	// among its request's: only the attempt on this name starts again.
+	r.parents, r.parentOf = nil, nil
+	for _, p := range fresh.parents {
+		p.parentOf = fresh
+	}
+	if q := fresh.parentOf; q != nil {
+		if i := slices.Index(q.parents, r); i >= 0 {
+			q.parents[i] = fresh
+		}
 	}
 	r.handle = wire.RequestID{}
 	n.startRelease(r)
@@ -1363,6 +1375,9 @@ func (n *Node) masterRestarted(from wire.NodeID, inc uint32) {
 	only := func(l wire.NodeID) bool { return l != from }
 	for _, id := range sortedReqs(n.reqs) {
 		r := n.reqs[id]
+		if r == nil {
+			continue // ended by an earlier one's turn (a nested request's parents)
+		}
 		switch r.phase {
 		case phaseEnter:
 			if old, ok := r.acks[from]; ok && old < inc {
