@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -56,13 +57,20 @@ type harness struct {
 	// onEvent, when set, sees every client event as it is applied (the
 	// schedule explorer checks its invariants there).
 	onEvent func(node int, e core.Event)
+	// quiet: nothing reads the output (an explorer's run without a
+	// trace), so none is made.
+	quiet bool
 }
 
 func (h *harness) lost(m wire.Message) bool {
 	return m.From != m.To && (h.isolated[m.From] || h.isolated[m.To] || h.cut[[2]wire.NodeID{m.From, m.To}])
 }
 
-func (h *harness) printf(format string, args ...any) { fmt.Fprintf(&h.out, format, args...) }
+func (h *harness) printf(format string, args ...any) {
+	if !h.quiet {
+		fmt.Fprintf(&h.out, format, args...)
+	}
+}
 
 func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	h.out.Reset()
@@ -117,6 +125,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.ready(n)
 	case "shares":
 		h.printf("shares out %d\n", h.nodes[h.nodeArg(t, d)-1].core.SharesOut())
+	case "announce":
+		// announce from=L to=N: L's restart announcement once more, to N
+		// (one that was lost, arriving late).
+		from := intArg(t, d, "from", 0)
+		h.inflight = append(h.inflight, wire.Message{Kind: wire.KindRestarted, From: wire.NodeID(from),
+			To: wire.NodeID(intArg(t, d, "to", 0)), Incarnation: h.nodes[from-1].inc})
 	case "deliver", "drop", "dup", "hold":
 		h.matching(t, d)
 	case "deliver-held":
@@ -325,8 +339,10 @@ func (h *harness) ready(id int) {
 }
 
 // matching delivers, drops or duplicates the in-flight messages that match
-// every filter given: from, to, kind, req, t (ticket), watch, since (a
-// report's base), inc, high-water, reject (0 or 1); count limits how many.
+// every filter given: from, to, kind, name, req, t (ticket), watch, seq
+// and since (a report's sequence and base), inc, high-water, reject (0 or
+// 1), sum (msgSum: the one message, where the others do not tell it from
+// one like it); count limits how many.
 func (h *harness) matching(t *testing.T, d *datadriven.TestData) {
 	limit := int(intArg(t, d, "count", -1))
 	var keep, picked []wire.Message
@@ -366,9 +382,12 @@ func (h *harness) matches(t *testing.T, d *datadriven.TestData, m wire.Message) 
 	if d.HasArg("from") && wire.NodeID(intArg(t, d, "from", 0)) != m.From ||
 		d.HasArg("to") && wire.NodeID(intArg(t, d, "to", 0)) != m.To ||
 		d.HasArg("kind") && strArg(d, "kind", "") != m.Kind.String() ||
+		d.HasArg("name") && strArg(d, "name", "") != m.Name ||
 		d.HasArg("t") && uint64(intArg(t, d, "t", 0)) != m.Ticket ||
 		d.HasArg("watch") && uint64(intArg(t, d, "watch", 0)) != m.WatchSeq ||
+		d.HasArg("seq") && uint64(intArg(t, d, "seq", 0)) != m.ReportSeq ||
 		d.HasArg("since") && uint64(intArg(t, d, "since", 0)) != m.BaseSeq ||
+		d.HasArg("sum") && strArg(d, "sum", "") != msgSum(m) ||
 		d.HasArg("inc") && uint32(intArg(t, d, "inc", 0)) != m.Incarnation ||
 		d.HasArg("high-water") && uint64(intArg(t, d, "high-water", 0)) != m.HighWater ||
 		d.HasArg("reject") && (intArg(t, d, "reject", 0) != 0) != m.Reject {
@@ -387,7 +406,9 @@ func (h *harness) deliver(m wire.Message) {
 		h.printf("lost (isolated) %s\n", fmtMsg(m))
 		return
 	}
-	h.printf("%s\n", fmtMsg(m))
+	if !h.quiet {
+		h.printf("%s\n", fmtMsg(m))
+	}
 	if err := to.core.Step(m); err != nil {
 		h.printf("  rejected: %v\n", err)
 	}
@@ -418,6 +439,13 @@ func (h *harness) nodeArg(t *testing.T, d *datadriven.TestData) int {
 		d.Fatalf(t, "node=%d out of range", n)
 	}
 	return n
+}
+
+// msgSum is a short digest of every field of m.
+func msgSum(m wire.Message) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%+v", m)
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 func fmtMsg(m wire.Message) string {
