@@ -236,6 +236,12 @@ const (
 	// holds /site and waits for /site/shop then closes a cycle with it
 	// through a drain of /site.
 	MutantParentsInnermostFirst
+	// MutantStaleRestoredMark: a master does not correct a leader whose
+	// report shows its waiting soft writer active when it is not, so a
+	// restarted leader that restored the ticket as active keeps it so
+	// once the correction at its announcement is lost, and readers behind
+	// it stall.
+	MutantStaleRestoredMark
 )
 
 func (c *Config) withDefaults() (Config, error) {

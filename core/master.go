@@ -742,6 +742,30 @@ func (n *Node) onReport(m wire.Message) {
 	mn.merges = nil // merges of the replaced report are dead
 	n.reported.add(m.Name)
 	n.releaseStrays(m.From, m.Name, entries)
+	n.correctMarks(m.From, entries)
+}
+
+// correctMarks tells leader again that this node's waiting soft writers
+// its report shows active are not: a leader restarted from its disk takes
+// such a ticket as active until the master says otherwise (mayBeActive),
+// and the word sent at its restart's announcement (masterRestarted) may
+// be lost, or the announcement itself. Left so, the false mark keeps
+// later readers waiting for the writer, which waits for them, until a
+// timeout. A report that still shows it asks again; the truth costs
+// nothing to repeat.
+func (n *Node) correctMarks(leader wire.NodeID, entries []wire.Entry) {
+	if n.cfg.Mutant.on(MutantStaleRestoredMark) {
+		return
+	}
+	for _, e := range entries {
+		if !e.Active || e.Req.Node != n.cfg.ID || !mayBeActive(e.Mode) {
+			continue
+		}
+		// (A writer marked before repeats its mark with every refresh.)
+		if r := n.reqs[e.Req]; r != nil && r.phase == phaseWait && !r.marked {
+			n.sendMark(r, false, func(l wire.NodeID) bool { return l != leader })
+		}
+	}
 }
 
 // releaseStrays releases again, at the replica that reported them, the
