@@ -190,7 +190,8 @@ func (s *Sim) idleKeys() []string {
 // name, intents too: one name of a site at a time, so that each probe
 // waits only for what the faults left, not for the probes of names above
 // or below it, and a granted probe lets go at once. Each must be granted
-// before the run ends (final).
+// within its timeout (settle); the settle goes on until the last one is
+// (probing).
 func (s *Sim) probeNested(since int64) {
 	if since == 200 {
 		s.unprobed = slices.Clone(s.names)
@@ -217,6 +218,20 @@ func (s *Sim) probeNested(since int64) {
 			return
 		}
 	}
+}
+
+// probing: the settle, which ended at tick end, goes on while nested
+// probes are yet to be made or granted. A site's probes go one after the
+// other, and the first may wait long for what the faults left (tickets of
+// an agent's earlier life, on parents too, that a restarted leader keeps
+// for their whole lifetime), so the settle's own length does not bound
+// them all; each probe's timeout does, and past the last of them final
+// fails a probe still waiting.
+func (s *Sim) probing(end int64) bool {
+	if !s.o.Nested || s.tick > end+int64(len(s.names))*(s.o.SettleTicks/2) {
+		return false
+	}
+	return len(s.unprobed) > 0 || slices.ContainsFunc(s.clients, func(c *client) bool { return c.probe && c.state == waiting })
 }
 
 // NestedGap is a known gap of the core's nested names. Modelled, it makes

@@ -649,7 +649,7 @@ func newSim(o Options) *Sim {
 func (s *Sim) runTicks() {
 	o := s.o
 	end := o.FaultTicks + o.SettleTicks
-	for s.tick = 1; s.tick <= end && s.fail == nil; s.tick++ {
+	for s.tick = 1; (s.tick <= end || s.probing(end)) && s.fail == nil; s.tick++ {
 		settling := s.tick > o.FaultTicks
 		if s.tick == o.FaultTicks+1 {
 			s.stopFaults()
