@@ -10,4 +10,8 @@
 // stops the faults, checks that every request resolves within a bound, and
 // checks the history the clients observed with porcupine. The same seed gives
 // the same run, so a failure prints its seed and replays.
+//
+// With Options.Nested the names nest like a site's URLs, every acquire
+// names the levels above its name as its parents, and a check after every
+// step holds the holders of names that nest to the modes' table (nested.go).
 package sim

@@ -102,6 +102,12 @@ func readerString(ids []int) string {
 // holder, a reader needs no writer, and every token is above every earlier
 // writer's (the per-step check holds hard writers to more); a failed
 // acquire changes nothing; an end frees the holder's place.
+//
+// It models each name alone, nested names too: a name's fencing tokens
+// and holders are its own. Holders of names that nest are held to the
+// modes' table by the check after every step (checkNested), on the
+// clients' own clocks, which sees more than the order of what they
+// observed would.
 var lockModel = porcupine.Model{
 	Partition: func(ops []porcupine.Operation) [][]porcupine.Operation {
 		byName := map[string]int{}

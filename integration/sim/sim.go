@@ -27,7 +27,7 @@ type Options struct {
 	// (default 500).
 	SettleTicks int64
 	// Names is how many object names clients fight over (default: drawn
-	// from the seed, 1 to 3).
+	// from the seed, 1 to 3); with Nested, how many sites (default 1 or 2).
 	Names int
 	// ClientsPerNode (default: drawn from the seed, 1 to 4).
 	ClientsPerNode int
@@ -130,6 +130,17 @@ type Options struct {
 	// GapNewestLifeRollbacks, a disk is rolled back only to a copy of a
 	// life older than the newest that checked in.
 	LeaveOut Gap
+	// Nested makes each of the Names sites a small tree of URLs (see
+	// nestedNames), and every acquire names the levels above its name as
+	// its parents (semaphore.NamePath), as the agent does. The nodes run
+	// the semaphore's policy, the agent's, also for exclusive locks.
+	Nested bool
+	// conflicts replaces the table the nested check holds holders to
+	// (wire.Conflicts): a wrong one shows what the check sees.
+	conflicts func(a, b wire.Mode) bool
+	// NestedLeaveOut (with Nested) tolerates known gaps of the core's
+	// nested names where they show, instead of failing (see NestedGap).
+	NestedLeaveOut NestedGap
 }
 
 // OperatorTicks is how long before the faults stop the last disk or
@@ -199,6 +210,19 @@ type Result struct {
 	// LazyLost: crashes that lost lazy writes (core.Write.Lazy): released
 	// tickets that came back, and names not forgotten.
 	LazyLost int
+	// With Nested: NestedGrants made while a client held a name above or
+	// below the one granted (readers both); SideBySide writer grants made
+	// while a writer held another name of the same site (one that does
+	// not nest with it).
+	NestedGrants, SideBySide int
+	// MissedTimers: requests whose timers were due but not armed, counted
+	// per node and tick (GapParentTimers); Parentless: grants of nested
+	// requests whose doorway restarted, which hold no parent tickets
+	// (GapDoorwayDropsParents).
+	MissedTimers, Parentless int
+	// AgentPanics: agents that died of a panic in masterRestarted and
+	// started again (GapDoorwayDropsParents).
+	AgentPanics int
 }
 
 // add sums another run's figures into r (MaxIdleWait keeps the largest).
@@ -216,6 +240,11 @@ func (r *Result) add(o Result) {
 	r.Ambushes += o.Ambushes
 	r.LimitedGrants += o.LimitedGrants
 	r.LazyLost += o.LazyLost
+	r.NestedGrants += o.NestedGrants
+	r.SideBySide += o.SideBySide
+	r.MissedTimers += o.MissedTimers
+	r.Parentless += o.Parentless
+	r.AgentPanics += o.AgentPanics
 	r.Failures += o.Failures
 	r.Crashes += o.Crashes
 	r.Messages += o.Messages
@@ -352,6 +381,9 @@ type simNode struct {
 	// stepped: messages stepped since the core's output was last handled
 	// (see Options.Batch).
 	stepped int
+	// missed: the core's missed timers counted so far in this life (see
+	// GapParentTimers).
+	missed uint64
 }
 
 func (n *simNode) paused(tick int64) bool { return tick < n.pausedUntil }
@@ -428,6 +460,13 @@ type client struct {
 	share wire.RequestID
 	op    int  // index of the open history operation, -1 if none
 	probe bool // a settle-phase probe that must be granted
+	// parentForced: the history's mark of an operator's force-unlock of
+	// an intent ticket above its name that may be its request's, taken
+	// while it waited (0: none): a grant that raced it is forced.
+	parentForced int64
+	// parentless: granted through a restarted doorway of a nested
+	// request, which holds no parent tickets (GapDoorwayDropsParents).
+	parentless bool
 }
 
 // Sim is one simulated cluster.
@@ -468,6 +507,13 @@ type Sim struct {
 	clients    []*client
 	names      []string
 	view       wire.View
+	// paths are, with Nested, each name's levels (semaphore.NamePath),
+	// the site's root first and the name last; unprobed are the names
+	// the settle has yet to probe.
+	paths    map[string][]string
+	unprobed []string
+	// conflicting are the two holders the nested check failed on.
+	conflicting [2]*client
 
 	lastToken       map[string]uint64
 	lastWriterToken map[string]uint64
@@ -537,6 +583,10 @@ func newSim(o Options) *Sim {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed))
 	if o.Names <= 0 {
 		o.Names = 1 + rng.IntN(3)
+		if o.Nested && o.Names == 3 {
+			// Sites of five names each: one or two keep them busy.
+			o.Names = 1
+		}
 	}
 	if o.ClientsPerNode <= 0 {
 		o.ClientsPerNode = 1 + rng.IntN(4)
@@ -569,11 +619,20 @@ func newSim(o Options) *Sim {
 		}
 	}
 	for i := range o.Names {
-		s.names = append(s.names, fmt.Sprintf("https://site%d.example/", i))
-		if o.Modes && !o.ReadHeavy {
-			// Half of its readers ask for it (acquire).
-			s.readerLimit[s.names[i]] = 1 + rng.IntN(3)
+		names := []string{fmt.Sprintf("https://site%d.example/", i)}
+		if o.Nested {
+			names = nestedNames(names[0])
 		}
+		for _, name := range names {
+			s.names = append(s.names, name)
+			if o.Modes && !o.ReadHeavy {
+				// Half of its readers ask for it (acquire).
+				s.readerLimit[name] = 1 + rng.IntN(3)
+			}
+		}
+	}
+	if o.Nested {
+		s.paths = namePaths(s.names)
 	}
 	for i := range o.Nodes * o.ClientsPerNode {
 		s.clients = append(s.clients, &client{id: i, node: i % o.Nodes, renewAt: -1, op: -1})
@@ -590,7 +649,7 @@ func newSim(o Options) *Sim {
 func (s *Sim) runTicks() {
 	o := s.o
 	end := o.FaultTicks + o.SettleTicks
-	for s.tick = 1; s.tick <= end && s.fail == nil; s.tick++ {
+	for s.tick = 1; (s.tick <= end || s.probing(end)) && s.fail == nil; s.tick++ {
 		settling := s.tick > o.FaultTicks
 		if s.tick == o.FaultTicks+1 {
 			s.stopFaults()
@@ -661,8 +720,7 @@ func (s *Sim) advanceClock(i int) {
 				n.elect.SetStoreAge(n.disk.age)
 			}
 			n.core.Tick()
-			if missed := n.core.Stats().MissedTimers; missed > 0 {
-				s.failf("node %d: %d requests' timers were due at tick %d but not armed", n.id, missed, s.tick)
+			if !s.missedTimers(i) {
 				return
 			}
 			n.ticks++
@@ -706,6 +764,14 @@ func (s *Sim) failf(format string, args ...any) {
 			s.fail.Flags = "-members-leader-faults"
 		}
 	}
+	if s.o.Nested {
+		// Only the nested tests run nested names: the one that ran it
+		// names itself (runSeeds).
+		s.fail.Test, s.fail.Flags = "", ""
+		if g := KnownNestedGaps &^ s.o.NestedLeaveOut; g != 0 {
+			s.fail.Flags = "-nested-gaps=" + g.String()
+		}
+	}
 	// Where each node's handoffs stand: what a liveness failure's reader
 	// asks first.
 	for _, n := range s.nodes {
@@ -732,7 +798,7 @@ func (s *Sim) start(i int) {
 		peers[j] = wire.NodeID(j + 1)
 	}
 	admit, refuse := s.o.Admit, core.RefuseEarly(nil)
-	if admit == nil && s.o.Modes {
+	if admit == nil && (s.o.Modes || s.o.Nested) {
 		admit, refuse = semaphore.Admit, semaphore.RefuseEarly
 	}
 	share := int64(shareTicks)
@@ -747,7 +813,7 @@ func (s *Sim) start(i int) {
 		return
 	}
 	n.core = c
-	n.lifeStart, n.ticks, n.pausedUntil, n.lag = n.clock, 0, 0, 0
+	n.lifeStart, n.ticks, n.pausedUntil, n.lag, n.missed = n.clock, 0, 0, 0, 0
 	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
 	if s.o.Elect {
 		s.nonce++
@@ -1240,6 +1306,9 @@ func (s *Sim) endForcedHold(name string, e wire.Entry) {
 			}
 		}
 	}
+	if s.o.Nested {
+		s.endForcedBelow(name, e)
+	}
 }
 
 // electionFaults are the faults that matter to views: two leaders of the
@@ -1353,7 +1422,10 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 	if el := s.nodes[to].elect; el != nil && !el.CheckedIn() && m.Kind == wire.KindSnapshotRequest {
 		return true // the runtime hands no table over until the node checked in
 	}
-	err = s.nodes[to].core.Step(m)
+	err, died := s.stepCore(to, m)
+	if died {
+		return s.fail == nil
+	}
 	if errors.Is(err, core.ErrBadMessage) {
 		s.failf("node %d rejected a valid message %v: %v", to+1, m, err)
 		return false
@@ -1465,6 +1537,13 @@ func (s *Sim) clientAct(c *client, settling bool) {
 		// Renewals race the expiry: most come in the lease's last ticks.
 		nearEnd := c.expiry-clock < 6
 		switch {
+		case c.probe && s.o.Nested && c.token != 0:
+			// A nested probe lets go at once: the site's next probe may
+			// wait for it.
+			s.tracef("client %d releases its probe of %s token %d", c.id, c.name, c.token)
+			s.endHold(c, "probe granted")
+			s.release(c, n)
+			s.handle(c.node)
 		case s.chance(s.rates.release) || c.token == 0 && !c.forced && s.chance(0.2):
 			s.tracef("client %d releases %s token %d", c.id, c.name, c.token)
 			s.endHold(c, "release")
@@ -1513,7 +1592,8 @@ func (s *Sim) lull() bool {
 }
 
 func (s *Sim) acquire(c *client, name string, probe bool) {
-	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10)}
+	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10),
+		Parents: s.parents(name)}
 	if s.o.Modes && !probe {
 		r := s.rng.IntN(20)
 		if s.o.ReadHeavy {
@@ -1549,6 +1629,12 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 	}
 	if probe {
 		a.Timeout = s.o.SettleTicks / 2
+		if s.o.Nested {
+			// Its node renews its parents while it waits, half their
+			// lease before the end: a lease of ten ticks leaves less
+			// than a round trip to do so, and a probe must not fail.
+			a.Duration += 30
+		}
 	} else if s.o.Patient {
 		a.Timeout = 300 + s.rng.Int64N(200)
 	} else if s.o.ReadHeavy && a.Mode == semaphore.ReadWriteGentle {
@@ -1558,6 +1644,11 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 		a.Timeout = 100 + s.rng.Int64N(150)
 	} else if !s.chance(0.2) {
 		a.Timeout = 5 + s.rng.Int64N(120)
+		if len(a.Parents) > 0 {
+			// A round of the bakery per level: a nested request that
+			// waits at all waits longer.
+			a.Timeout += 20 * int64(len(a.Parents))
+		}
 	}
 	id, err := s.nodes[c.node].core.Acquire(a)
 	if err != nil {
@@ -1668,7 +1759,9 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 	if !s.grantRacedForce(node, c, e) || !s.checkGrantToken(c, e) {
 		return
 	}
-	s.idleWait[c.name] = 0 // a grant is progress, even one released at once
+	s.grantRacedParentForce(c)
+	s.grantedParentless(node, c)
+	s.idleWait[s.idleKey(c.name)] = 0 // a grant is progress, even one released at once
 	c.state, c.token, c.share = holding, e.Token, e.Share
 	c.epoch = s.nodes[node].core.View().Epoch
 	// The agent's own arithmetic, counted from the call as the agent's
@@ -1678,6 +1771,10 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 	s.finishOp(c, true, e.Token)
 	if c.forced {
 		s.closeHold(c)
+	}
+	if s.o.Nested && !c.forced && !c.parentless {
+		s.noteIntents(c)
+		s.countNested(c)
 	}
 	s.checkInvariants()
 }
@@ -1750,13 +1847,14 @@ func (s *Sim) checkGrantToken(c *client, e core.Event) bool {
 	return true
 }
 
-// measureIdleWait counts, per name, the ticks it stays free while a client
-// that asked long enough ago to have been served waits for it.
+// measureIdleWait counts, per name (with Nested, per site: idleKey), the
+// ticks it stays free while a client that asked long enough ago to have
+// been served waits for it.
 func (s *Sim) measureIdleWait() {
-	for _, name := range s.names {
+	for _, name := range s.idleKeys() {
 		held, starving := false, false
 		for _, c := range s.clients {
-			if c.name != name {
+			if c.state == idle || s.idleKey(c.name) != name {
 				continue
 			}
 			held = held || c.state == holding
@@ -1769,6 +1867,10 @@ func (s *Sim) measureIdleWait() {
 		s.idleWait[name]++
 		s.res.MaxIdleWait = max(s.res.MaxIdleWait, s.idleWait[name])
 		if s.o.IdleBound > 0 && s.idleWait[name] > s.o.IdleBound {
+			if s.o.Nested {
+				s.failf("%s and every name below it stayed free %d ticks while a client waited for one", name, s.idleWait[name])
+				return
+			}
 			s.failf("%s stayed free %d ticks while a client waited for it", name, s.idleWait[name])
 		}
 	}
@@ -1805,6 +1907,9 @@ func (s *Sim) endHold(c *client, why string) {
 func (s *Sim) closeHold(c *client) {
 	if c.token != 0 && c.mode == semaphore.ReadOnly {
 		s.lastReaderEvent[c.name] = s.tick
+	}
+	if c.token != 0 && s.o.Nested && !c.parentless {
+		s.noteIntents(c)
 	}
 	switch {
 	case c.token != 0 && c.forcedSince != 0:
@@ -1864,7 +1969,8 @@ func (s *Sim) holds(c *client) bool {
 }
 
 // checkInvariants: per name, at most one writer holds, and no reader
-// holds beside a writer.
+// holds beside a writer; with Nested, nor across names that nest
+// (checkNested).
 func (s *Sim) checkInvariants() {
 	for _, name := range s.names {
 		var writers, readers []string
@@ -1884,6 +1990,9 @@ func (s *Sim) checkInvariants() {
 			s.failf("%s held by writers %s and readers %s at once", name, strings.Join(writers, ", "), strings.Join(readers, ", "))
 		}
 		s.checkLimits(name, holders)
+	}
+	if s.o.Nested {
+		s.checkNested()
 	}
 }
 
@@ -1947,6 +2056,10 @@ func (s *Sim) settle() {
 			s.failf("liveness: client %d still waits on %s %d ticks after its deadline", c.id, c.name, clock-c.deadline)
 			return
 		}
+	}
+	if s.o.Nested {
+		s.probeNested(since)
+		return
 	}
 	if since == 200 {
 		for _, name := range s.names {
