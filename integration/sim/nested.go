@@ -2,9 +2,7 @@ package sim
 
 import (
 	"fmt"
-	"runtime/debug"
 	"slices"
-	"strings"
 
 	"github.com/sluicehq/sluice/core/wire"
 	"github.com/sluicehq/sluice/semaphore"
@@ -62,8 +60,7 @@ func (s *Sim) nests(a, b string) bool {
 // one above the other) hold in modes that do not conflict (wire.Conflicts):
 // nobody else holds a writer's name, a name below it or a name above it;
 // readers share. Holds are the clients' own, by their timers, as the per-name
-// check counts them; an operator's force-unlock declared forced ones gone,
-// and parentless ones hold no parents (GapDoorwayDropsParents, left out).
+// check counts them; an operator's force-unlock declared forced ones gone.
 func (s *Sim) checkNested() {
 	conflicts := s.o.conflicts
 	if conflicts == nil {
@@ -71,7 +68,7 @@ func (s *Sim) checkNested() {
 	}
 	var holders []*client
 	for _, c := range s.clients {
-		if s.holds(c) && !c.forced && !c.parentless {
+		if s.holds(c) && !c.forced {
 			holders = append(holders, c)
 		}
 	}
@@ -93,7 +90,7 @@ func (s *Sim) checkNested() {
 func (s *Sim) countNested(c *client) {
 	nested, side := false, false
 	for _, o := range s.clients {
-		if o == c || o.forced || o.parentless || !s.holds(o) || o.name == c.name {
+		if o == c || o.forced || !s.holds(o) || o.name == c.name {
 			continue
 		}
 		switch {
@@ -232,127 +229,4 @@ func (s *Sim) probing(end int64) bool {
 		return false
 	}
 	return len(s.unprobed) > 0 || slices.ContainsFunc(s.clients, func(c *client) bool { return c.probe && c.state == waiting })
-}
-
-// NestedGap is a known gap of the core's nested names. Modelled, it makes
-// a nested run fail; left out (Options.NestedLeaveOut), the simulator
-// tolerates it where it shows, and counts it. Once the core closes a gap,
-// TestSimNestedKnownGaps says so, and the gap leaves KnownNestedGaps.
-type NestedGap uint8
-
-const (
-	// GapDoorwayDropsParents: restartDoorway (core/master.go) starts a
-	// nested request's fresh doorway without its parents, and releases
-	// them with the old one; the request then goes on, and is granted,
-	// holding no intent on any name above its own. A doorway restarts
-	// when a soft writer takes a new place in line behind a hard writer
-	// (Decision.Requeue: no fault needed), when a replica's restart loses
-	// its choosing flag, and at a view change. Modelled, the nested runs
-	// fail: without faults, a writer of /shop/cart granted beside a
-	// reader of the root, or a gentle writer of the root granted while a
-	// writer of /shop that took a new place in line held (TestSimNested-
-	// NoFaults's world, seeds 16, 40, 44); with faults, an exclusive lock
-	// of /blog beside a reader of the root (TestSimNested's, seed 115).
-	// And when a leader restarts, masterRestarted walks its requests by
-	// id and may restart a nested request's doorway; releasing a parent
-	// held on the node's shared ticket forgets it, and the walk then
-	// meets the parent's id with no request: a nil pointer panic, the
-	// agent dies (TestSimNested's world, seeds 43, 133). (A parent's own
-	// doorway that restarts leaves its request waiting for it until its
-	// timeout: slow, and safe.) Left out: a client granted through a
-	// restarted doorway of its nested request (its id on the wire is no
-	// longer its handle) is left out of the nested check, and its intents
-	// of the gentle writers' quiet periods (Result.Parentless; the
-	// per-name checks keep it); an agent that panics in masterRestarted
-	// dies, and its supervisor starts it again (Result.AgentPanics).
-	GapDoorwayDropsParents NestedGap = 1 << iota
-	// GapParentTimers: when a held parent's renewal completes while its
-	// request still waits for a later name, onRenewAck (core/master.go)
-	// arms the parent's timer before it clears the renewal: the timer is
-	// armed as if the renewal were still under way, and once it is
-	// cleared the parent's next renewal by its node (half its lease
-	// before the end, parentRenewAt) is due before the timer, which fires
-	// up to a retransmission late. The check of the timer heap
-	// (Config.CheckIncremental) counts it missed (TestSimNested's world,
-	// seed 1). Left out: missed timers in a nested run are counted
-	// (Result.MissedTimers), not failed on.
-	GapParentTimers
-
-	// KnownNestedGaps are all the known gaps of nested names.
-	KnownNestedGaps = GapDoorwayDropsParents | GapParentTimers
-)
-
-// nestedGapFlag names a gap for -nested-gaps.
-type nestedGapFlag struct {
-	g    NestedGap
-	name string
-}
-
-var nestedGapFlags = []nestedGapFlag{{GapDoorwayDropsParents, "doorway"}, {GapParentTimers, "timers"}}
-
-// String names the gaps in g as -nested-gaps does.
-func (g NestedGap) String() string {
-	var names []string
-	for _, f := range nestedGapFlags {
-		if g&f.g != 0 {
-			names = append(names, f.name)
-		}
-	}
-	return strings.Join(names, ",")
-}
-
-// grantedParentless marks c, just granted at node, parentless when its
-// nested request was granted through a restarted doorway (its id on the
-// wire is no longer its handle): it holds no parent tickets.
-func (s *Sim) grantedParentless(node int, c *client) {
-	if len(s.parents(c.name)) == 0 || s.wireID(node, c.handle) == c.handle {
-		return
-	}
-	s.res.Parentless++
-	if s.o.NestedLeaveOut&GapDoorwayDropsParents != 0 {
-		c.parentless = true
-		s.tracef("client %d holds %s through a restarted doorway, without its parents", c.id, c.name)
-	}
-}
-
-// missedTimers checks node i's missed timers after a tick: false when they
-// fail the run; with GapParentTimers left out of a nested run, they are
-// counted instead.
-func (s *Sim) missedTimers(i int) bool {
-	n := s.nodes[i]
-	missed := n.core.Stats().MissedTimers
-	if missed == n.missed {
-		return true
-	}
-	if !s.o.Nested || s.o.NestedLeaveOut&GapParentTimers == 0 {
-		s.failf("node %d: %d requests' timers were due at tick %d but not armed", n.id, missed, s.tick)
-		return false
-	}
-	s.res.MissedTimers += int(missed - n.missed)
-	n.missed = missed
-	return true
-}
-
-// stepCore steps m at node i's lock core, and says whether the node died
-// of it. A panic fails the run, unless it is GapDoorwayDropsParents's
-// (in masterRestarted), left out: the agent then dies of it, as its
-// process would, and its supervisor starts it again at once.
-func (s *Sim) stepCore(i int, m wire.Message) (err error, died bool) {
-	defer func() {
-		p := recover()
-		if p == nil {
-			return
-		}
-		died = true
-		stack := string(debug.Stack())
-		if !s.o.Nested || s.o.NestedLeaveOut&GapDoorwayDropsParents == 0 || !strings.Contains(stack, "core.(*Node).masterRestarted") {
-			s.failf("node %d panicked stepping %v: %v\n%s", i+1, m, p, stack)
-			return
-		}
-		s.res.AgentPanics++
-		s.tracef("node %d's agent dies of a panic in masterRestarted (%v) and starts again", i+1, p)
-		s.crash(i)
-		s.start(i)
-	}()
-	return s.nodes[i].core.Step(m), false
 }

@@ -27,7 +27,7 @@ func TestNestedParentTicketsMutantIsCaught(t *testing.T) {
 	}
 	const caught = 1 // the seed that caught it when last searched from 1 (firstSeed)
 	for seed := firstSeed(caught); seed <= mutationBound; seed++ {
-		o := withSeed(nestedWorld(seed, KnownNestedGaps), seed)
+		o := withSeed(nestedWorld(seed), seed)
 		o.Mutant = core.MutantNoParentTickets
 		_, err := Run(o)
 		var f *Failure
@@ -65,7 +65,7 @@ func TestNestedOrderMutantIsCaught(t *testing.T) {
 	}
 	const caught = 1 // the seed that caught it when last searched from 1 (firstSeed)
 	for seed := firstSeed(caught); seed <= mutationBound; seed++ {
-		o := nestedLiveness(seed, KnownNestedGaps)
+		o := nestedLiveness(seed)
 		o.Mutant = core.MutantParentsInnermostFirst
 		_, err := Run(o)
 		var f *Failure

@@ -3,49 +3,13 @@ package sim
 import (
 	"errors"
 	"flag"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
 
-var (
-	nestedSeeds = flag.Int("nested-seeds", 100, "how many seeds TestSimNested runs")
-	nestedGaps  = flag.String("nested-gaps", "", "the known gaps of nested names to model (they fail): "+
-		"all, doorway or timers (see NestedGap)")
-)
-
-// nestedGapShows is where each known gap of nested names shows when
-// modelled: the world, the first seed that showed it when last searched
-// from seed 1, and the texts of its failures.
-var nestedGapShows = []struct {
-	g     NestedGap
-	world func(seed int64, gaps NestedGap) Options
-	seed  int64
-	fails []string
-}{
-	{GapDoorwayDropsParents, nestedLiveness, 16, []string{"nested names held at once", "gentle writer"}},
-	{GapParentTimers, nestedWorld, 1, []string{"but not armed"}},
-}
-
-// nestedLeftOut are the known gaps of nested names that the nested tests
-// leave out: all but those -nested-gaps names.
-func nestedLeftOut(t *testing.T) NestedGap {
-	out := KnownNestedGaps
-	for _, name := range strings.FieldsFunc(*nestedGaps, func(r rune) bool { return r == ',' }) {
-		i := slices.IndexFunc(nestedGapFlags, func(f nestedGapFlag) bool { return f.name == name })
-		switch {
-		case name == "all":
-			out = 0
-		case i < 0:
-			t.Fatalf("-nested-gaps: unknown gap %q", name)
-		default:
-			out &^= nestedGapFlags[i].g
-		}
-	}
-	return out
-}
+var nestedSeeds = flag.Int("nested-seeds", 100, "how many seeds TestSimNested runs")
 
 // nestedWorld is TestSimNested's world for a seed: nested names in each
 // of the simulator's worlds in turn (TestSim's faults, elected leaders,
@@ -53,8 +17,8 @@ func nestedLeftOut(t *testing.T) NestedGap {
 // suspended machines), and each workload in turn (exclusive locks,
 // semaphore modes with reader limits, a web site's load on shared read
 // tickets); every odd seed in batches, every fifth with the worst clocks.
-func nestedWorld(seed int64, gaps NestedGap) Options {
-	o := Options{Nested: true, NestedLeaveOut: gaps, Batch: seed%2 == 1, WorstDrift: seed%5 == 0}
+func nestedWorld(seed int64) Options {
+	o := Options{Nested: true, Batch: seed%2 == 1, WorstDrift: seed%5 == 0}
 	switch seed % 6 {
 	case 2:
 		o.Elect = true
@@ -80,16 +44,13 @@ func nestedWorld(seed int64, gaps NestedGap) Options {
 // of URLs, every acquire naming its parents) under every fault of the
 // simulator (nestedWorld): holders of names that nest never conflict, on
 // top of every check of the flat runs. -nested-seeds sets how many seeds,
-// -seed replays one; the known gaps are left out unless -nested-gaps
-// names them.
+// -seed replays one.
 func TestSimNested(t *testing.T) {
-	gaps := nestedLeftOut(t)
-	total, summary := runSeeds(t, *nestedSeeds, "nested-seeds", func(seed int64) Options { return nestedWorld(seed, gaps) })
+	total, summary := runSeeds(t, *nestedSeeds, "nested-seeds", nestedWorld)
 	t.Logf("%s: %d grants (%d beside a holder of a name above or below, %d writers beside a writer of another branch), "+
-		"%d failed requests, %d crashes, %d force-unlocks (%d of holders), %d views, %d operations checked; "+
-		"known gaps: %d grants without parents through a restarted doorway, %d agents dead of it, %d missed timers",
+		"%d failed requests, %d crashes, %d force-unlocks (%d of holders), %d views, %d operations checked",
 		summary, total.Grants, total.NestedGrants, total.SideBySide, total.Failures, total.Crashes, total.Forced,
-		total.ForcedHolders, total.Views, total.Operations, total.Parentless, total.AgentPanics, total.MissedTimers)
+		total.ForcedHolders, total.Views, total.Operations)
 	_, n := seedRange(*nestedSeeds, "nested-seeds")
 	if n >= 100 && (total.NestedGrants == 0 || total.SideBySide == 0 || total.Forced == 0 || total.LocalGrants == 0) {
 		t.Fatal("no grant beside a holder above or below, no writers side by side, no force-unlock or no grant " +
@@ -114,9 +75,9 @@ const nestedIdleBound = 160
 // mode on even ones. Patient clients still wait when the settle's probes
 // begin, and the site's names are probed one after the other: the settle
 // is longer.
-func nestedLiveness(seed int64, gaps NestedGap) Options {
+func nestedLiveness(seed int64) Options {
 	return Options{Seed: seed, Nested: true, NoFaults: true, Patient: true, Names: 1, ClientsPerNode: 2 + int(seed%2),
-		Modes: seed%2 == 0, IdleBound: nestedIdleBound, NestedLeaveOut: gaps, SettleTicks: 1200}
+		Modes: seed%2 == 0, IdleBound: nestedIdleBound, SettleTicks: 1200}
 }
 
 var nestedLivenessSeeds = flag.Int("nested-liveness-seeds", 60, "how many seeds TestSimNestedNoFaults runs")
@@ -126,34 +87,11 @@ var nestedLivenessSeeds = flag.Int("nested-liveness-seeds", 60, "how many seeds 
 // across names never close a cycle, since every request takes its names
 // outermost first.
 func TestSimNestedNoFaults(t *testing.T) {
-	gaps := nestedLeftOut(t)
-	total, summary := runSeeds(t, *nestedLivenessSeeds, "nested-liveness-seeds", func(seed int64) Options { return nestedLiveness(seed, gaps) })
+	total, summary := runSeeds(t, *nestedLivenessSeeds, "nested-liveness-seeds", nestedLiveness)
 	t.Logf("%s: %d grants (%d beside a holder of a name above or below), longest free wait %d ticks (bound %d)",
 		summary, total.Grants, total.NestedGrants, total.MaxIdleWait, nestedIdleBound)
 	if total.Grants == 0 {
 		t.Fatal("nothing granted")
-	}
-}
-
-// TestSimNestedKnownGaps: each known gap of nested names, modelled alone,
-// must make its world fail from the seed that last showed it; once the
-// core closes one, this test says so, and the gap leaves KnownNestedGaps.
-func TestSimNestedKnownGaps(t *testing.T) {
-	for _, g := range nestedGapShows {
-		t.Run(g.g.String(), func(t *testing.T) {
-			for seed := g.seed; seed < g.seed+200; seed++ {
-				_, err := Run(withSeed(g.world(seed, KnownNestedGaps&^g.g), seed))
-				var f *Failure
-				if errors.As(err, &f) {
-					if !slices.ContainsFunc(g.fails, func(s string) bool { return strings.Contains(f.What, s) }) {
-						t.Fatalf("seed %d: not the gap: %v", seed, err)
-					}
-					t.Logf("found at seed %d: %s", seed, f.What)
-					return
-				}
-			}
-			t.Fatalf("gap %s not found in seeds %d to %d: if the core closed it, drop it from KnownNestedGaps", g.g, g.seed, g.seed+199)
-		})
 	}
 }
 
@@ -167,7 +105,7 @@ func everythingConflicts(a, b wire.Mode) bool { return true }
 // other: it sees the holders of nested names.
 func TestNestedCheckSeesNestedHolders(t *testing.T) {
 	for seed := int64(1); seed <= 200; seed++ {
-		o := nestedWorld(seed, KnownNestedGaps)
+		o := nestedWorld(seed)
 		o.Modes, o.ReadHeavy, o.conflicts = true, true, everythingConflicts
 		s, err := run(withSeed(o, seed))
 		var f *Failure
@@ -196,7 +134,7 @@ func withSeed(o Options, seed int64) Options {
 // TestNestedReplayIsDeterministic: the same seed of nested names gives the
 // same run.
 func TestNestedReplayIsDeterministic(t *testing.T) {
-	o := nestedWorld(7, KnownNestedGaps)
+	o := nestedWorld(7)
 	o.Seed = 7
 	a, errA := Run(o)
 	b, errB := Run(o)

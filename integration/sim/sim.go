@@ -138,9 +138,6 @@ type Options struct {
 	// conflicts replaces the table the nested check holds holders to
 	// (wire.Conflicts): a wrong one shows what the check sees.
 	conflicts func(a, b wire.Mode) bool
-	// NestedLeaveOut (with Nested) tolerates known gaps of the core's
-	// nested names where they show, instead of failing (see NestedGap).
-	NestedLeaveOut NestedGap
 }
 
 // OperatorTicks is how long before the faults stop the last disk or
@@ -215,14 +212,6 @@ type Result struct {
 	// while a writer held another name of the same site (one that does
 	// not nest with it).
 	NestedGrants, SideBySide int
-	// MissedTimers: requests whose timers were due but not armed, counted
-	// per node and tick (GapParentTimers); Parentless: grants of nested
-	// requests whose doorway restarted, which hold no parent tickets
-	// (GapDoorwayDropsParents).
-	MissedTimers, Parentless int
-	// AgentPanics: agents that died of a panic in masterRestarted and
-	// started again (GapDoorwayDropsParents).
-	AgentPanics int
 }
 
 // add sums another run's figures into r (MaxIdleWait keeps the largest).
@@ -242,9 +231,6 @@ func (r *Result) add(o Result) {
 	r.LazyLost += o.LazyLost
 	r.NestedGrants += o.NestedGrants
 	r.SideBySide += o.SideBySide
-	r.MissedTimers += o.MissedTimers
-	r.Parentless += o.Parentless
-	r.AgentPanics += o.AgentPanics
 	r.Failures += o.Failures
 	r.Crashes += o.Crashes
 	r.Messages += o.Messages
@@ -381,9 +367,6 @@ type simNode struct {
 	// stepped: messages stepped since the core's output was last handled
 	// (see Options.Batch).
 	stepped int
-	// missed: the core's missed timers counted so far in this life (see
-	// GapParentTimers).
-	missed uint64
 }
 
 func (n *simNode) paused(tick int64) bool { return tick < n.pausedUntil }
@@ -464,9 +447,6 @@ type client struct {
 	// an intent ticket above its name that may be its request's, taken
 	// while it waited (0: none): a grant that raced it is forced.
 	parentForced int64
-	// parentless: granted through a restarted doorway of a nested
-	// request, which holds no parent tickets (GapDoorwayDropsParents).
-	parentless bool
 }
 
 // Sim is one simulated cluster.
@@ -720,7 +700,8 @@ func (s *Sim) advanceClock(i int) {
 				n.elect.SetStoreAge(n.disk.age)
 			}
 			n.core.Tick()
-			if !s.missedTimers(i) {
+			if missed := n.core.Stats().MissedTimers; missed > 0 {
+				s.failf("node %d: %d requests' timers were due at tick %d but not armed", n.id, missed, s.tick)
 				return
 			}
 			n.ticks++
@@ -768,9 +749,6 @@ func (s *Sim) failf(format string, args ...any) {
 		// Only the nested tests run nested names: the one that ran it
 		// names itself (runSeeds).
 		s.fail.Test, s.fail.Flags = "", ""
-		if g := KnownNestedGaps &^ s.o.NestedLeaveOut; g != 0 {
-			s.fail.Flags = "-nested-gaps=" + g.String()
-		}
 	}
 	// Where each node's handoffs stand: what a liveness failure's reader
 	// asks first.
@@ -813,7 +791,7 @@ func (s *Sim) start(i int) {
 		return
 	}
 	n.core = c
-	n.lifeStart, n.ticks, n.pausedUntil, n.lag, n.missed = n.clock, 0, 0, 0, 0
+	n.lifeStart, n.ticks, n.pausedUntil, n.lag = n.clock, 0, 0, 0
 	s.tracef("node %d starts, incarnation %d", n.id, n.disk.incarnation)
 	if s.o.Elect {
 		s.nonce++
@@ -1422,10 +1400,7 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 	if el := s.nodes[to].elect; el != nil && !el.CheckedIn() && m.Kind == wire.KindSnapshotRequest {
 		return true // the runtime hands no table over until the node checked in
 	}
-	err, died := s.stepCore(to, m)
-	if died {
-		return s.fail == nil
-	}
+	err = s.nodes[to].core.Step(m)
 	if errors.Is(err, core.ErrBadMessage) {
 		s.failf("node %d rejected a valid message %v: %v", to+1, m, err)
 		return false
@@ -1760,7 +1735,6 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 		return
 	}
 	s.grantRacedParentForce(c)
-	s.grantedParentless(node, c)
 	s.idleWait[s.idleKey(c.name)] = 0 // a grant is progress, even one released at once
 	c.state, c.token, c.share = holding, e.Token, e.Share
 	c.epoch = s.nodes[node].core.View().Epoch
@@ -1772,7 +1746,7 @@ func (s *Sim) onGranted(node int, c *client, e core.Event) {
 	if c.forced {
 		s.closeHold(c)
 	}
-	if s.o.Nested && !c.forced && !c.parentless {
+	if s.o.Nested && !c.forced {
 		s.noteIntents(c)
 		s.countNested(c)
 	}
@@ -1908,7 +1882,7 @@ func (s *Sim) closeHold(c *client) {
 	if c.token != 0 && c.mode == semaphore.ReadOnly {
 		s.lastReaderEvent[c.name] = s.tick
 	}
-	if c.token != 0 && s.o.Nested && !c.parentless {
+	if c.token != 0 && s.o.Nested {
 		s.noteIntents(c)
 	}
 	switch {
