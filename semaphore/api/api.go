@@ -98,29 +98,20 @@ type Lock struct {
 // ReadersHolding counts the readers that hold l's name: each plain reader
 // granted, and the readers on each node's shared read ticket (one when its
 // agent did not say). A drain waits for them.
-func (l Lock) ReadersHolding() int {
-	n := 0
-	for _, e := range l.Entries {
-		switch {
-		case e.Mode != "read-only" || !e.Holder:
-		case e.Active && e.Readers != nil:
-			n += *e.Readers
-		default:
-			n++
-		}
-	}
-	return n
-}
+func (l Lock) ReadersHolding() int { return l.readersOn("read-only") }
 
 // ReadersBelowHolding counts the readers of the names below l's, with
 // nested names: the readers on each node's INTENT_SHARED ticket of it (its
 // agent's count, one when it did not say), and each reader's own. A drain
 // of l's name waits for them too.
-func (l Lock) ReadersBelowHolding() int {
+func (l Lock) ReadersBelowHolding() int { return l.readersOn("intent-shared") }
+
+// readersOn counts the readers the holders of mode stand for.
+func (l Lock) readersOn(mode string) int {
 	n := 0
 	for _, e := range l.Entries {
 		switch {
-		case e.Mode != "intent-shared" || !e.Holder:
+		case e.Mode != mode || !e.Holder:
 		case e.Active && e.Readers != nil:
 			n += *e.Readers
 		default:

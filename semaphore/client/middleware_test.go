@@ -301,14 +301,21 @@ func (s *syncBuffer) String() string {
 // that a request's lease is short and must be renewed.
 func startAgentShare(t *testing.T, share time.Duration) (*daemon.Agent, *client.Client) {
 	t.Helper()
+	return startAgentWith(t, daemon.AgentConfig{ShareLease: share})
+}
+
+// startAgentWith is startAgent with cfg's options (an in-memory agent
+// named solo, on a socket of its own).
+func startAgentWith(t *testing.T, cfg daemon.AgentConfig) (*daemon.Agent, *client.Client) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "sl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ctx := ctxT(t)
-	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, ShareLease: share,
-		API: filepath.Join(dir, "api.sock")})
+	cfg.Name, cfg.InMemory, cfg.API = "solo", true, filepath.Join(dir, "api.sock")
+	a, err := daemon.StartAgent(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,10 @@
 package client_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -107,30 +104,7 @@ func TestMiddlewarePathLevels(t *testing.T) {
 // startNestedAgent is startAgent for an agent of nested names.
 func startNestedAgent(t *testing.T) *client.Client {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ctx := ctxT(t)
-	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Name: "solo", InMemory: true, NestedNames: true,
-		API: filepath.Join(dir, "api.sock")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), settle)
-		defer cancel()
-		a.Stop(ctx)
-	})
-	c, err := client.New(client.Config{API: a.APIAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if err := waitReady(ctx, c); err != nil {
-		t.Fatal(err)
-	}
+	_, c := startAgentWith(t, daemon.AgentConfig{NestedNames: true})
 	return c
 }
 

@@ -803,19 +803,7 @@ func drainReaders(tab api.Table, name string) drainLeft {
 // and those holding names below it: on an intent-shared ticket, the
 // readers its agent said (one when it did not), or one for a reader's
 // ticket of its own.
-func readersAtOrBelow(l api.Lock) int {
-	n := l.ReadersHolding()
-	for _, e := range l.Entries {
-		switch {
-		case e.Mode != semaphore.IntentShared.String() || !e.Holder:
-		case e.Active && e.Readers != nil:
-			n += *e.Readers
-		default:
-			n++
-		}
-	}
-	return n
-}
+func readersAtOrBelow(l api.Lock) int { return l.ReadersHolding() + l.ReadersBelowHolding() }
 
 // String is the count for the progress line, with the levels below the
 // name that have readers: "7 readers left (/site/shop 5, /site/blog 2)".
