@@ -199,10 +199,16 @@ func TestMutantsAreCaught(t *testing.T) {
 	// allows; a restarted leader that drops a restored ticket as soon as
 	// one other leader lacks it (not when fewer than a quorum can hold
 	// it) by the leader restarts. Tombstones in memory only
-	// (MutantMemoryTombs) let a restarted leader of the hostile world take
-	// back a ticket a force-unlock dropped, which is then granted
-	// (core/testdata/release_survives_handoff.txt pins the handoff
-	// case); a force-unlock's tombstone written lazily
+	// (MutantMemoryTombs) are caught by the scripted scenario
+	// core/testdata/release_survives_handoff.txt (core/fence_test.go), and
+	// not by this simulator: the hostile world lined one case up (seed
+	// 389: a restarted leader takes back a ticket a force-unlock dropped,
+	// which is then granted) only while soft writers' stale activation
+	// marks held its requests back, and no world of up to 1,200 seeds
+	// (hostile, elected, ambushes, swarms, lost revocations, five times
+	// the crash and force-unlock rates) shows it since that was fixed; the
+	// harm needs two leaders to lose their memory close together, or a
+	// late phase message across a restart. A force-unlock's tombstone written lazily
 	// (MutantLazyForcedTomb) is caught in swarms with ambushes and lost
 	// revocations, where a leader dies right after answering the
 	// force-unlock and its restart brings the ticket back. Waiters blocked
@@ -292,10 +298,6 @@ func TestMutantsAreCaught(t *testing.T) {
 		// A completed renewal must rest on a quorum's answers to it: the
 		// hostile world's late answers meet the next renewal.
 		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 76},
-		// Tombstones in memory only: a leader restarted in the hostile
-		// world takes back a ticket its release missed, and a request a
-		// force-unlock found waiting is granted.
-		{"keeps tombstones in memory only", core.MutantMemoryTombs, true, Options{}, nil, hostileWorld, 389},
 		{"writes a force-unlock's tombstone lazily", core.MutantLazyForcedTomb, true,
 			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 233},
 	} {
