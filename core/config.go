@@ -242,6 +242,11 @@ const (
 	// once the correction at its announcement is lost, and readers behind
 	// it stall.
 	MutantStaleRestoredMark
+	// MutantClearNotHeld: a replica tells a master that took an
+	// uncontended ticket that it holds it (so no confirmation round is
+	// run) without marking it held, and a force-unlock that meets the
+	// ticket there after its grant answers that it found a waiter.
+	MutantClearNotHeld
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -1138,7 +1138,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 		{"stale reports", core.MutantStaleReports, true, exploreWorld, 0, 3842},
 		// A limited reader skipping a share's doorway below it, and a
 		// share restored as a plain reader's: the web site's world.
-		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 0, 2539},
+		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 20000, 17158},
 		{"restore shares as readers", core.MutantRestoreSharesAsReaders, true, site, 0, 16},
 		// A graceful stop letting a share go under its readers.
 		{"stop with holders", core.MutantStopWithHolders, true, site, 0, 354},

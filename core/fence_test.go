@@ -96,6 +96,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"forgotten_names_keep_fencing.txt", core.MutantForgetMarks, 1, "token=3 "},
 		{"force_release_waiter_stale_reports.txt", core.MutantNoOwnTicket, 2, ": granted "},
 		{"force_release_waiter_stale_reports.txt", core.MutantUnconfirmedGrant, 2, ": granted "},
+		{"force_release_races_grant.txt", core.MutantClearNotHeld, 1, "forced=holder"},
 		{"report_deltas.txt", core.MutantDeltaAnyBase, 1, "5->1 watch a"},
 		{"drain_priority.txt", core.MutantSleepBlocked, 5, ": granted "},
 		{"shared_reads.txt", core.MutantAdmitAfterYield, 1, "error=draining"},

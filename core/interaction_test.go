@@ -468,6 +468,9 @@ func fmtMsg(m wire.Message) string {
 	if m.Reject {
 		s += " reject"
 	}
+	if m.Held {
+		s += " held"
+	}
 	if m.HighWater != 0 {
 		s += fmt.Sprintf(" high-water=%d", m.HighWater)
 	}

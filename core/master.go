@@ -78,6 +78,10 @@ type doorway struct {
 	raises   uint64
 	max      uint64
 	ticket   uint64 // the number: the fencing token once granted
+	// heldAt: the leaders whose ack of the current ticket said they hold
+	// it already (they took it with nothing ahead, see holdIfClear); a
+	// quorum of them makes the confirmation round needless.
+	heldAt map[wire.NodeID]bool
 }
 
 // waiting is what a request with a ticket waits on (phaseWait).
@@ -520,7 +524,7 @@ func (n *Node) onEnterAck(r *request, m wire.Message) {
 	if len(r.acks) >= n.quorum() {
 		r.enterInc = maps.Clone(r.acks)
 		r.ticket = r.max + 1
-		r.acks, r.rejects, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}
+		r.acks, r.rejects, r.tooLow, r.heldAt = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}, nil
 		n.setPhase(r, phaseAddTicket)
 		r.sentAt, r.resends = n.now, 0
 		n.watchCounter++
@@ -545,6 +549,12 @@ func (n *Node) onAddTicketAck(r *request, m wire.Message) {
 		return
 	}
 	r.acks[m.From] = 0
+	if m.Held {
+		if r.heldAt == nil {
+			r.heldAt = map[wire.NodeID]bool{}
+		}
+		r.heldAt[m.From] = true
+	}
 	if len(r.acks) >= n.quorum() {
 		n.startWait(r)
 	}
@@ -639,7 +649,7 @@ func (n *Node) checkTicketQuorum(r *request) {
 		n.stats.TicketRaises++
 		r.raises++
 		r.ticket = r.max + 1 + raiseSpread(r.id, r.raises)
-		r.acks, r.tooLow = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}
+		r.acks, r.tooLow, r.heldAt = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, nil
 		n.watchCounter++
 		r.addSeq = n.watchCounter
 		r.sentAt, r.resends = n.now, 0
@@ -1028,7 +1038,7 @@ func (n *Node) decide(r *request, d Decision) {
 		if !r.activating {
 			n.sendMark(r, true, nil)
 		}
-	case d.Grant && !n.cfg.Mutant.on(MutantNoOwnTicket|MutantUnconfirmedGrant):
+	case d.Grant && !n.heldByQuorum(r) && !n.cfg.Mutant.on(MutantNoOwnTicket|MutantUnconfirmedGrant):
 		n.startConfirm(r)
 	case d.Grant:
 		n.grant(r)
@@ -1052,10 +1062,25 @@ func (n *Node) decide(r *request, d Decision) {
 // granted on them, r would stand beside the next holder, whose grant saw
 // r gone. A quorum that confirms orders every such force-unlock at one of
 // its replicas after the confirmation, where it is taken as a holder's;
-// one that cannot confirm means r was dropped, and r fails.
+// one that cannot confirm means r was dropped, and r fails. A ticket that
+// a quorum took with nothing ahead needs no confirmation (decide): each
+// of them marked it held as it took it (holdIfClear), which orders every
+// force-unlock after that mark in the same way, a round earlier.
 func (n *Node) startConfirm(r *request) {
 	r.confirm = &confirmation{acks: map[wire.NodeID]bool{}, rejects: map[wire.NodeID]bool{}}
 	n.sendConfirm(r)
+}
+
+// heldByQuorum: a quorum of the view's leaders marked r's ticket held as
+// they took it.
+func (n *Node) heldByQuorum(r *request) bool {
+	held := 0
+	for l := range r.heldAt {
+		if n.cfg.View.IsLeader(l) {
+			held++
+		}
+	}
+	return held >= n.quorum()
 }
 
 func (n *Node) sendConfirm(r *request) {

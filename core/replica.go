@@ -292,6 +292,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 	case r != nil && r.entry.Ticket == m.Ticket:
 		// A duplicate: the ticket is durable already, or is in this Ready's Persist.
 		n.watchFromTicket(t, m)
+		reply.Held = n.holdIfClear(t, r)
 	case r == nil || r.entry.State != wire.StateChoosing ||
 		(m.Incarnation != n.cfg.Incarnation && !n.cfg.Mutant.on(MutantStaleIncarnation)):
 		// The choosing flag this ticket rests on is not here, or was set
@@ -311,8 +312,43 @@ func (n *Node) onAddTicket(m wire.Message) {
 		}
 		n.watchFromTicket(t, m)
 		n.askYields(t, r)
+		reply.Held = n.holdIfClear(t, r)
 	}
 	n.send(reply)
+}
+
+// clearScan bounds the table holdIfClear looks through: a name with more
+// requests than this is contended, and its grants are confirmed.
+const clearScan = 8
+
+// holdIfClear marks r held when nothing in this replica's table is ahead
+// of it in a conflicting mode (no such earlier ticket, no such request
+// still choosing), and reports whether r is held. The ack of ADD_TICKET
+// says so (Message.Held), and a master that has that word from a quorum
+// grants without the confirmation round (startConfirm): from here on a
+// force-unlock of r at this replica is taken as a holder's, as after a
+// confirmation. Any force-unlock is answered by a quorum, which meets
+// that one at a replica that marked r held when it took the ticket; one
+// that came there first left a tombstone, which refuses the ticket. The
+// test is for the answers' sake only (a waiter behind a holder is
+// answered as a waiter): marking any ticket held would be as safe.
+func (n *Node) holdIfClear(t *replicaName, r *record) bool {
+	if r.held || len(t.recs) > clearScan {
+		return r.held
+	}
+	for req, o := range t.recs {
+		if req == r.entry.Req || !wire.Conflicts(o.entry.Mode, r.entry.Mode) {
+			continue
+		}
+		if o.entry.Ticket == 0 || Earlier(o.entry.Ticket, req, r.entry.Ticket, r.entry.Req) {
+			return false
+		}
+	}
+	if n.cfg.Mutant.on(MutantClearNotHeld) {
+		return true // says so, and forgets it
+	}
+	r.held = true
+	return true
 }
 
 // watchFromTicket: a ticket taken is also a watch of the name by its
