@@ -31,7 +31,8 @@
 //	             choosing that was there when the master first looked (for
 //	             an activated soft writer: no reader still choosing at all),
 //	             Admit says yes, and a quorum confirms it still has the
-//	             ticket
+//	             ticket (or marked it held as it took it, with nothing
+//	             ahead: the uncontended grant's two rounds)
 //
 // Waiting never polls: replicas push a report of a name to the masters that
 // watch it whenever the name changes. A slow refresh (RefreshTicks) only
