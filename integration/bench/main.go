@@ -56,6 +56,13 @@ type config struct {
 var errUsage = errors.New("usage")
 
 func main() {
+	if kind := os.Getenv(echoEnv); kind != "" {
+		if err := serveEcho(kind); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: echo: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return

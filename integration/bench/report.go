@@ -34,6 +34,12 @@ type row struct {
 	RedisText  string   `json:"redis_text"`
 	Target     string   `json:"target,omitempty"`
 	Result     string   `json:"result,omitempty"`
+	// Floor is the machine's best for the figure (floor.go), FloorModel
+	// what it is made of; OverFloor is sluice's cost over it (a latency
+	// over the floor's, the floor's rate over sluice's): 1× is the floor.
+	Floor      *float64 `json:"floor,omitempty"`
+	FloorModel string   `json:"floor_model,omitempty"`
+	OverFloor  *float64 `json:"over_floor,omitempty"`
 }
 
 // values are a row's numbers, nil where not measured.
@@ -74,9 +80,11 @@ func ratioTarget(text string, ok func(ratio float64) bool) *target {
 
 // redisTarget compares sluice to redis+redsync: ok, and stretch beyond it.
 func redisTarget(text string, ok, stretch func(ratio float64) bool) *target {
-	return &target{text: text,
-		check:   func(v values, _ []*runResult) *bool { return judge(ratioOf(v.sluice, v.redis), ok) },
-		stretch: func(v values) *bool { return judge(ratioOf(v.sluice, v.redis), stretch) }}
+	t := &target{text: text, check: func(v values, _ []*runResult) *bool { return judge(ratioOf(v.sluice, v.redis), ok) }}
+	if stretch != nil {
+		t.stretch = func(v values) *bool { return judge(ratioOf(v.sluice, v.redis), stretch) }
+	}
+	return t
 }
 
 func sluiceTarget(text string, ok func(v float64) bool) *target {
@@ -138,6 +146,19 @@ type metric struct {
 	// figure of workload over's sluice runs in the same storage (W4n's to
 	// W4's: nested names to flat ones).
 	over string
+	// floor, when set, is the operation this figure is of, in the
+	// floor's steps; rate: the figure is a rate (its floor is the model's
+	// operations at once over its latency), else a latency.
+	floor *floorModel
+	rate  bool
+}
+
+// withFloor is m held against the floor of model's operation.
+func withFloor(m metric, model floorModel, ok bool) metric {
+	if ok {
+		m.floor = &model
+	}
+	return m
 }
 
 // ratioMetric is m's figure as a ratio to workload over's, without m's
@@ -160,7 +181,7 @@ func refusedMetric() metric {
 }
 
 func rateMetric(name string) metric {
-	return metric{name: name, format: fmtRate, value: func(runs []*runResult) *float64 {
+	return metric{name: name, format: fmtRate, rate: true, value: func(runs []*runResult) *float64 {
 		return medianOf(runs, func(r *runResult) (float64, bool) { return r.Rate, true })
 	}}
 }
@@ -216,9 +237,12 @@ func metrics(w string, st storage) []metric {
 		} else {
 			rate.target = ratioTarget("≥4× etcd on tmpfs", func(x float64) bool { return x >= 4 })
 		}
-		return []metric{rate, acquireMetric("acquire p50", p50), lat99}
+		cycle, ok := floorModelOf(w, st, 1)
+		grant, _ := floorModelOf("grant", st, 1)
+		return []metric{withFloor(rate, cycle, ok), withFloor(acquireMetric("acquire p50", p50), grant, ok), withFloor(lat99, grant, ok)}
 	case "W2":
-		rate := rateMetric("handoffs/s")
+		handoff, ok := floorModelOf(w, st, 1)
+		rate := withFloor(rateMetric("handoffs/s"), handoff, ok)
 		rate.target = ratioTarget("≥5× etcd", func(x float64) bool { return x >= 5 })
 		fair := metric{name: "fairness (min/max cycles per client)", format: func(v float64) string { return fmt.Sprintf("%.2f", v) },
 			value: func(runs []*runResult) *float64 {
@@ -227,19 +251,25 @@ func metrics(w string, st storage) []metric {
 			target: sluiceTarget("≥0.9", func(v float64) bool { return v >= 0.9 }), noRatio: true}
 		return []metric{rate, fair, acquireMetric("acquire p99", p99)}
 	case "W3":
-		rate := rateMetric("cycles/s")
+		cycles, ok := floorModelOf(w, st, 64)
+		grant, _ := floorModelOf("grant", st, 1)
+		rate := withFloor(rateMetric("cycles/s"), cycles, ok)
 		if st == durable {
-			rate.target = ratioTarget("≥2× etcd", func(x float64) bool { return x >= 2 })
+			rate.target = ratioTarget("≥2× etcd (stretch 3×)", func(x float64) bool { return x >= 2 })
+			rate.target.stretch = func(v values) *bool { return judge(ratioOf(v.sluice, v.etcd), func(x float64) bool { return x >= 3 }) }
 		}
-		return []metric{rate, acquireMetric("acquire p50", p50), acquireMetric("acquire p99", p99)}
+		return []metric{rate, withFloor(acquireMetric("acquire p50", p50), grant, ok), withFloor(acquireMetric("acquire p99", p99), grant, ok)}
 	case "W4":
 		refused := refusedMetric()
 		// Redis's figures are its lock+unlock cycles of 64 keys: the
 		// reference the read path's target sets for sluice's readers of one name.
-		rate, lat50, lat99 := rateMetric("grants/s"), acquireMetric("acquire p50", p50), acquireMetric("acquire p99", p99)
+		views, ok := floorModelOf(w, st, 64)
+		call, _ := floorModelOf("call", st, 1)
+		rate, lat50, lat99 := withFloor(rateMetric("grants/s"), views, ok), withFloor(acquireMetric("acquire p50", p50), call, ok),
+			withFloor(acquireMetric("acquire p99", p99), call, ok)
 		rate.redis, lat50.redis, lat99.redis = true, true, true
 		if st == memory {
-			rate.target = redisTarget("≥1× Redis+redsync (stretch 2×)", func(x float64) bool { return x >= 1 }, func(x float64) bool { return x >= 2 })
+			rate.target = redisTarget("≥2× Redis+redsync", func(x float64) bool { return x >= 2 }, nil)
 		}
 		lat99.target = sluiceTarget("≤2 ms", func(v float64) bool { return v <= 2 })
 		return []metric{rate, lat50, lat99, refused}
@@ -252,10 +282,11 @@ func metrics(w string, st storage) []metric {
 		rateVs.target = sluiceTarget("≥0.8×", func(v float64) bool { return v >= 0.8 })
 		return []metric{rate, rateVs, lat50, lat99, ratioMetric(lat99, "acquire p99, nested ÷ flat (W4)", "W4"), refusedMetric()}
 	case "W5":
-		gap99 := drainMetric("writer grant − last reader release, p99", 0.99, func(d drainSample) float64 { return d.AfterLastReleaseMS })
+		gap, ok := floorModelOf(w, st, 1)
+		gap99 := withFloor(drainMetric("writer grant − last reader release, p99", 0.99, func(d drainSample) float64 { return d.AfterLastReleaseMS }), gap, ok)
 		gap99.target = sluiceTarget("≤5 ms", func(v float64) bool { return v <= 5 })
 		return []metric{
-			drainMetric("writer grant − last reader release, p50", 0.5, func(d drainSample) float64 { return d.AfterLastReleaseMS }),
+			withFloor(drainMetric("writer grant − last reader release, p50", 0.5, func(d drainSample) float64 { return d.AfterLastReleaseMS }), gap, ok),
 			gap99,
 			drainMetric("readmission after the writer's release, p50", 0.5, func(d drainSample) float64 { return d.ReadmitMS }),
 			drainMetric("readmission after the writer's release, p99", 0.99, func(d drainSample) float64 { return d.ReadmitMS }),
@@ -309,7 +340,8 @@ func metrics(w string, st storage) []metric {
 				}
 				return 0, false
 			})
-		}, target: sluiceTarget("≤100 µs", func(v float64) bool { return v <= 0.1 })}
+		}, target: sluiceTarget("≤50 µs", func(v float64) bool { return v <= 0.05 })}
+		added = withFloor(added, floorModel{calls: 1, what: "1 call (the try; the release is after the answer)"}, true)
 		proxied := func(m *middlewareResult) *latency { return m.Proxied }
 		proxyAdded := func(name string, p func(*latency) float64) metric {
 			return metric{name: name, format: fmtUS, value: func(runs []*runResult) *float64 {
@@ -321,7 +353,8 @@ func metrics(w string, st storage) []metric {
 				})
 			}}
 		}
-		proxyP50 := proxyAdded("sluice proxy added latency p50 (vs the handler hit directly)", p50)
+		proxyP50 := withFloor(proxyAdded("sluice proxy added latency p50 (vs the handler hit directly)", p50),
+			floorModel{calls: 2, what: "2 calls (the try, and the proxy's own hop to the site)"}, true)
 		proxyP50.target = sluiceTarget("≤100 µs", func(v float64) bool { return v <= 0.1 })
 		rates := metric{name: "requests/s, plain / behind the middleware", text: func(runs []*runResult) string {
 			rate := func(f func(*middlewareResult) float64) *float64 {
@@ -486,6 +519,16 @@ func (b *bench) rows() []row {
 						r.RedisText += rdFlag
 					}
 				}
+				if m.floor != nil {
+					r.FloorModel = m.floor.what
+					if fl := b.floor.latencyMS(*m.floor); fl != nil && *fl > 0 {
+						r.Floor, r.OverFloor = fl, ratioOf(r.Sluice, fl)
+						if m.rate {
+							rate := 1000 * max(m.floor.per, 1) / *fl
+							r.Floor, r.OverFloor = &rate, ratioOf(&rate, r.Sluice)
+						}
+					}
+				}
 				if m.target != nil {
 					v := values{r.Sluice, r.Etcd, r.Redis}
 					r.Target = m.target.text
@@ -588,19 +631,25 @@ func (b *bench) markdown(rows []row, elapsed time.Duration) string {
 		c.reps, c.window, c.warmup, c.drains, fmtCount(c.names), churnClients, c.churnCap, c.churnStall)
 	// Redis's columns only when it ran: it has figures in W4's rows alone.
 	withRedis := slices.ContainsFunc(b.runs, func(r *runResult) bool { return r.System == "redis" })
+	fmt.Fprintf(&sb, "%s. The floor column is the fewest of these steps the figure's operation takes (the model beside it), "+
+		"and sluice's cost over it: a latency over the floor's, the floor's rate over sluice's; 1× is the machine's best.\n\n", b.floor.line())
 	if withRedis {
-		sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | redis+redsync | sluice/redis | Target | Result |\n")
-		sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+		sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | redis+redsync | sluice/redis | floor | sluice over floor | Target | Result |\n")
+		sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	} else {
-		sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | Target | Result |\n")
-		sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+		sb.WriteString("| Workload | Storage | Metric | sluice | etcd | sluice/etcd | floor | sluice over floor | Target | Result |\n")
+		sb.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	}
 	for _, r := range rows {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |", r.Workload, r.Storage, r.Metric, r.SluiceText, r.EtcdText, fmtRatio(r.Ratio))
 		if withRedis {
 			fmt.Fprintf(&sb, " %s | %s |", r.RedisText, fmtRatio(r.RedisRatio))
 		}
-		fmt.Fprintf(&sb, " %s | %s |\n", dash(r.Target), dash(r.Result))
+		floorCell := "—"
+		if r.Floor != nil {
+			floorCell = r.floorText() + " (" + r.FloorModel + ")"
+		}
+		fmt.Fprintf(&sb, " %s | %s | %s | %s |\n", floorCell, fmtRatio(r.OverFloor), dash(r.Target), dash(r.Result))
 	}
 	sb.WriteString("\n")
 	for _, w := range workloads() {
@@ -676,4 +725,18 @@ func (b *bench) settings() map[string]any {
 	return map[string]any{"reps": c.reps, "window_s": c.window.Seconds(), "warmup_s": c.warmup.Seconds(),
 		"names": c.names, "drains": c.drains, "workloads": c.only, "storage": st, "systems": c.systems,
 		"churn_cap_s": c.churnCap.Seconds(), "churn_stall_s": c.churnStall.Seconds(), "churn_clients": churnClients}
+}
+
+// floorText prints the row's floor in its figure's unit: a rate, or a
+// latency in milliseconds (microseconds for the middleware's rows).
+func (r row) floorText() string {
+	switch {
+	case r.Floor == nil:
+		return "—"
+	case strings.HasSuffix(r.Metric, "/s") || strings.Contains(r.Metric, "/s,"):
+		return fmtRate(*r.Floor)
+	case r.Workload == "middleware":
+		return fmtUS(*r.Floor)
+	}
+	return fmtMS(*r.Floor)
 }

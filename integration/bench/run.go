@@ -20,7 +20,10 @@ import (
 type bench struct {
 	cfg     config
 	machine machine
-	runs    []*runResult
+	// floor: the machine's best for each step of a lock (floor.go),
+	// measured before any cluster starts.
+	floor floor
+	runs  []*runResult
 	// notes are what the reader must know besides the numbers: a system
 	// that did not run, a cluster that failed.
 	notes []string
@@ -73,6 +76,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) error {
 		return err
 	}
 	b.machine = describeMachine(ctx, root)
+	b.measureFloor(ctx)
 
 	etcdBin, redisBin := "", ""
 	if b.needs("etcd", durable) || b.needs("etcd", memory) {
