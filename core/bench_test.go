@@ -228,6 +228,70 @@ func (c *benchCluster) cycles(b *testing.B, a core.Acquire) {
 	b.ReportMetric(float64(grantRounds)/float64(cycles), "grant-rounds/op")
 }
 
+// BenchmarkHandoff is a contended name's handoff on a 3-leader cluster:
+// nodes 1 and 2 take turns holding one exclusive lock, each asking again
+// as soon as it released, so the other always waits. Each iteration is a
+// release and the waiter's grant; grant-rounds/op counts the message
+// hops from the release to the grant (2: the release reaches the
+// leaders, their reports the waiter, which the leaders marked held as
+// they made them; 4 with a confirmation round).
+func BenchmarkHandoff(b *testing.B) {
+	c := newBenchCluster(b, true, nil)
+	a := core.Acquire{Name: "lock", Mode: wire.ModeExclusive, Timeout: 10, Duration: 10}
+	var holder, waiter wire.RequestID
+	var holderNode, waiterNode int
+	// start makes node 1 the holder and node 2 the waiter behind it.
+	start := func() {
+		holder, holderNode = c.acquire(b, 1, a), 1
+		c.settle(b)
+		c.expect(b, core.EventGranted, holder)
+		waiter, waiterNode = c.acquire(b, 2, a), 2
+		c.settle(b)
+	}
+	start()
+	msgs, writes := c.msgs, c.writes
+	handoffs, grantRounds := 0, 0
+	b.ReportAllocs()
+	for b.Loop() {
+		c.release(b, holderNode, holder)
+		before := c.rounds
+		c.settle(b)
+		grantRounds += c.grantedAt - before
+		granted := false
+		for _, e := range c.events {
+			granted = granted || e.Kind == core.EventGranted && e.Req == waiter
+		}
+		if !granted {
+			b.Fatalf("no grant for %s; events: %+v", waiter, c.events)
+		}
+		c.events = c.events[:0]
+		holder, holderNode = waiter, waiterNode
+		waiterNode = 3 - holderNode
+		waiter = c.acquire(b, waiterNode, a)
+		c.settle(b)
+		if handoffs++; handoffs%housekeepEvery == 0 {
+			// Both go, their tombstones expire, and the pair starts
+			// again: none of it counted.
+			b.StopTimer()
+			m, w := c.msgs, c.writes
+			c.release(b, holderNode, holder)
+			c.settle(b)
+			c.release(b, waiterNode, waiter)
+			c.settle(b)
+			c.msgs, c.writes = m, w
+			c.housekeep(b)
+			b.StopTimer()
+			start()
+			c.msgs, c.writes = m, w
+			c.events = c.events[:0]
+			b.StartTimer()
+		}
+	}
+	b.ReportMetric(float64(c.msgs-msgs)/float64(handoffs), "msgs/op")
+	b.ReportMetric(float64(c.writes-writes)/float64(handoffs), "writes/op")
+	b.ReportMetric(float64(grantRounds)/float64(handoffs), "grant-rounds/op")
+}
+
 // BenchmarkReadersOneName: 63 READ_ONLY leases held on one name, spread
 // over the three nodes; each iteration a 64th reader tries (obtain timeout
 // 0), is granted, and releases. Every change of the table is reported to

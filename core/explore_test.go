@@ -1147,7 +1147,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// leaders their three roles in one draw, among readers and soft
 		// writers only. Rarer than the others: it needs a lost mark, a
 		// late ticket and lost reports at three links in one order.
-		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways, true, soft, 2 * exploreBound, 9782},
+		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways, true, soft, 8 * exploreBound, 29683},
 		// A waiter deciding on a report that echoes its ADD_TICKET's
 		// watch number without its ticket: a watch race (watchRace)
 		// among readers and hard writers on two clients' nodes, so a

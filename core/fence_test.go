@@ -23,9 +23,13 @@ import (
 //     tickets: node 5's try is granted while node 4's client holds.
 //   - force_release_waiter_lost_revoke.txt without the own-ticket check:
 //     the force-released waiter is granted beside the next one.
-//   - force_release_waiter_stale_reports.txt without the own-ticket
-//     check, or with it but without the confirmation round: the waiter
-//     is granted on a report older than its force-unlock.
+//   - force_release_waiter_unmarked.txt without the own-ticket check, or
+//     with it but without the confirmation round: the waiter no quorum
+//     marked held is granted after an unlock that found it waiting.
+//   - force_release_waiter_stale_reports.txt and
+//     force_release_races_grant.txt with leaders that say a ticket is
+//     held without marking it: the unlock answers that it found a waiter
+//     (checked on its answer), and the waiter is granted all the same.
 //   - renew_delayed.txt with the old renewal arithmetic: the TTL outlives
 //     the master's end (checked on the printed ttl instead of grants).
 //   - forgotten_names_keep_fencing.txt forgetting idle names' marks: the
@@ -94,8 +98,9 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"renew_delayed.txt", core.MutantRenewFromDecision, 2, "ttl=10\n"},
 		{"release_survives_handoff.txt", core.MutantMemoryTombs, 2, ": granted "},
 		{"forgotten_names_keep_fencing.txt", core.MutantForgetMarks, 1, "token=3 "},
-		{"force_release_waiter_stale_reports.txt", core.MutantNoOwnTicket, 2, ": granted "},
-		{"force_release_waiter_stale_reports.txt", core.MutantUnconfirmedGrant, 2, ": granted "},
+		{"force_release_waiter_unmarked.txt", core.MutantNoOwnTicket, 0, "granted 5.1.1 "},
+		{"force_release_waiter_unmarked.txt", core.MutantUnconfirmedGrant, 0, "granted 5.1.1 "},
+		{"force_release_waiter_stale_reports.txt", core.MutantClearNotHeld, 1, "forced=holder"},
 		{"force_release_races_grant.txt", core.MutantClearNotHeld, 1, "forced=holder"},
 		{"report_deltas.txt", core.MutantDeltaAnyBase, 1, "5->1 watch a"},
 		{"drain_priority.txt", core.MutantSleepBlocked, 5, ": granted "},

@@ -718,6 +718,14 @@ func (n *Node) onReport(m wire.Message) {
 		n.stats.StaleReplies++
 		return
 	}
+	// The leader marked m.Req held as it made the report (heldForReport):
+	// true whatever becomes of the report itself, late or reordered.
+	if r := n.reqs[m.Req]; m.Held && r != nil && r.phase == phaseWait {
+		if r.heldAt == nil {
+			r.heldAt = map[wire.NodeID]bool{}
+		}
+		r.heldAt[m.From] = true
+	}
 	if old := mn.reports[m.From]; old != nil && (old.inc > m.Incarnation || old.inc == m.Incarnation && old.seq >= m.ReportSeq) {
 		return // reordered: an older report of that replica
 	}

@@ -317,9 +317,10 @@ func (n *Node) onAddTicket(m wire.Message) {
 	n.send(reply)
 }
 
-// clearScan bounds the table holdIfClear looks through: a name with more
-// requests than this is contended, and its grants are confirmed.
-const clearScan = 8
+// clearScan bounds the table holdIfClear and flushReports look through:
+// a name with more requests than this is crowded, and its grants are
+// confirmed (startConfirm) instead.
+const clearScan = 32
 
 // holdIfClear marks r held when nothing in this replica's table is ahead
 // of it in a conflicting mode (no such earlier ticket, no such request
@@ -336,6 +337,22 @@ func (n *Node) holdIfClear(t *replicaName, r *record) bool {
 	if r.held || len(t.recs) > clearScan {
 		return r.held
 	}
+	if !t.clear(r) {
+		return false
+	}
+	if n.cfg.Mutant.on(MutantClearNotHeld) {
+		return true // says so, and forgets it
+	}
+	r.held = true
+	return true
+}
+
+// clear: r has a ticket, and no request of t in a conflicting mode is
+// ahead of it (an earlier ticket) or may end up so (still choosing).
+func (t *replicaName) clear(r *record) bool {
+	if r.entry.Ticket == 0 {
+		return false
+	}
 	for req, o := range t.recs {
 		if req == r.entry.Req || !wire.Conflicts(o.entry.Mode, r.entry.Mode) {
 			continue
@@ -344,11 +361,35 @@ func (n *Node) holdIfClear(t *replicaName, r *record) bool {
 			return false
 		}
 	}
-	if n.cfg.Mutant.on(MutantClearNotHeld) {
-		return true // says so, and forgets it
-	}
-	r.held = true
 	return true
+}
+
+// heldForReport picks the request of master that a report to it marks
+// held (Message.Req, Message.Held): its earliest one that is clear and not
+// held yet, marked held now (see holdIfClear); none on a crowded name. A
+// waiter whose turn came by a handoff is then granted on the report,
+// without a confirmation round, when a quorum of leaders marked it so; a
+// report lost on the way costs that round only.
+func (n *Node) heldForReport(t *replicaName, master wire.NodeID) (wire.RequestID, bool) {
+	if len(t.recs) > clearScan {
+		return wire.RequestID{}, false
+	}
+	var pick *record
+	for req, r := range t.recs {
+		if req.Node != master || r.held || !t.clear(r) {
+			continue
+		}
+		if pick == nil || Earlier(r.entry.Ticket, req, pick.entry.Ticket, pick.entry.Req) {
+			pick = r
+		}
+	}
+	if pick == nil {
+		return wire.RequestID{}, false
+	}
+	if !n.cfg.Mutant.on(MutantClearNotHeld) {
+		pick.held = true
+	}
+	return pick.entry.Req, true
 }
 
 // watchFromTicket: a ticket taken is also a watch of the name by its
@@ -846,6 +887,7 @@ func (n *Node) flushReports() {
 				}
 				m.Entries = whole
 			}
+			m.Req, m.Held = n.heldForReport(t, id)
 			n.reportSeq++
 			m.ReportSeq = n.reportSeq
 			w.sentVer, w.sentSeq = t.ver, n.reportSeq
