@@ -175,7 +175,9 @@ const (
 	KindAddTicket
 	// KindAddTicketAck: Ticket is on disk. With Reject, HighWater is the
 	// replica's when the ticket was too low (the master raises it), or 0
-	// when the choosing flag it rests on is gone.
+	// when the choosing flag it rests on is gone. Held: the replica took
+	// the ticket with nothing ahead of it and marked it held (a quorum of
+	// such acks stands for the confirmation; older masters ignore it).
 	KindAddTicketAck
 	// KindWatch (master → replica): push reports of Name to me for
 	// Lifetime ticks; reports echo WatchSeq.
@@ -187,7 +189,9 @@ const (
 	// with ReadersAgo. Incarnation and ReportSeq order reports of one
 	// replica; WatchSeq echoes the highest the replica has seen from that
 	// master for Name. With BaseSeq, Entries are only the changes since
-	// that report (the first after a watch is whole).
+	// that report (the first after a watch is whole). With Held, the
+	// replica marked the master's request Req held as it made the report
+	// (nothing is left ahead of it there), as a confirmation would.
 	KindReport
 	// KindRelease (master → replica): Req is gone; drop it durably, and
 	// keep its tombstone for at least Lifetime ticks.
@@ -496,7 +500,9 @@ type Message struct {
 	// Reject: the receiver refused what the message acks.
 	Reject bool
 	// Held: a released request was held at the replica (confirmed,
-	// renewed, or restored: it may have been granted).
+	// renewed, marked held with nothing ahead, or restored: it may have
+	// been granted); on an ADD_TICKET ack or a report, that the replica
+	// marked the ticket held.
 	Held bool
 	// Code is why a request was refused.
 	Code Code

@@ -16,7 +16,7 @@ import (
 
 // mutationBound is how many seeds a broken core may survive before the
 // mutation test declares the simulator blind to it.
-const mutationBound = 1200
+const mutationBound = 6000
 
 // mutationFull makes every mutation test search from seed 1, as CI does:
 // a plain run starts a mutant's search at the seed that caught it when it
