@@ -242,16 +242,9 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 				unavailable(w, r, name)
 				return
 			}
-			// Released once the handler returns, off the visitor's path:
-			// the response goes out while the agent hears of it. Deferred
-			// first, so that it runs after an abort's panic too.
-			defer c.background(func() {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-				defer cancel()
-				if err := l.Release(ctx); err != nil {
-					log.Warn("releasing the request's lock", "name", name, "lease", l.ID(), "err", err)
-				}
-			})
+			// Released once the handler returns. Deferred first, so that
+			// it runs after an abort's panic too.
+			defer c.releaseAfterRequest(ctx, l, log)
 			g := guardLease(ctx, l, w, isWebsocket(r))
 			func() {
 				defer g.stop()
@@ -282,6 +275,32 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			}
 		})
 	}
+}
+
+// releaseAfterRequest releases a request's lease once its handler
+// returned. An agent that takes releases without an answer (the compact
+// protocol's version 2) gets one write, sent at once: a request costs one
+// round trip to the agent, its try. Otherwise the release waits for its
+// answer off the visitor's path, while the response goes out.
+func (c *Client) releaseAfterRequest(ctx context.Context, l *Lease, log *slog.Logger) {
+	release := func(noReply bool) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		var err error
+		if noReply {
+			err = l.ReleaseNoWait(ctx)
+		} else {
+			err = l.Release(ctx)
+		}
+		if err != nil {
+			log.Warn("releasing the request's lock", "name", l.Name(), "lease", l.ID(), "err", err)
+		}
+	}
+	if c.compactPool.speaksNoReply() {
+		release(true)
+		return
+	}
+	c.background(func() { release(false) })
 }
 
 // Previews: while a drain holds a site's name, requests that carry its
