@@ -191,6 +191,7 @@ type Lease struct {
 	ended     bool
 	err       error
 	watching  bool
+	renews    bool  // the renewer was started
 	released  bool  // the agent confirmed the release
 	renewFail error // the last renewal's error, for the expiry's report
 }
@@ -204,12 +205,26 @@ func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode
 	// says nothing (unreachable, stopped, slow).
 	_, left := l.leftLocked()
 	l.timer = time.AfterFunc(wake(left), l.expire)
-	if o.AutoRenew {
-		l.wg.Add(1)
-		go l.renewLoop()
-	}
 	l.mu.Unlock()
+	if o.AutoRenew {
+		l.autoRenew()
+	}
 	return l
+}
+
+// autoRenew starts the renewals of Options.AutoRenew once, unless the
+// lease ended. The middleware starts them only for a request that lasts:
+// most page views end long before a renewal is due, without the
+// renewer's goroutine and timer.
+func (l *Lease) autoRenew() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || l.renews {
+		return
+	}
+	l.renews = true
+	l.wg.Add(1)
+	go l.renewLoop()
 }
 
 // ID is the agent's handle of the lease ("node.incarnation.counter").
