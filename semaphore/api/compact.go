@@ -27,11 +27,11 @@ import (
 // calls in order: the release is done before the next call on it starts.
 // It counts and logs such a release's failure, which no client hears of;
 // the lease's expiry bounds a lost one. Every other call is answered as
-// in version 1. An agent of version 1 only answers the version 2 preface
-// as a malformed HTTP request, as an agent from before the compact
-// protocol answers both: the client then opens a version 1 connection
-// (and then uses HTTP) and sends the call again, which the agent never
-// ran.
+// in version 1. An agent that speaks version 1 only hands the version 2
+// preface to its HTTP server, which answers it as a malformed request, as
+// an agent from before the compact protocol answers either preface: the
+// agent never ran the call, and the client sends it again on a version 1
+// connection (refused again, over HTTP).
 
 // CompactPreface opens a connection of the compact protocol's version 1.
 // It ends a request head, as HTTP would, so that an agent from before the
