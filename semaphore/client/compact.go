@@ -33,8 +33,13 @@ type compactPool struct {
 	http atomic.Bool
 }
 
-// maxIdleCompact matches the HTTP transport's idle connections per host.
-const maxIdleCompact = 64
+// maxIdleCompact bounds the idle connections. A busy frontend has about
+// as many calls in flight as page views at once (200 concurrent clients:
+// 200), and a connection closed on its return is dialled again by the
+// next burst, an accept and a goroutine at the agent each time (with 64,
+// one page view in fifteen); an idle one costs the agent a parked
+// goroutine.
+const maxIdleCompact = 256
 
 type compactConn struct {
 	c       net.Conn
