@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,17 +13,48 @@ import (
 // The compact protocol carries the per-request calls (acquire, release,
 // renew) on the API's Unix socket without HTTP and JSON, which cost more
 // than a lock granted on the agent's shared read ticket. A connection
-// opens with CompactPreface (no HTTP request starts with a zero byte),
-// then carries one request and its answer at a time, each a frame: a
-// uvarint length, then the body. Numbers are uvarints, durations varints
-// of nanoseconds, strings a uvarint length and the bytes. Everything else,
-// and every client that is not Go, uses HTTP/JSON.
+// opens with a preface that names its version (no HTTP request starts
+// with a zero byte), then carries calls, each a frame: a uvarint length,
+// then the body. Numbers are uvarints, durations varints of nanoseconds,
+// strings a uvarint length and the bytes. Everything else, and every
+// client that is not Go, uses HTTP/JSON.
+//
+// Version 1 (CompactPreface) carries one request and its answer at a
+// time. Version 2 (CompactPreface2) adds OpReleaseNoReply: a release the
+// agent does not answer, so that a page view costs one round trip (the
+// try) and one write (its release), and the next call may follow the
+// release at once on the same connection. The agent runs a connection's
+// calls in order: the release is done before the next call on it starts.
+// It counts and logs such a release's failure, which no client hears of;
+// the lease's expiry bounds a lost one. Every other call is answered as
+// in version 1. An agent that speaks version 1 only hands the version 2
+// preface to its HTTP server, which answers it as a malformed request, as
+// an agent from before the compact protocol answers either preface: the
+// agent never ran the call, and the client sends it again on a version 1
+// connection (refused again, over HTTP).
 
-// CompactPreface opens a connection of the compact protocol. It ends a
-// request head, as HTTP would, so that an agent from before the compact
-// protocol answers it at once with an HTTP error (the client then uses
-// HTTP) instead of waiting for more.
+// CompactPreface opens a connection of the compact protocol's version 1.
+// It ends a request head, as HTTP would, so that an agent from before the
+// compact protocol answers it at once with an HTTP error (the client then
+// uses HTTP) instead of waiting for more.
 var CompactPreface = []byte("\x00SLC1\r\n\r\n")
+
+// CompactPreface2 opens a connection of the compact protocol's version 2,
+// as long as CompactPreface, so that an agent reads either whole before it
+// routes the connection.
+var CompactPreface2 = []byte("\x00SLC2\r\n\r\n")
+
+// CompactVersion is the protocol version preface opens (1 or 2), or 0 for
+// bytes that open no compact connection (HTTP, or garbage).
+func CompactVersion(preface []byte) int {
+	switch {
+	case bytes.Equal(preface, CompactPreface):
+		return 1
+	case bytes.Equal(preface, CompactPreface2):
+		return 2
+	}
+	return 0
+}
 
 // MaxCompactFrame caps a frame's body, as maxBody caps an HTTP body.
 const MaxCompactFrame = 64 << 10
@@ -32,15 +64,19 @@ const (
 	OpAcquire byte = iota + 1
 	OpRelease
 	OpRenew
+	// OpReleaseNoReply is a release the agent does not answer (version
+	// 2 only): its frame is OpRelease's.
+	OpReleaseNoReply
 )
 
 // ErrCompact: a compact frame is malformed or too large.
 var ErrCompact = errors.New("api: malformed compact frame")
 
-// CompactRequest is one call. Acquire uses the lock's fields, release and
-// renew Lease only. An acquire is read as its HTTP body would be: a
-// Duration, Grace or Quiet of 0 is the default, and a Timeout of 0 is an
-// answer at once (HTTP's "timeout": "0s"): send DefaultTimeout to wait.
+// CompactRequest is one call. Acquire uses the lock's fields; release and
+// renew Lease and the lock's Name (renew its Mode, Duration and Grace
+// too). An acquire is read as its HTTP body would be: a Duration, Grace
+// or Quiet of 0 is the default, and a Timeout of 0 is an answer at once
+// (HTTP's "timeout": "0s"): send DefaultTimeout to wait.
 type CompactRequest struct {
 	Op                              byte
 	Name                            string
@@ -78,7 +114,8 @@ func AppendRequest(dst []byte, r *CompactRequest) []byte {
 	return appendFrame(dst, b)
 }
 
-// ReadRequest reads one request frame.
+// ReadRequest reads one request frame: any operation of version 2 (the
+// agent refuses OpReleaseNoReply on a version 1 connection).
 func ReadRequest(br *bufio.Reader) (CompactRequest, error) {
 	var r CompactRequest
 	d, err := readFrame(br)
@@ -96,7 +133,7 @@ func ReadRequest(br *bufio.Reader) (CompactRequest, error) {
 	if err := d.end(); err != nil {
 		return CompactRequest{}, err
 	}
-	if r.Op < OpAcquire || r.Op > OpRenew {
+	if r.Op < OpAcquire || r.Op > OpReleaseNoReply {
 		return CompactRequest{}, fmt.Errorf("%w: operation %d", ErrCompact, r.Op)
 	}
 	return r, nil

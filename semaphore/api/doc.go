@@ -12,4 +12,9 @@
 // epochs and counters stay numbers: they count up from 1 one at a time,
 // so they stay far below 2^53, and a holder compares tokens as numbers
 // (as strings, "10" would sort before "9").
+//
+// The per-request calls (acquire, release, renew) also have a compact,
+// binary form on the agent's Unix socket (compact.go), in two versions:
+// version 2 adds a release the agent does not answer, so that a page
+// view costs one round trip. HTTP/JSON (openapi.json) is unchanged.
 package api

@@ -121,8 +121,9 @@ func New(cfg Config) (*Client, error) {
 // Addr is the agent's address the client uses.
 func (c *Client) Addr() string { return c.addr }
 
-// Close waits for the releases the middleware runs in the background and
-// closes the client's idle connections. Leases are not touched:
+// Close waits for the releases the middleware runs in the background
+// (with an agent that answers every release; others get them at once,
+// sent without an answer) and closes the client's idle connections. Leases are not touched:
 // release them first.
 func (c *Client) Close() error {
 	c.bgMu.Lock()

@@ -43,8 +43,10 @@
 // On a Unix socket, acquire, release and renew go over the agent's compact
 // protocol (semaphore/api), the rest over HTTP; an agent without it is
 // spoken to in HTTP only (Config.HTTPOnly asks for that). The middleware
-// releases a request's lock after its handler returned, off the visitor's
-// path; Close waits for those releases.
+// releases a request's lock after its handler returned without waiting
+// for the agent's answer (Lease.ReleaseNoWait, the protocol's version 2);
+// with an agent of version 1 it waits for the answer off the visitor's
+// path, and Close waits for those releases.
 //
 // The middleware never lets a request run without its read lock, with
 // one exception a writer grants: while a drain holds the name, a request

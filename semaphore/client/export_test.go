@@ -16,3 +16,7 @@ func UsesCompact(c *Client) bool { return c.compactPool != nil && !c.compactPool
 func AcquireOnClock(ctx context.Context, c *Client, clk clock, name string, mode semaphore.Mode, o Options) (*Lease, error) {
 	return c.acquire(ctx, name, mode, o, clk)
 }
+
+// ReleasesNoReply reports whether c knows its agent takes releases
+// without an answer (the compact protocol's version 2).
+func ReleasesNoReply(c *Client) bool { return c.compactPool.speaksNoReply() }

@@ -191,6 +191,7 @@ type Lease struct {
 	ended     bool
 	err       error
 	watching  bool
+	renews    bool  // the renewer was started
 	released  bool  // the agent confirmed the release
 	renewFail error // the last renewal's error, for the expiry's report
 }
@@ -204,12 +205,26 @@ func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode
 	// says nothing (unreachable, stopped, slow).
 	_, left := l.leftLocked()
 	l.timer = time.AfterFunc(wake(left), l.expire)
-	if o.AutoRenew {
-		l.wg.Add(1)
-		go l.renewLoop()
-	}
 	l.mu.Unlock()
+	if o.AutoRenew {
+		l.autoRenew()
+	}
 	return l
+}
+
+// autoRenew starts the renewals of Options.AutoRenew once, unless the
+// lease ended. The middleware starts them only for a request that lasts:
+// most page views end long before a renewal is due, without the
+// renewer's goroutine and timer.
+func (l *Lease) autoRenew() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || l.renews {
+		return
+	}
+	l.renews = true
+	l.wg.Add(1)
+	go l.renewLoop()
 }
 
 // ID is the agent's handle of the lease ("node.incarnation.counter").
@@ -368,6 +383,26 @@ func (l *Lease) extend(t instant) {
 // leaders drop the lease at its expiry at the latest; calling Release
 // again retries.
 func (l *Lease) Release(ctx context.Context) error {
+	return l.release(ctx, false)
+}
+
+// ReleaseNoWait is Release without the agent's answer, on an agent that
+// takes releases so (the socket's compact protocol, version 2): it
+// returns once the release is sent, and the agent gives the lease back
+// before the next call on the same connection. A failure of the agent's
+// is not returned: the agent counts it
+// (sluice_api_unanswered_release_failures_total) and logs it, and the
+// leaders drop the lease at its expiry at the latest. The error says only
+// that the release could not be sent. Where the agent's version is not
+// known yet, or it has none (HTTP), it is Release. The middleware and
+// `sluice proxy` release each request's lock so; use Release to learn that
+// the release is durable.
+func (l *Lease) ReleaseNoWait(ctx context.Context) error {
+	return l.release(ctx, true)
+}
+
+// release is Release, without the answer when noReply.
+func (l *Lease) release(ctx context.Context, noReply bool) error {
 	l.end(nil)
 	l.wg.Wait()
 	l.mu.Lock()
@@ -379,7 +414,16 @@ func (l *Lease) Release(ctx context.Context) error {
 	op := "release " + l.id
 	// The lock's name goes with the compact call, which agents before it
 	// ignore; not in HTTP's body, which they would refuse.
-	_, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRelease, Lease: l.id, Name: l.name})
+	req := api.CompactRequest{Op: api.OpRelease, Lease: l.id, Name: l.name}
+	var (
+		ok  bool
+		err error
+	)
+	if noReply {
+		ok, err = l.c.releaseNoReply(ctx, op, req)
+	} else {
+		_, ok, err = l.c.compact(ctx, op, &req)
+	}
 	if !ok {
 		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
 	}

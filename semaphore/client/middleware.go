@@ -136,10 +136,11 @@ const releaseTimeout = 5 * time.Second
 var ErrLeaseLost = fmt.Errorf("client: the request's lease was lost: %w", semaphore.ErrLost)
 
 // watchAfter is how long a request runs before the middleware watches its
-// lease's end as it happens (Lease.Done: one stream to the agent). Most
-// page views end sooner, and a stream for each would cost the agent far
-// more than the lock itself; until then an expiry cannot come (a lease
-// that ends sooner is watched at once) and a loss the agent reports is
+// lease's end as it happens (Lease.Done: one stream to the agent) and
+// renews it. Most page views end sooner, and a stream for each would cost
+// the agent far more than the lock itself; until then an expiry cannot
+// come (a lease that ends sooner is watched and renewed at once: a
+// renewal is due at half the time left) and a loss the agent reports is
 // checked when the handler returns.
 const watchAfter = 100 * time.Millisecond
 
@@ -220,7 +221,9 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			if o.PathLevels > 0 {
 				name = RequestName(name, r.URL.EscapedPath(), o.PathLevels)
 			}
-			l, err := outage.acquire(ctx, c, name, Options{Try: true, Duration: o.Duration, AutoRenew: true}, o.AgentWait)
+			// Renewed from watchAfter on (leaseGuard.watch), not from
+			// the grant: most page views end before.
+			l, err := outage.acquire(ctx, c, name, Options{Try: true, Duration: o.Duration}, o.AgentWait)
 			r.Header.Del(PreviewHeader) // the middleware's word to the handler, not the visitor's
 			switch {
 			case err == nil:
@@ -242,16 +245,9 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 				unavailable(w, r, name)
 				return
 			}
-			// Released once the handler returns, off the visitor's path:
-			// the response goes out while the agent hears of it. Deferred
-			// first, so that it runs after an abort's panic too.
-			defer c.background(func() {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-				defer cancel()
-				if err := l.Release(ctx); err != nil {
-					log.Warn("releasing the request's lock", "name", name, "lease", l.ID(), "err", err)
-				}
-			})
+			// Released once the handler returns. Deferred first, so that
+			// it runs after an abort's panic too.
+			defer c.releaseAfterRequest(ctx, l, log)
 			g := guardLease(ctx, l, w, isWebsocket(r))
 			func() {
 				defer g.stop()
@@ -282,6 +278,32 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 			}
 		})
 	}
+}
+
+// releaseAfterRequest releases a request's lease once its handler
+// returned. An agent that takes releases without an answer (the compact
+// protocol's version 2) gets one write, sent at once: a request costs one
+// round trip to the agent, its try. Otherwise the release waits for its
+// answer off the visitor's path, while the response goes out.
+func (c *Client) releaseAfterRequest(ctx context.Context, l *Lease, log *slog.Logger) {
+	release := func(noReply bool) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		var err error
+		if noReply {
+			err = l.ReleaseNoWait(ctx)
+		} else {
+			err = l.Release(ctx)
+		}
+		if err != nil {
+			log.Warn("releasing the request's lock", "name", l.Name(), "lease", l.ID(), "err", err)
+		}
+	}
+	if c.compactPool.speaksNoReply() {
+		release(true)
+		return
+	}
+	c.background(func() { release(false) })
 }
 
 // Previews: while a drain holds a site's name, requests that carry its
@@ -527,7 +549,7 @@ func guardLease(ctx context.Context, l *Lease, w http.ResponseWriter, websocket 
 	return g
 }
 
-// watch waits for the lease to end while the handler runs.
+// watch renews the lease and waits for it to end while the handler runs.
 func (g *leaseGuard) watch() {
 	defer close(g.exited)
 	select {
@@ -535,6 +557,7 @@ func (g *leaseGuard) watch() {
 		return // no stream for a lease that is being released
 	default:
 	}
+	g.l.autoRenew()
 	select {
 	case <-g.l.Done():
 		// A nil Err is a release by the handler itself: its choice.

@@ -117,11 +117,10 @@ func TestMiddleware(t *testing.T) {
 		t.Fatalf("after the drain: %+v", got)
 	}
 	<-seen
-	c.Close() // waits for the middleware's releases, which run off the visitor's path
-	tab, err := c.Locks(ctx, "/site")
-	if err != nil || len(tab.Requests) != 0 {
-		t.Fatalf("requests left at the agent: %+v, %v", tab.Requests, err)
-	}
+	c.Close()
+	// The last release went without an answer, on a connection of its
+	// own: the agent runs it soon, not before the HTTP call's answer.
+	waitRequests(t, c, "/site", 0)
 	if len(seen) != 0 {
 		t.Fatal("the handler ran during the drain")
 	}

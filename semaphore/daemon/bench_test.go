@@ -176,3 +176,58 @@ func BenchmarkSharedReadTry(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// BenchmarkSharedReadPageView measures a page view's calls, one at a
+// time: a READ_ONLY try granted on the agent's shared read ticket and its
+// release, through the Go client's compact protocol. "answered" waits for
+// the release's answer (Lease.Release, two round trips), "no-answer" does
+// not (Lease.ReleaseNoWait, the middleware's: one round trip and a write).
+// It reports the whole view's p50 and p99.
+//
+//	go test ./semaphore/daemon -run '^$' -bench SharedReadPageView -benchtime 20000x
+func BenchmarkSharedReadPageView(b *testing.B) {
+	sock := benchCluster(b, false)
+	for _, noAnswer := range []bool{false, true} {
+		name := "answered"
+		if noAnswer {
+			name = "no-answer"
+		}
+		b.Run(name, func(b *testing.B) {
+			c, err := client.New(client.Config{API: sock})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			o := client.Options{Try: true, Duration: time.Minute}
+			view := func() {
+				l, err := c.Acquire(ctx, "/site", semaphore.ReadOnly, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if noAnswer {
+					err = l.ReleaseNoWait(ctx)
+				} else {
+					err = l.Release(ctx)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 100 { // the share, and the pool's connections
+				view()
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				view()
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}

@@ -2,10 +2,11 @@ package daemon
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -16,11 +17,11 @@ import (
 )
 
 // apiMux serves the API's Unix socket: a connection that opens with
-// api.CompactPreface speaks the compact protocol (see semaphore/api's
-// compact.go), any other goes to the HTTP server through HTTP(). With a
-// lock granted on the agent's shared read ticket, HTTP and JSON are most
-// of a page view's cost; the Go client and the middleware use the compact
-// calls, everything else HTTP.
+// api.CompactPreface or api.CompactPreface2 speaks the compact protocol,
+// version 1 or 2 (see semaphore/api's compact.go), any other goes to the
+// HTTP server through HTTP(). With a lock granted on the agent's shared
+// read ticket, HTTP and JSON are most of a page view's cost; the Go
+// client and the middleware use the compact calls, everything else HTTP.
 type apiMux struct {
 	lis  net.Listener
 	node *Node
@@ -78,10 +79,10 @@ func (m *apiMux) route(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(prefaceWait))
 	br := bufio.NewReaderSize(c, 4096)
 	head, err := br.Peek(len(api.CompactPreface))
-	if err == nil && bytes.Equal(head, api.CompactPreface) {
+	if version := api.CompactVersion(head); err == nil && version > 0 {
 		_, _ = br.Discard(len(head))
 		_ = c.SetReadDeadline(time.Time{})
-		m.serveCompact(c, br, caller)
+		m.serveCompact(c, br, caller, version)
 		return
 	}
 	// HTTP (or garbage, which HTTP refuses): what was read goes with it,
@@ -106,8 +107,9 @@ func (m *apiMux) caller(c net.Conn) *Caller {
 	return m.access.Peer(uid, gid, pid)
 }
 
-// serveCompact answers c's calls, one at a time, until it closes.
-func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller) {
+// serveCompact answers c's calls, one at a time and in order, until it
+// closes; version is the protocol's, from the preface.
+func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller, version int) {
 	base := context.Background()
 	if caller != nil {
 		base = WithCaller(base, caller)
@@ -122,10 +124,19 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller) {
 		if errors.Is(err, io.EOF) {
 			return
 		}
+		if err == nil && req.Op == api.OpReleaseNoReply && version < 2 {
+			err = fmt.Errorf("%w: operation %d is of version 2, the connection's is %d", api.ErrCompact, req.Op, version)
+		}
 		if err != nil {
 			out = api.AppendReply(out[:0], &api.CompactReply{Error: "bad_request", Message: err.Error()})
 			_, _ = c.Write(out)
 			return
+		}
+		if req.Op == api.OpReleaseNoReply {
+			// Done before the next frame is read, so that the client's
+			// next call on the connection comes after it, as it was sent.
+			m.releaseNoReply(base, req)
+			continue
 		}
 		if req.Op != api.OpAcquire || req.Try {
 			// A call that does not wait (a try, a release, a renewal) is
@@ -194,6 +205,26 @@ func (m *apiMux) call(ctx context.Context, req api.CompactRequest) api.CompactRe
 	}
 	return api.CompactReply{LeaseJSON: api.LeaseJSON{Lease: l.ID, Name: l.Name, Mode: l.Mode.String(), Token: l.Token},
 		TTLNanos: l.TTL}
+}
+
+// releaseNoReply runs a release its client does not wait for. Its failure
+// reaches no client: it is counted and logged, and the lease ends at its
+// expiry at the latest.
+func (m *apiMux) releaseNoReply(base context.Context, req api.CompactRequest) {
+	ctx, cancel := context.WithTimeout(base, giveBackWait)
+	defer cancel()
+	err := m.node.Release(ctx, req.Lease, req.Name)
+	if err == nil {
+		return
+	}
+	code := codes.Of(err).Code
+	m.node.metrics.releasesUnanswered.WithLabelValues(code).Inc()
+	level := slog.LevelWarn
+	if errors.Is(err, semaphore.ErrUnknownLease) {
+		level = slog.LevelInfo // ended already (expired, revoked): nothing is held
+	}
+	m.node.log.Log(ctx, level, "a release sent without waiting for its answer failed; the lease ends at its expiry",
+		"lease", req.Lease, "name", req.Name, "code", code, "err", err)
 }
 
 // giveBack releases a lease whose grant could not be told to its client.

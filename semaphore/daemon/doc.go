@@ -43,8 +43,9 @@
 // The local API (NewAPI) is HTTP/JSON; Agent puts a node, its p2p.Host and
 // its store.Store together and serves the API on a Unix socket or a
 // loopback TCP address with a bearer token. The Unix socket also speaks
-// the compact protocol of semaphore/api for acquire, release and renew
-// (compact.go): each connection is routed by its first bytes.
+// the compact protocol of semaphore/api, versions 1 and 2, for acquire,
+// release and renew (compact.go): each connection is routed by its first
+// bytes.
 //
 // Who may do what (access.go): each connection's caller is named once, by
 // the kernel (SO_PEERCRED on the socket) or by its bearer token (TCP), and

@@ -1,12 +1,16 @@
 package daemon_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/codes"
@@ -20,6 +24,11 @@ import (
 // with a JSON error, or reach the node (and get 503 not_ready from the
 // stopped loop), and never panic.
 func FuzzAPIRequest(f *testing.F) {
+	for _, r := range []api.CompactRequest{{Op: api.OpReleaseNoReply, Lease: "1.1.1", Name: "/a"},
+		{Op: api.OpAcquire, Name: "/a", Mode: "read-only", Try: true}, {Op: api.OpAcquire, Name: "/a", Timeout: time.Second},
+		{Op: api.OpRelease, Lease: "1.1.1"}, {Op: api.OpRenew, Lease: "1.1.1", Name: "/a", Mode: "gentle"}} {
+		f.Add(string(api.AppendRequest(api.AppendRequest(nil, &r), &api.CompactRequest{Op: api.OpRelease, Lease: "2.1.1"})))
+	}
 	for _, s := range []string{`{"name":"/a"}`, `{"name":"/a","mode":"read-only","timeout":"1s","duration":"1m","grace":"1s","quiet":"1s","limit":2,"try":true}`,
 		`{"lease":"1.1.1"}`, `{"name":"/a","token":3}`, `{"name":"/a","lease":"2.1.1"}`, `{`, `[]`, `null`, `{"name":"\u0000"}`,
 		`{"name":"/a","timeout":"-1s"}`, `{"name":"/a","duration":"9999999h"}`} {
@@ -51,6 +60,22 @@ func FuzzAPIRequest(f *testing.F) {
 			h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
 			if w.Code == http.StatusOK || !strings.Contains(w.Body.String(), `"error"`) {
 				t.Fatalf("%s %q: %d %s", path, body, w.Code, w.Body.String())
+			}
+		}
+		// The same bytes as the compact frames of a connection of either
+		// version: every answer is a well-formed frame with an error (the
+		// node is stopped), a release without an answer gets none, and
+		// the connection ends.
+		for _, version := range []int{1, 2} {
+			br := bufio.NewReader(bytes.NewReader(daemon.ServeCompact(node, []byte(body), version)))
+			for {
+				reply, err := api.ReadReply(br)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil || reply.Error == "" {
+					t.Fatalf("compact version %d %x: answer %+v, %v", version, body, reply, err)
+				}
 			}
 		}
 	})

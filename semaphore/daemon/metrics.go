@@ -36,6 +36,9 @@ type metrics struct {
 	forced                 prometheus.Counter
 	// forbidden: API calls refused by the caller's role, by action.
 	forbidden *prometheus.CounterVec
+	// releasesUnanswered: releases of the compact protocol's version 2
+	// that no client waited for and that failed, by error code.
+	releasesUnanswered *prometheus.CounterVec
 	// changesRefused: membership changes that failed; foreign: messages of
 	// another cluster; stale: check-ins of a node's older life, refused.
 	changesRefused, foreign, stale prometheus.Counter
@@ -74,6 +77,10 @@ func newMetrics() *metrics {
 	m.forbidden = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_forbidden_total",
 		Help: "API calls refused because the caller's role does not allow them, by action."}, []string{"action"})
 	f(m.forbidden)
+	m.releasesUnanswered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_api_unanswered_release_failures_total",
+		Help: "Releases sent without waiting for an answer (the compact protocol's version 2) that failed, by error code; their leases end at their expiry."},
+		[]string{"code"})
+	f(m.releasesUnanswered)
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_waiters",
 		Help: "Requests of this node's clients waiting for a grant."})
 	m.changesRefused = counter("sluice_membership_changes_refused_total",
@@ -119,6 +126,7 @@ func newMetrics() *metrics {
 		if r.Wire != wire.CodeNone {
 			m.failures.WithLabelValues(r.Wire.String())
 		}
+		m.releasesUnanswered.WithLabelValues(r.Code)
 	}
 	for _, p := range core.PhaseNames() {
 		m.phases.WithLabelValues(p)

@@ -1,0 +1,27 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+)
+
+// ServeCompact serves in, the bytes after a compact preface of version,
+// as a connection that sent them and closed, and returns what the agent
+// wrote back.
+func ServeCompact(node *Node, in []byte, version int) []byte {
+	m := &apiMux{node: node, conns: map[net.Conn]bool{}}
+	c := &recordConn{}
+	m.serveCompact(c, bufio.NewReader(bytes.NewReader(in)), nil, version)
+	return c.out.Bytes()
+}
+
+// recordConn is a connection's writing end, kept in out; serveCompact
+// reads through its bufio.Reader only.
+type recordConn struct {
+	net.Conn
+	out bytes.Buffer
+}
+
+func (c *recordConn) Write(b []byte) (int, error) { return c.out.Write(b) }
+func (c *recordConn) Close() error                { return nil }
