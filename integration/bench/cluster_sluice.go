@@ -6,9 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -204,6 +208,55 @@ func (c *sluiceCluster) memory() []memberRSS {
 	return rssOf(c.agents)
 }
 
+// agentCounters are the agents' counters a run divides by its cycles, by
+// their names in the run's PerCycle.
+var agentCounters = map[string]string{
+	"fsyncs":   "sluice_store_syncs_total",
+	"batches":  "sluice_store_submits_total",
+	"messages": `sluice_messages_total{direction="out"}`,
+}
+
+// counters sums agentCounters over the agents, read from each one's
+// /metrics on its API socket.
+func (c *sluiceCluster) counters(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, sock := range c.socks {
+		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sluice/metrics", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		hc.CloseIdleConnections()
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("%s: /metrics answered %s", sock, resp.Status)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			for key, series := range agentCounters {
+				if v, ok := strings.CutPrefix(line, series+" "); ok {
+					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					if err != nil {
+						return nil, fmt.Errorf("%s: %s: %w", sock, series, err)
+					}
+					out[key] += f
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // stop stops the agents with SIGTERM (each writes its profile then) and
 // removes the cluster's directory.
 func (c *sluiceCluster) stop() {
@@ -242,9 +295,15 @@ func (l sluiceLocker) lock(ctx context.Context, name string) (release, error) {
 	return l.acquire(ctx, name, semaphore.Exclusive, false)
 }
 
-// read is a READ_ONLY try: granted at once or refused (timedout, draining).
+// read is a READ_ONLY try: granted at once or refused (timedout, draining),
+// given back as a page view through the middleware gives it back: one
+// write, no answer awaited (Lease.ReleaseNoWait).
 func (l sluiceLocker) read(ctx context.Context, name string) (release, error) {
-	return l.acquire(ctx, name, semaphore.ReadOnly, true)
+	lease, err := l.c.Acquire(ctx, name, semaphore.ReadOnly, client.Options{Try: true, Timeout: opTimeout, Duration: leaseDuration})
+	if err != nil {
+		return nil, err
+	}
+	return lease.ReleaseNoWait, nil
 }
 
 // write is READ_WRITE_PRIORITY, the drain's writer: later readers are

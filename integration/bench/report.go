@@ -186,6 +186,20 @@ func rateMetric(name string) metric {
 	}}
 }
 
+// perCycleMetrics are sluice's agents' fsyncs, store batches and
+// messages sent per cycle (runResult.PerCycle): what a cycle costs the
+// cluster, and how well the store groups its commits.
+func perCycleMetrics() []metric {
+	m := func(name, key string) metric {
+		return metric{name: name, noRatio: true, format: func(v float64) string { return fmt.Sprintf("%.2f", v) },
+			value: func(runs []*runResult) *float64 {
+				return medianOf(runs, func(r *runResult) (float64, bool) { v, ok := r.PerCycle[key]; return v, ok })
+			}}
+	}
+	return []metric{m("fsyncs per cycle (3 agents)", "fsyncs"), m("store batches per cycle (3 agents)", "batches"),
+		m("messages sent per cycle (3 agents)", "messages")}
+}
+
 func acquireMetric(name string, p func(*latency) float64) metric {
 	return metric{name: name, format: fmtMS, value: func(runs []*runResult) *float64 {
 		return medianOf(runs, func(r *runResult) (float64, bool) {
@@ -239,7 +253,8 @@ func metrics(w string, st storage) []metric {
 		}
 		cycle, ok := floorModelOf(w, st, 1)
 		grant, _ := floorModelOf("grant", st, 1)
-		return []metric{withFloor(rate, cycle, ok), withFloor(acquireMetric("acquire p50", p50), grant, ok), withFloor(lat99, grant, ok)}
+		return append([]metric{withFloor(rate, cycle, ok), withFloor(acquireMetric("acquire p50", p50), grant, ok), withFloor(lat99, grant, ok)},
+			perCycleMetrics()...)
 	case "W2":
 		handoff, ok := floorModelOf(w, st, 1)
 		rate := withFloor(rateMetric("handoffs/s"), handoff, ok)
@@ -249,7 +264,7 @@ func metrics(w string, st storage) []metric {
 				return medianOf(runs, func(r *runResult) (float64, bool) { return r.Fairness, len(r.PerClient) > 0 })
 			},
 			target: sluiceTarget("≥0.9", func(v float64) bool { return v >= 0.9 }), noRatio: true}
-		return []metric{rate, fair, acquireMetric("acquire p99", p99)}
+		return append([]metric{rate, fair, acquireMetric("acquire p99", p99)}, perCycleMetrics()...)
 	case "W3":
 		cycles, ok := floorModelOf(w, st, 64)
 		grant, _ := floorModelOf("grant", st, 1)
@@ -258,7 +273,8 @@ func metrics(w string, st storage) []metric {
 			rate.target = ratioTarget("≥2× etcd (stretch 3×)", func(x float64) bool { return x >= 2 })
 			rate.target.stretch = func(v values) *bool { return judge(ratioOf(v.sluice, v.etcd), func(x float64) bool { return x >= 3 }) }
 		}
-		return []metric{rate, withFloor(acquireMetric("acquire p50", p50), grant, ok), withFloor(acquireMetric("acquire p99", p99), grant, ok)}
+		return append([]metric{rate, withFloor(acquireMetric("acquire p50", p50), grant, ok), withFloor(acquireMetric("acquire p99", p99), grant, ok)},
+			perCycleMetrics()...)
 	case "W4":
 		refused := refusedMetric()
 		// Redis's figures are its lock+unlock cycles of 64 keys: the

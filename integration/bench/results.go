@@ -24,6 +24,10 @@ type runResult struct {
 	PerClient []int    `json:"per_client,omitempty"`
 	Fairness  float64  `json:"fairness,omitempty"`
 	Acquire   *latency `json:"acquire_ms,omitempty"`
+	// PerCycle are sluice's agents' counters (agentCounters: fsyncs,
+	// store batches, messages sent, summed over the agents) per
+	// successful cycle of the whole run.
+	PerCycle map[string]float64 `json:"per_cycle,omitempty"`
 
 	Attempts     int            `json:"attempts"`
 	Errors       map[string]int `json:"errors,omitempty"`

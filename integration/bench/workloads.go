@@ -252,9 +252,12 @@ func loopWorkload(id, title string, clients int, tries bool, op func(sys, prefix
 			if err != nil {
 				return nil, fmt.Errorf("%s clients: %w", sys.name(), err)
 			}
+			before := agentCountersOf(ctx, sys)
 			win, tallies := runCycles(ctx, ls, b.cfg.warmup, b.cfg.window, op(sys.name(), prefix), tries)
 			closeAll(ls)
-			return summarize(win, tallies), nil
+			res := summarize(win, tallies)
+			res.PerCycle = perCycle(before, agentCountersOf(ctx, sys), res.Attempts-res.errorCount())
+			return res, nil
 		}}
 }
 
@@ -336,4 +339,33 @@ func workloadByID(id string) workload {
 		}
 	}
 	panic("bench: no workload " + id)
+}
+
+// agentCountersOf reads sys's agent counters when it is sluice (nil
+// otherwise, or when they could not be read: the run goes on without).
+func agentCountersOf(ctx context.Context, sys system) map[string]float64 {
+	c, ok := sys.(*sluiceCluster)
+	if !ok {
+		return nil
+	}
+	m, err := c.counters(ctx)
+	if err != nil {
+		logf("reading the agents' counters: %v", err)
+		return nil
+	}
+	return m
+}
+
+// perCycle is each counter's growth from before to after over cycles
+// (warm-up and window both: the counters cover the whole run); nil
+// without both readings or cycles.
+func perCycle(before, after map[string]float64, cycles int) map[string]float64 {
+	if before == nil || after == nil || cycles <= 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range after {
+		out[k] = (v - before[k]) / float64(cycles)
+	}
+	return out
 }

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+)
+
+// TestAgentCounters reads the counters from agents' /metrics on their
+// sockets, sums them, and divides their growth by the cycles.
+func TestAgentCounters(t *testing.T) {
+	var socks []string
+	for _, body := range []string{
+		"# HELP sluice_store_syncs_total x\nsluice_store_syncs_total 10\nsluice_store_submits_total 12\n" +
+			"sluice_messages_total{direction=\"in\"} 99\nsluice_messages_total{direction=\"out\"} 40\n",
+		"sluice_store_syncs_total 5\nsluice_store_submits_total 6\nsluice_messages_total{direction=\"out\"} 20\n",
+	} {
+		sock := filepath.Join(t.TempDir(), "api.sock")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/metrics" {
+				http.NotFound(w, r)
+				return
+			}
+			_, _ = w.Write([]byte(body))
+		})}
+		go func() { _ = srv.Serve(l) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		socks = append(socks, sock)
+	}
+	c := &sluiceCluster{socks: socks}
+	got, err := c.counters(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"fsyncs": 15, "batches": 18, "messages": 60}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	per := perCycle(map[string]float64{"fsyncs": 5, "batches": 8, "messages": 0}, got, 5)
+	if per["fsyncs"] != 2 || per["batches"] != 2 || per["messages"] != 12 {
+		t.Errorf("per cycle: %v", per)
+	}
+	if perCycle(nil, got, 5) != nil || perCycle(got, got, 0) != nil {
+		t.Error("per cycle without a reading or cycles is not nil")
+	}
+}
