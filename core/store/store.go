@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -87,7 +88,16 @@ type Config struct {
 	// lost while its identity key stayed: Open refuses with ErrLost.
 	// In-memory stores are always fresh.
 	Fresh bool
+	// LazyDelay is how long a lazy batch (Batch.Lazy) may wait for a
+	// batch that is not to share its commit, and so its fsync; default
+	// 5 ms, negative: none (every batch commits as soon as the writer can).
+	LazyDelay time.Duration
 }
+
+// defaultLazyDelay is Config.LazyDelay when it is zero: about two lock
+// cycles of one client, so a released ticket's tombstone goes with the
+// next ticket's commit instead of an fsync of its own.
+const defaultLazyDelay = 5 * time.Millisecond
 
 // State is what Open and Load find.
 type State struct {
@@ -110,6 +120,10 @@ type State struct {
 type Batch struct {
 	Writes   []core.Write
 	Election *ElectionRecord // nil: unchanged
+	// Lazy: nothing waits on this batch but its own answer (every write
+	// is core.Write.Lazy, and no election record): the writer may hold it
+	// up to Config.LazyDelay for another batch to commit with, in order.
+	Lazy bool
 }
 
 // ElectionRecord is the election's persistent state ("m:election"). Its
@@ -150,6 +164,8 @@ type Store struct {
 	log      *slog.Logger
 	path     string
 	maxBatch int
+	// lazyDelay: see Config.LazyDelay.
+	lazyDelay time.Duration
 
 	minFree int64 // 0: no check (in memory, or turned off)
 	// freeSpace reports the bytes available under path; tests replace it.
@@ -175,6 +191,7 @@ type Store struct {
 type request struct {
 	b  Batch
 	ch chan error
+	at time.Time // when it was submitted
 }
 
 // Open opens the store (creating Dir), loads it, checks that it belongs to
@@ -209,6 +226,7 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 		log:       cfg.Logger,
 		path:      path,
 		maxBatch:  cfg.MaxBatch,
+		lazyDelay: cfg.LazyDelay,
 		minFree:   cfg.MinFree,
 		freeSpace: freeSpace,
 		wake:      make(chan struct{}, 1),
@@ -221,8 +239,8 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 	return s, st, nil
 }
 
-// withDefaults fills in Logger, MaxBatch and MinFree; in memory MinFree is
-// 0, no check: there is no disk to fill.
+// withDefaults fills in Logger, MaxBatch, MinFree and LazyDelay; in memory
+// MinFree is 0, no check: there is no disk to fill.
 func withDefaults(cfg Config) Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -232,6 +250,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.MinFree == 0 {
 		cfg.MinFree = defaultMinFree
+	}
+	if cfg.LazyDelay == 0 {
+		cfg.LazyDelay = defaultLazyDelay
 	}
 	if cfg.InMemory {
 		cfg.MinFree = 0
@@ -479,9 +500,33 @@ func (s *Store) Submit(b Batch) <-chan error {
 		p := *b.Election
 		b.Election = &p
 	}
-	s.queue = append(s.queue, request{b: b, ch: ch})
+	s.queue = append(s.queue, request{b: b, ch: ch, at: time.Now()})
 	s.poke()
 	return ch
+}
+
+// lazyWait is how long the writer waits before it commits what is
+// queued: 0 now (a batch that is not lazy, a full batch's worth, a lazy
+// one held long enough, or a close), negative for a wake-up (nothing
+// queued). Called with mu held.
+func (s *Store) lazyWait() time.Duration {
+	if s.closing {
+		return 0
+	}
+	if len(s.queue) == 0 {
+		return -1
+	}
+	writes := 0
+	for _, r := range s.queue {
+		if !r.b.Lazy || r.b.Election != nil {
+			return 0
+		}
+		writes += len(r.b.Writes)
+	}
+	if s.lazyDelay <= 0 || writes >= s.maxBatch {
+		return 0
+	}
+	return max(time.Until(s.queue[0].at.Add(s.lazyDelay)), 0)
 }
 
 func (s *Store) poke() {
@@ -495,11 +540,27 @@ func (s *Store) poke() {
 // empty queue.
 func (s *Store) run() {
 	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		for len(s.queue) == 0 && !s.closing {
+		for {
+			wait := s.lazyWait()
+			if wait == 0 {
+				break
+			}
 			s.mu.Unlock()
-			<-s.wake
+			if wait < 0 {
+				<-s.wake
+			} else {
+				timer.Reset(wait)
+				select {
+				case <-s.wake:
+				case <-timer.C:
+				}
+				timer.Stop()
+			}
 			s.mu.Lock()
 		}
 		if len(s.queue) == 0 {

@@ -1039,3 +1039,48 @@ func TestMigrationIsAtomic(t *testing.T) {
 		must(t, s.Close())
 	}
 }
+
+// TestLazyBatchesShareACommit: a lazy batch waits for the next batch that
+// is not, and both commit in one transaction (one fsync); a lazy batch
+// alone commits after LazyDelay; Close commits what waits. The delays are
+// an hour where a commit must not happen by itself, so nothing here
+// depends on the machine's speed.
+func TestLazyBatchesShareACommit(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, Config{Dir: dir, LazyDelay: time.Hour})
+	tomb := []core.Write{{Kind: core.WriteTomb, Name: "x", Entry: wire.Entry{Req: wire.RequestID{Node: 1, Seq: 1}}, Lifetime: 9, Lazy: true}}
+	syncs := s.Stats().Syncs
+	lazy := s.Submit(Batch{Writes: tomb, Lazy: true})
+	// Nothing may answer it within its hour but another batch; a store
+	// that commits it alone does so well within this wait (which the
+	// right one passes however slow the machine).
+	select {
+	case err := <-lazy:
+		t.Fatalf("a lazy batch committed by itself within its hour: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	ticket := []core.Write{{Kind: core.WriteTicket, Name: "y", Entry: wire.Entry{Req: wire.RequestID{Node: 1, Seq: 2}, Ticket: 4, State: wire.StateTicket}, Lifetime: 9}}
+	must(t, wait(t, s.Submit(Batch{Writes: ticket})))
+	must(t, wait(t, lazy))
+	if got := s.Stats().Syncs - syncs; got != 1 {
+		t.Fatalf("a lazy batch and the next one took %d commits, want 1", got)
+	}
+	// Alone, until Close: committed then, and there after a reopen.
+	late := s.Submit(Batch{Writes: []core.Write{{Kind: core.WriteHighWater, Name: "z", Entry: wire.Entry{Ticket: 7}, Lazy: true}}, Lazy: true})
+	must(t, s.Close())
+	must(t, wait(t, late))
+	s, st := open(t, Config{Dir: dir})
+	if st.Durable.HighWater["z"] != 7 || st.Durable.HighWater["y"] != 4 {
+		t.Fatalf("after Close and reopen: high water %v, want z 7 and y 4", st.Durable.HighWater)
+	}
+	must(t, s.Close())
+
+	// A short delay: the lazy batch alone commits by itself.
+	s, _ = open(t, Config{Dir: dir, LazyDelay: time.Millisecond})
+	defer s.Close()
+	must(t, wait(t, s.Submit(Batch{Writes: tomb, Lazy: true})))
+	// And with no delay at all, as soon as it can.
+	s2, _ := open(t, Config{Dir: t.TempDir(), LazyDelay: -1})
+	defer s2.Close()
+	must(t, wait(t, s2.Submit(Batch{Writes: tomb, Lazy: true})))
+}

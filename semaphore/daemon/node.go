@@ -566,8 +566,9 @@ func (n *Node) collect() {
 			n.observePhases(rd.Phases, time.Now())
 			p := pendingReady{msgs: rd.Messages, events: rd.Events, snapshots: rd.Snapshots}
 			if len(rd.Persist) > 0 {
-				durable := n.cfg.Store.Submit(store.Batch{Writes: rd.Persist})
-				if slices.ContainsFunc(rd.Persist, func(w core.Write) bool { return !w.Lazy }) {
+				lazy := !slices.ContainsFunc(rd.Persist, func(w core.Write) bool { return !w.Lazy })
+				durable := n.cfg.Store.Submit(store.Batch{Writes: rd.Persist, Lazy: lazy})
+				if !lazy {
 					p.durable = durable
 				} else {
 					// Nothing sent rests on these writes: they go with the
