@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -45,15 +43,7 @@ type compactFake struct {
 
 func startCompactFake(t *testing.T, max int) (*compactFake, *client.Client) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	lis, err := net.Listen("unix", filepath.Join(dir, "fake.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := fakeSocket(t)
 	f := &compactFake{max: max, calls: make(chan compactCall, 100), refused: make(chan string, 100), lis: lis,
 		conns: make(chan net.Conn), done: make(chan struct{})}
 	srv := &http.Server{Handler: http.NotFoundHandler()}

@@ -114,10 +114,9 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// serveFake serves a scripted agent's mux on a Unix socket of its own
-// (a short path: socket paths are capped), and returns a client of it;
-// both end with the test.
-func serveFake(t *testing.T, mux *http.ServeMux) *client.Client {
+// fakeSocket listens on a Unix socket of its own under a short path
+// (socket paths are capped), removed when the test ends.
+func fakeSocket(t *testing.T) net.Listener {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sl")
 	if err != nil {
@@ -128,6 +127,15 @@ func serveFake(t *testing.T, mux *http.ServeMux) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lis
+}
+
+// serveFake serves a scripted agent's mux on a Unix socket of its own
+// (a short path: socket paths are capped), and returns a client of it;
+// both end with the test.
+func serveFake(t *testing.T, mux *http.ServeMux) *client.Client {
+	t.Helper()
+	lis := fakeSocket(t)
 	srv := &http.Server{Handler: mux}
 	served := make(chan struct{})
 	go func() { defer close(served); srv.Serve(lis) }()
