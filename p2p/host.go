@@ -457,6 +457,9 @@ func (h *Host) Reach() (connected, known int) {
 	return connected, len(h.members)
 }
 
+// Conns counts the peers this host has a connection to, members or not.
+func (h *Host) Conns() int { return len(h.host.Network().Peers()) }
+
 // Members lists every known cluster peer, sorted by Node.
 func (h *Host) Members() []Member {
 	h.mu.RLock()
