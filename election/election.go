@@ -304,9 +304,10 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	return e, nil
 }
 
-// AddPeer makes id a peer: hellos go to it from now on. The runtime calls
-// it for nodes the mesh learned after the start (announcements, inbound
-// connections), so that every node greets every other one.
+// AddPeer makes id a peer: hellos go to it from now on (a voter's; a
+// node that is not a voter greets the voters only). The runtime calls it
+// for nodes the mesh learned after the start (announcements, inbound
+// connections), so that every voter greets every node.
 func (e *Election) AddPeer(id wire.NodeID) {
 	if id != 0 && id != e.cfg.Node && !slices.Contains(e.cfg.Peers, id) {
 		e.cfg.Peers = append(e.cfg.Peers, id)
@@ -543,6 +544,24 @@ func (e *Election) sendAll(m wire.Message, alive bool) {
 	}
 }
 
+// greet sends a hello. A voter greets every node it knows of: the
+// others learn the view and hear the leaders from it. A node that is not
+// a voter greets the voters only, once it knows them: the hellos of a
+// fleet's agents to one another would grow with the fleet, and no vote
+// or readiness rests on them. Before it knows any voter it greets
+// everyone, to find its cluster.
+func (e *Election) greet(hello wire.Message) {
+	members := e.Members()
+	if len(members) == 0 || slices.Contains(members, e.cfg.Node) {
+		e.sendAll(hello, false)
+		return
+	}
+	for _, id := range members {
+		hello.To = id
+		e.send(hello)
+	}
+}
+
 // Tick advances time: hellos, check-ins, and the coordinator's elections.
 func (e *Election) Tick() {
 	e.now++
@@ -559,7 +578,7 @@ func (e *Election) Tick() {
 		if e.checkedIn && !e.cfg.Mutant.on(MutantNoCheckIn) {
 			hello.Nonce = e.cfg.Nonce
 		}
-		e.sendAll(hello, false)
+		e.greet(hello)
 		if !e.checkedIn {
 			e.checkIn()
 		}
@@ -883,6 +902,12 @@ func (e *Election) hello(m wire.Message) error {
 			e.p.Lives[m.From], e.persist = Life{Incarnation: inc, Nonce: m.Nonce}, true
 		}
 	}
+	return e.learnView(m)
+}
+
+// learnView takes the valid view m carries (checked already): a newer
+// one, or the level of this node's copy of the same one.
+func (e *Election) learnView(m wire.Message) error {
 	if m.View.Epoch > e.p.Valid.Epoch {
 		return e.adoptNotBelow(m) // how a late joiner learns the leaders
 	}

@@ -45,20 +45,35 @@ const (
 	inboxLen        = 4096
 	joinedLen       = 256
 
-	dialTimeout      = 5 * time.Second
-	streamTimeout    = 5 * time.Second
-	writeTimeout     = 5 * time.Second
-	bodyTimeout      = 10 * time.Second
-	publishTimeout   = 5 * time.Second
-	maintainEvery    = 500 * time.Millisecond
-	announceEvery    = 2 * time.Second
-	backoffMin       = 100 * time.Millisecond
-	backoffMax       = 5 * time.Second
-	maxAnnouncement  = 4 << 10
-	announcedAddrTTL = 10 * time.Minute
+	dialTimeout     = 5 * time.Second
+	streamTimeout   = 5 * time.Second
+	writeTimeout    = 5 * time.Second
+	bodyTimeout     = 10 * time.Second
+	publishTimeout  = 5 * time.Second
+	maintainEvery   = 500 * time.Millisecond
+	backoffMin      = 100 * time.Millisecond
+	backoffMax      = 5 * time.Second
+	maxAnnouncement = 4 << 10
+	// Announced addresses outlive the longest gap between two
+	// announcements of a live peer, with room for lost ones.
+	announcedAddrTTL = 3 * announceMax
 	// writerBatch is how much a writer gathers before one flush.
 	writerBatch = 64 << 10
+	// writerIdle is how long a peer's writer waits for a frame before it
+	// closes its stream and ends: a fleet's agents talk to few peers at a
+	// time, and a writer per known peer would cost memory by the fleet.
+	writerIdle = 30 * time.Second
+	// trimIdle is how long a connection this host dialed to a peer it
+	// neither keeps nor writes to stays open before it is closed.
+	trimIdle = 10 * time.Second
+	// gossipPeers is how many peers beyond the kept ones a host keeps
+	// connected: its fingers on the ring of the members' node ids, at
+	// distances 1, 2, 4, 8..., so that the membership topic reaches
+	// everyone in a few hops while each host has about twice as many
+	// gossip connections, whatever the size of the fleet.
+	gossipPeers = 4
 	protectTag  = "sluice-member"
+	writingTag  = "sluice-writing"
 )
 
 // lockProtocols are the lock protocols this build speaks, newest first,
@@ -163,14 +178,15 @@ type counters struct {
 	framesIn, framesOut, malformed, oversized, dropped, resets, refused, dials, dialFailures, announcements atomic.Uint64
 }
 
-// member is the state of one known peer. The queue and its writer live as
-// long as the Host: a peer that goes away is redialed, not forgotten.
+// member is the state of one known peer: a peer that goes away is
+// forgotten only when the host closes. Its queue is made on the first
+// frame to it, and its writer runs while frames come.
 type member struct {
 	id    peer.ID
 	node  wire.NodeID
 	name  string
 	addrs []ma.Multiaddr // transport addresses, without /p2p
-	queue chan frames
+	queue chan frames    // nil until the first frame; set under Host.mu
 	// codec is the codec the peer's lock stream was opened in, the one
 	// frames to it are written in; 0 before the first stream opened, when
 	// they are written in wire.MinVersion, which every peer reads.
@@ -182,6 +198,12 @@ type member struct {
 	dialing  bool
 	nextDial time.Time
 	backoff  backoff
+	// writing: its writer runs; kept: maintain keeps it connected (and
+	// protected from the connection manager); used is when it was last
+	// kept or written to, which an unkept connection is trimmed after.
+	writing, kept bool
+	used          time.Time
+	querying      int // queries to it under way
 	// failures counts the dials that failed in a row since the peer was
 	// last reached (or since the start); downSince is when the first did.
 	failures  int
@@ -215,6 +237,12 @@ type Host struct {
 	mu      sync.RWMutex
 	closed  bool
 	members map[wire.NodeID]*member
+	// configured are the peers of Config.Peers and wanted the runtime's
+	// (Keep): both always kept connected. gossip are the ring fingers,
+	// worked out again when ringStale (a member was added).
+	configured, wanted map[wire.NodeID]bool
+	gossip             map[wire.NodeID]bool
+	ringStale          bool
 }
 
 // New starts a host: it listens, joins the membership topic and starts
@@ -238,21 +266,22 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 
 	hctx, cancel := context.WithCancel(context.Background())
 	h := &Host{
-		host:     lh,
-		self:     NodeIDOf(lh.ID()),
-		name:     cfg.Name,
-		version:  cfg.Version,
-		codec:    cmp.Or(cfg.maxCodec, wire.Version),
-		log:      cfg.Logger,
-		maxFrame: cfg.MaxFrame,
-		queueLen: cfg.QueueLen,
-		allow:    allow,
-		ctx:      hctx,
-		cancel:   cancel,
-		inbox:    make(chan wire.Message, inboxLen),
-		joined:   make(chan wire.NodeID, joinedLen),
-		kick:     make(chan struct{}, 1),
-		members:  make(map[wire.NodeID]*member),
+		host:       lh,
+		self:       NodeIDOf(lh.ID()),
+		name:       cfg.Name,
+		version:    cfg.Version,
+		codec:      cmp.Or(cfg.maxCodec, wire.Version),
+		log:        cfg.Logger,
+		maxFrame:   cfg.MaxFrame,
+		queueLen:   cfg.QueueLen,
+		allow:      allow,
+		ctx:        hctx,
+		cancel:     cancel,
+		inbox:      make(chan wire.Message, inboxLen),
+		joined:     make(chan wire.NodeID, joinedLen),
+		kick:       make(chan struct{}, 1),
+		members:    make(map[wire.NodeID]*member),
+		configured: make(map[wire.NodeID]bool),
 	}
 	fail := func(err error) (*Host, error) {
 		cancel()
@@ -357,6 +386,7 @@ func (h *Host) addConfiguredPeers(peers []peer.AddrInfo) {
 		// Configured addresses never expire: they are how we find the cluster again.
 		h.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
 		h.addMember(ai.ID, "", ai.Addrs, false) // AddAddrs never shortens the permanent TTL
+		h.configured[NodeIDOf(ai.ID)] = true    // before maintain starts: no lock needed
 	}
 }
 
@@ -603,16 +633,13 @@ func (h *Host) addMember(id peer.ID, name string, addrs []ma.Multiaddr, notify b
 		h.rememberAddrs(id, addrs)
 		return false
 	}
-	m = &member{id: id, node: node, name: name, addrs: addrs, queue: make(chan frames, h.queueLen)}
+	m = &member{id: id, node: node, name: name, addrs: addrs, used: time.Now()}
 	m.backoff.reset()
 	h.members[node] = m
-	h.wg.Add(1)
+	h.ringStale = true
 	h.mu.Unlock()
 
 	h.rememberAddrs(id, addrs)
-	// Keep the connection manager from trimming cluster connections.
-	h.host.ConnManager().Protect(id, protectTag)
-	go h.writeLoop(m)
 	h.log.Info("p2p: member added", "peer", id, "node", node, "name", name)
 	if notify {
 		select {
@@ -625,7 +652,7 @@ func (h *Host) addMember(id peer.ID, name string, addrs []ma.Multiaddr, notify b
 
 // rememberAddrs puts announced addresses in the peerstore, where the
 // writer's NewStream finds them when it has to dial. They outlive a short
-// partition; a live peer re-announces them every announceEvery.
+// partition and the gap between two announcements of a live peer.
 func (h *Host) rememberAddrs(id peer.ID, addrs []ma.Multiaddr) {
 	if len(addrs) > 0 {
 		h.host.Peerstore().AddAddrs(id, addrs, announcedAddrTTL)
@@ -640,11 +667,55 @@ func (h *Host) poke() {
 	}
 }
 
-// maintain redials members that are not connected, each with its own backoff.
+// Keep names the nodes this host keeps connected besides its configured
+// peers and its gossip peers: the runtime's voters, which it talks to all
+// the time. Any other member is dialed when a frame is sent to it, and a
+// connection this host dialed is closed once it is no longer used.
+func (h *Host) Keep(nodes []wire.NodeID) {
+	want := make(map[wire.NodeID]bool, len(nodes))
+	for _, n := range nodes {
+		if n != h.self {
+			want[n] = true
+		}
+	}
+	h.mu.Lock()
+	same := maps.Equal(want, h.wanted)
+	h.wanted = want
+	h.mu.Unlock()
+	if !same {
+		h.poke()
+	}
+}
+
+// keeps reports whether maintain keeps node connected; h.mu held.
+func (h *Host) keeps(node wire.NodeID) bool {
+	return h.configured[node] || h.wanted[node] || h.gossip[node]
+}
+
+// fingers are the gossip peers of self among the known nodes: the nodes
+// 1, 2, 4... places after it (gossipPeers of them) on the ring of node
+// ids. Every host picks its own, so each is picked by about as many hosts
+// as it picks: a host's gossip connections stay near 2·gossipPeers.
+func fingers(self wire.NodeID, known []wire.NodeID) map[wire.NodeID]bool {
+	ring := append(slices.Clone(known), self)
+	slices.Sort(ring)
+	ring = slices.Compact(ring)
+	i, _ := slices.BinarySearch(ring, self)
+	out := make(map[wire.NodeID]bool, gossipPeers)
+	for k, d := 0, 1; k < gossipPeers && d < len(ring); k, d = k+1, 2*d {
+		out[ring[(i+d)%len(ring)]] = true
+	}
+	return out
+}
+
+// maintain keeps the kept members connected, each redialed with its own
+// backoff, and closes the connections it dialed to members it no longer
+// keeps or writes to.
 func (h *Host) maintain() {
 	defer h.wg.Done()
 	t := time.NewTicker(maintainEvery)
 	defer t.Stop()
+	cm := h.host.ConnManager()
 	for {
 		select {
 		case <-h.ctx.Done():
@@ -653,9 +724,31 @@ func (h *Host) maintain() {
 		case <-h.kick:
 		}
 		now := time.Now()
+		var protect, unprotect []peer.ID
+		var trim []*member
 		h.mu.Lock()
-		for _, m := range h.members {
-			if h.host.Network().Connectedness(m.id) == network.Connected {
+		if h.ringStale {
+			h.gossip = fingers(h.self, slices.Collect(maps.Keys(h.members)))
+			h.ringStale = false
+		}
+		for node, m := range h.members {
+			connected := h.host.Network().Connectedness(m.id) == network.Connected
+			keep := h.keeps(node)
+			if keep != m.kept {
+				if m.kept = keep; keep {
+					protect = append(protect, m.id)
+				} else {
+					unprotect = append(unprotect, m.id)
+				}
+			}
+			if !keep {
+				if connected && !m.writing && m.querying == 0 && now.Sub(m.used) > trimIdle {
+					trim = append(trim, m)
+				}
+				continue
+			}
+			m.used = now
+			if connected {
 				m.backoff.reset()
 				m.nextDial = time.Time{}
 				continue
@@ -668,6 +761,33 @@ func (h *Host) maintain() {
 			go h.dial(m, slices.Clone(m.addrs))
 		}
 		h.mu.Unlock()
+		// Kept members' connections are never trimmed by the connection
+		// manager; outside the lock, which the manager's calls do not need.
+		for _, id := range protect {
+			cm.Protect(id, protectTag)
+		}
+		for _, id := range unprotect {
+			cm.Unprotect(id, protectTag)
+		}
+		for _, m := range trim {
+			h.trim(m)
+		}
+	}
+}
+
+// trim closes the connections to m when this host dialed them all: one
+// the peer dialed is the peer's to keep or close (it may keep this host
+// as a gossip peer).
+func (h *Host) trim(m *member) {
+	conns := h.host.Network().ConnsToPeer(m.id)
+	for _, c := range conns {
+		if c.Stat().Direction != network.DirOutbound {
+			return
+		}
+	}
+	if len(conns) > 0 {
+		h.log.Debug("p2p: unused connection closed", "peer", m.id, "name", m.name)
+		_ = h.host.Network().ClosePeer(m.id)
 	}
 }
 

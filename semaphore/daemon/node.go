@@ -36,6 +36,12 @@ type Transport interface {
 	Joined() <-chan wire.NodeID
 }
 
+// keeper is what a transport may offer to keep connections to the nodes
+// a node talks to all the time (p2p.Host.Keep): its voters.
+type keeper interface {
+	Keep(nodes []wire.NodeID)
+}
+
 // Store is what a node needs of its disk; *store.Store satisfies it.
 type Store interface {
 	// Submit never blocks; the channel says when b is durable. Batches
@@ -198,6 +204,8 @@ type Node struct {
 	// whose Ready went out without waiting: a failure still stops the node.
 	lazy    []<-chan error
 	metrics *metrics
+	// voters are the voters last told to the transport (keeper).
+	voters []wire.NodeID
 	// senders counts the goroutines streaming snapshots; sending holds
 	// them by (new leader, epoch), so that a new leader's repeated request
 	// does not start a second stream, and one that no longer takes the
@@ -353,8 +361,12 @@ func (n *Node) Run(ctx context.Context) error {
 			n.elect.AddPeer(id)
 			// A peer learned late may have missed this node's restart
 			// announcement: replicas drop an old life's requests on it.
-			n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
-				Incarnation: n.cfg.State.Incarnation})
+			// Replicas are voters; between two other nodes of a fleet it
+			// would only open connections nobody needs.
+			if voters := n.elect.Members(); len(voters) == 0 || slices.Contains(voters, id) || slices.Contains(voters, n.cfg.Self) {
+				n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
+					Incarnation: n.cfg.State.Incarnation})
+			}
 		case op != nil:
 			op()
 			// Calls that came meanwhile go in the same turn: one Ready
@@ -584,6 +596,20 @@ func (n *Node) collect() {
 	if h := n.core.Stats().Handoffs; h > n.metrics.handoffSeen {
 		n.metrics.handoffs.Add(float64(h - n.metrics.handoffSeen))
 		n.metrics.handoffSeen = h
+	}
+	n.keepVoters()
+}
+
+// keepVoters tells the transport the voters when they changed: it keeps
+// connections to them and to a few gossip peers, not to every member.
+func (n *Node) keepVoters() {
+	k, ok := n.cfg.Transport.(keeper)
+	if !ok {
+		return
+	}
+	if voters := n.elect.Members(); !slices.Equal(voters, n.voters) {
+		n.voters = voters
+		k.Keep(voters)
 	}
 }
 
