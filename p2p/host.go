@@ -243,6 +243,9 @@ type Host struct {
 	configured, wanted map[wire.NodeID]bool
 	gossip             map[wire.NodeID]bool
 	ringStale          bool
+	// rostered: a peer handed this host the members it knows (once per
+	// start); rostering: one is being asked.
+	rostered, rostering bool
 }
 
 // New starts a host: it listens, joins the membership topic and starts
@@ -297,6 +300,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	for _, id := range lockProtocolIDs(h.codec) {
 		lh.SetStreamHandler(id, h.handleStream)
 	}
+	lh.SetStreamHandler(RosterProtocol, h.serveRoster)
 	h.addConfiguredPeers(peers)
 	h.wg.Add(3)
 	go h.maintain()
@@ -436,6 +440,9 @@ func resourceManager() (network.ResourceManager, error) {
 			rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 64 << 20},
 			rcmgr.BaseLimitIncrease{})
 	}
+	limits.AddProtocolPeerLimit(RosterProtocol,
+		rcmgr.BaseLimit{StreamsInbound: 2, StreamsOutbound: 2, Streams: 4, Memory: 2 * maxRoster},
+		rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(QueryProtocol,
 		rcmgr.BaseLimit{StreamsInbound: 4, StreamsOutbound: 4, Streams: 8, Memory: 2 * MaxAnswer},
 		rcmgr.BaseLimitIncrease{})
@@ -487,8 +494,38 @@ func (h *Host) Reach() (connected, known int) {
 	return connected, len(h.members)
 }
 
-// Conns counts the peers this host has a connection to, members or not.
-func (h *Host) Conns() int { return len(h.host.Network().Peers()) }
+// Conns counts the peers this host has a connection to, members or not:
+// in, those whose first connection the peer dialed, out the others.
+func (h *Host) Conns() (in, out int) {
+	nw := h.host.Network()
+	for _, p := range nw.Peers() {
+		if cs := nw.ConnsToPeer(p); len(cs) > 0 && cs[0].Stat().Direction == network.DirInbound {
+			in++
+		} else {
+			out++
+		}
+	}
+	return in, out
+}
+
+// MeshDebug says, for tests, which connected peers this host keeps and
+// writes to.
+func (h *Host) MeshDebug() string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var b strings.Builder
+	for node, m := range h.members {
+		if h.host.Network().Connectedness(m.id) != network.Connected {
+			continue
+		}
+		dir := "out"
+		if cs := h.host.Network().ConnsToPeer(m.id); len(cs) > 0 && cs[0].Stat().Direction == network.DirInbound {
+			dir = "in"
+		}
+		fmt.Fprintf(&b, "%s(%s kept=%v conf=%v want=%v gossip=%v writing=%v idle=%v) ", m.name, dir, m.kept, h.configured[node], h.wanted[node], h.gossip[node], m.writing, time.Since(m.used).Round(time.Second))
+	}
+	return b.String()
+}
 
 // Members lists every known cluster peer, sorted by Node.
 func (h *Host) Members() []Member {
@@ -582,6 +619,7 @@ func (h *Host) Close() error {
 	for _, p := range lockProtocols {
 		h.host.RemoveStreamHandler(p.id)
 	}
+	h.host.RemoveStreamHandler(RosterProtocol)
 	err := h.host.Close()
 	h.wg.Wait()
 	return err
@@ -726,6 +764,7 @@ func (h *Host) maintain() {
 		now := time.Now()
 		var protect, unprotect []peer.ID
 		var trim []*member
+		var roster *member
 		h.mu.Lock()
 		if h.ringStale {
 			h.gossip = fingers(h.self, slices.Collect(maps.Keys(h.members)))
@@ -751,6 +790,9 @@ func (h *Host) maintain() {
 			if connected {
 				m.backoff.reset()
 				m.nextDial = time.Time{}
+				if !h.rostered && !h.rostering && (roster == nil || h.configured[node]) {
+					roster = m // a configured peer rather than a gossip peer
+				}
 				continue
 			}
 			if m.dialing || now.Before(m.nextDial) || h.closed {
@@ -759,6 +801,11 @@ func (h *Host) maintain() {
 			m.dialing = true
 			h.wg.Add(1) // this goroutine holds a count, so Add is safe here
 			go h.dial(m, slices.Clone(m.addrs))
+		}
+		if roster != nil && !h.closed {
+			h.rostering = true
+			h.wg.Add(1)
+			go h.askRoster(roster)
 		}
 		h.mu.Unlock()
 		// Kept members' connections are never trimmed by the connection
@@ -775,19 +822,28 @@ func (h *Host) maintain() {
 	}
 }
 
-// trim closes the connections to m when this host dialed them all: one
-// the peer dialed is the peer's to keep or close (it may keep this host
-// as a gossip peer).
-func (h *Host) trim(m *member) {
-	conns := h.host.Network().ConnsToPeer(m.id)
-	for _, c := range conns {
-		if c.Stat().Direction != network.DirOutbound {
-			return
-		}
+// askRoster asks m for the members it knows (fetchRoster); another kept
+// peer is asked at a later pass when m does not answer.
+func (h *Host) askRoster(m *member) {
+	defer h.wg.Done()
+	ok := h.fetchRoster(m)
+	h.mu.Lock()
+	h.rostering, h.rostered = false, ok
+	h.mu.Unlock()
+	if ok {
+		h.poke() // the ring may have changed
 	}
-	if len(conns) > 0 {
-		h.log.Debug("p2p: unused connection closed", "peer", m.id, "name", m.name)
-		_ = h.host.Network().ClosePeer(m.id)
+}
+
+// trim closes the connections to m that this host dialed. One the peer
+// dialed is the peer's to keep or close (it may keep this host as a
+// gossip peer); when both ends dialed at once, each closes its own.
+func (h *Host) trim(m *member) {
+	for _, c := range h.host.Network().ConnsToPeer(m.id) {
+		if c.Stat().Direction == network.DirOutbound {
+			h.log.Debug("p2p: unused connection closed", "peer", m.id, "name", m.name)
+			_ = c.Close()
+		}
 	}
 }
 

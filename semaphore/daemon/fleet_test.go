@@ -32,6 +32,7 @@ import (
 var (
 	fleetSizes = flag.String("fleet", "", "fleet sizes to measure, comma-separated (e.g. 50,100,200); empty: one small fleet, checked for its bounds only")
 	fleetIdle  = flag.Duration("fleet-idle", 0, "idle window measured at each size (default 20s with -fleet, 2s without)")
+	fleetCPU   = flag.String("fleet-cpu", "", "write a CPU profile of each size's window to this file (suffixed with the size)")
 	fleetHeap  = flag.String("fleet-heap", "", "write a heap profile at the end of each size's window to this file (suffixed with the size)")
 )
 
@@ -148,7 +149,20 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 		writeHeapProfile(t, fmt.Sprintf("%s.%d.before", *fleetHeap, n))
 	}
 	before := sampleFleet(agents)
+	if *fleetCPU != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", *fleetCPU, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	time.Sleep(idle) // the measured window: nothing is waited for, the fleet is left alone
+	if *fleetCPU != "" {
+		pprof.StopCPUProfile()
+	}
 	after := sampleFleet(agents)
 	if *fleetHeap != "" {
 		writeHeapProfile(t, fmt.Sprintf("%s.%d", *fleetHeap, n))
@@ -159,7 +173,8 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	var sum float64
 	nonVoters := 0
 	for i, a := range agents {
-		c := float64(a.Host().Conns())
+		in, out := a.Host().Conns()
+		c := float64(in + out)
 		if i < fleetVoters {
 			f.voterConns += c / fleetVoters
 			continue
@@ -277,16 +292,18 @@ func waitBounded(t *testing.T, agents []*daemon.Agent, wait time.Duration) {
 	deadline := time.Now().Add(wait)
 	for {
 		worst, who := 0, ""
+		var debug string
 		for i, a := range agents[fleetVoters:] {
-			if c := a.Host().Conns(); c > worst {
-				worst, who = c, fmt.Sprintf("a%d", i+fleetVoters+1)
+			if in, out := a.Host().Conns(); in+out > worst {
+				worst, who = in+out, fmt.Sprintf("a%d (%d in, %d out)", i+fleetVoters+1, in, out)
+				debug = a.Host().MeshDebug()
 			}
 		}
 		if worst <= maxAgentConns {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v, agent %s still has %d connections, over %d: the mesh is not bounded", wait, who, worst, maxAgentConns)
+			t.Fatalf("after %v, agent %s still has %d connections, over %d: the mesh is not bounded: %s", wait, who, worst, maxAgentConns, debug)
 		}
 		time.Sleep(500 * time.Millisecond) // polling a condition no agent signals
 	}

@@ -204,8 +204,10 @@ type Node struct {
 	// whose Ready went out without waiting: a failure still stops the node.
 	lazy    []<-chan error
 	metrics *metrics
-	// voters are the voters last told to the transport (keeper).
+	// voters are the voters last seen (and told to a keeper transport);
+	// told the nodes told of this life since the start.
 	voters []wire.NodeID
+	told   map[wire.NodeID]bool
 	// senders counts the goroutines streaming snapshots; sending holds
 	// them by (new leader, epoch), so that a new leader's repeated request
 	// does not start a second stream, and one that no longer takes the
@@ -361,11 +363,12 @@ func (n *Node) Run(ctx context.Context) error {
 			n.elect.AddPeer(id)
 			// A peer learned late may have missed this node's restart
 			// announcement: replicas drop an old life's requests on it.
-			// Replicas are voters; between two other nodes of a fleet it
-			// would only open connections nobody needs.
-			if voters := n.elect.Members(); len(voters) == 0 || slices.Contains(voters, id) || slices.Contains(voters, n.cfg.Self) {
-				n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
-					Incarnation: n.cfg.State.Incarnation})
+			// A voter tells every node; any other node tells the voters
+			// only (keepVoters): replicas are voters, and between two
+			// other nodes of a fleet it would open connections nobody
+			// needs.
+			if slices.Contains(n.voters, n.cfg.Self) {
+				n.tellRestarted(id)
 			}
 		case op != nil:
 			op()
@@ -600,17 +603,33 @@ func (n *Node) collect() {
 	n.keepVoters()
 }
 
-// keepVoters tells the transport the voters when they changed: it keeps
-// connections to them and to a few gossip peers, not to every member.
+// keepVoters tells the transport the voters when they changed (it keeps
+// connections to them and to a few gossip peers, not to every member),
+// and tells the new ones of this node's life.
 func (n *Node) keepVoters() {
-	k, ok := n.cfg.Transport.(keeper)
-	if !ok {
+	voters := n.elect.Members()
+	if slices.Equal(voters, n.voters) {
 		return
 	}
-	if voters := n.elect.Members(); !slices.Equal(voters, n.voters) {
-		n.voters = voters
+	n.voters = voters
+	if k, ok := n.cfg.Transport.(keeper); ok {
 		k.Keep(voters)
 	}
+	for _, v := range voters {
+		if v != n.cfg.Self && !n.told[v] {
+			n.tellRestarted(v)
+		}
+	}
+}
+
+// tellRestarted tells id of this node's life (wire.KindRestarted).
+func (n *Node) tellRestarted(id wire.NodeID) {
+	if n.told == nil {
+		n.told = map[wire.NodeID]bool{}
+	}
+	n.told[id] = true
+	n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
+		Incarnation: n.cfg.State.Incarnation})
 }
 
 // flush sends and delivers, in order, every Ready whose writes are durable.

@@ -3,6 +3,8 @@ package p2p
 import (
 	"testing"
 
+	ma "github.com/multiformats/go-multiaddr"
+
 	"github.com/sluicehq/sluice/core/wire"
 )
 
@@ -45,4 +47,25 @@ func TestFingersOfPartialKnowledge(t *testing.T) {
 	if f := fingers(5, nil); len(f) != 0 {
 		t.Fatalf("fingers of a host alone: %v", f)
 	}
+}
+
+// A host learns at start the members its configured peer knows, even
+// those whose announcements it never heard.
+func TestRosterAtStart(t *testing.T) {
+	t.Parallel()
+	b := start(t, Config{Name: "b"})
+	xid, err := PeerIDOf(newKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xaddr, err := ma.NewMultiaddr("/ip4/127.0.0.1/tcp/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.addMember(xid, "x", []ma.Multiaddr{xaddr}, false) // a member that never announces
+	c := start(t, Config{Name: "c", Peers: b.Addrs()})
+	eventually(t, "c learned x from b's roster", func() bool {
+		m, ok := memberOf(c, NodeIDOf(xid))
+		return ok && m.Name == "x" && len(m.Addrs) == 1
+	})
 }
