@@ -31,8 +31,10 @@
 //     nodes the runtime names (Keep: the voters) and a few gossip peers,
 //     its fingers on the ring of node ids; any other member is dialed
 //     when a frame or a query goes to it, and a connection this host
-//     dialed is closed once it is neither kept nor used. A peer's writer
-//     and its queue exist while frames go to it.
+//     dialed is closed once it is neither kept nor used. A peer's queue is
+//     made at its first frame and its writer runs while frames come. A
+//     starting host reads the members one kept peer knows
+//     (RosterProtocol), since announcements are rare once a fleet runs.
 //   - Close stops every goroutine the Host started and closes libp2p.
 //     Inbox and Joined are never closed.
 package p2p

@@ -364,10 +364,10 @@ func (n *Node) Run(ctx context.Context) error {
 			// A peer learned late may have missed this node's restart
 			// announcement: replicas drop an old life's requests on it.
 			// A voter tells every node; any other node tells the voters
-			// only (keepVoters): replicas are voters, and between two
-			// other nodes of a fleet it would open connections nobody
-			// needs.
-			if slices.Contains(n.voters, n.cfg.Self) {
+			// only (keepVoters, or here when the mesh did not know one
+			// then): replicas are voters, and between two other nodes of
+			// a fleet it would open connections nobody needs.
+			if slices.Contains(n.voters, n.cfg.Self) || slices.Contains(n.voters, id) && !n.told[id] {
 				n.tellRestarted(id)
 			}
 		case op != nil:
@@ -622,14 +622,17 @@ func (n *Node) keepVoters() {
 	}
 }
 
-// tellRestarted tells id of this node's life (wire.KindRestarted).
+// tellRestarted tells id of this node's life (wire.KindRestarted); id is
+// told once the transport took the message.
 func (n *Node) tellRestarted(id wire.NodeID) {
+	if !n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
+		Incarnation: n.cfg.State.Incarnation}) {
+		return
+	}
 	if n.told == nil {
 		n.told = map[wire.NodeID]bool{}
 	}
 	n.told[id] = true
-	n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
-		Incarnation: n.cfg.State.Incarnation})
 }
 
 // flush sends and delivers, in order, every Ready whose writes are durable.
