@@ -33,4 +33,7 @@
 //     older release) does not vote or lead, and cannot be added.
 //   - A node is ready (LOCK_READY) when it knows a valid view and hears from
 //     a quorum of its leaders; otherwise Status says why not (NO_LOCK).
+//   - Voters greet every node they know of; a node that is not a voter
+//     greets the voters only (everyone it knows before it knows them), so
+//     its hellos do not grow with the fleet.
 package election

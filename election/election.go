@@ -208,7 +208,9 @@ type round struct {
 
 // Election is one node's election state machine. Not safe for concurrent use.
 type Election struct {
-	cfg       Config
+	cfg Config
+	// peers are the nodes to greet: Config.Peers and those added since.
+	peers     []wire.NodeID
 	now       int64
 	lastHello int64
 	p         Persisted
@@ -267,8 +269,9 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	def(&cfg.RetryTicks, 15)
 	cfg.Codec = max(cfg.Codec, uint64(wire.MinVersion))
 	cfg.Peers = slices.Clone(cfg.Peers)
+	peers := slices.Clone(cfg.Peers)
 	boot := slices.Compact(slices.Sorted(slices.Values(cfg.Bootstrap)))
-	e := &Election{cfg: cfg, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID, codec: cfg.Codec, release: cfg.Release}}, lastHello: -cfg.HelloTicks,
+	e := &Election{cfg: cfg, peers: peers, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID, codec: cfg.Codec, release: cfg.Release}}, lastHello: -cfg.HelloTicks,
 		retry: cfg.RetryTicks, checkAcks: map[wire.NodeID]bool{}, marks: map[wire.NodeID]mark{}}
 	if persisted != nil {
 		e.p = *persisted.clone()
@@ -304,12 +307,13 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	return e, nil
 }
 
-// AddPeer makes id a peer: hellos go to it from now on. The runtime calls
-// it for nodes the mesh learned after the start (announcements, inbound
-// connections), so that every node greets every other one.
+// AddPeer makes id a peer: hellos go to it from now on (a voter's; a
+// node that is not a voter greets the voters only). The runtime calls it
+// for nodes the mesh learned after the start (announcements, inbound
+// connections), so that every voter greets every node.
 func (e *Election) AddPeer(id wire.NodeID) {
-	if id != 0 && id != e.cfg.Node && !slices.Contains(e.cfg.Peers, id) {
-		e.cfg.Peers = append(e.cfg.Peers, id)
+	if id != 0 && id != e.cfg.Node && !slices.Contains(e.peers, id) {
+		e.peers = append(e.peers, id)
 	}
 }
 
@@ -525,7 +529,7 @@ func (e *Election) send(m wire.Message) {
 // from, and members; only to the alive ones when alive is set.
 func (e *Election) sendAll(m wire.Message, alive bool) {
 	targets := map[wire.NodeID]bool{}
-	for _, p := range e.cfg.Peers {
+	for _, p := range e.peers {
 		targets[p] = true
 	}
 	for id := range e.members {
@@ -543,6 +547,48 @@ func (e *Election) sendAll(m wire.Message, alive bool) {
 	}
 }
 
+// greet sends a hello. A voter greets every node it knows of: the
+// others learn the view and hear the leaders from it. A node that is not
+// a voter greets the voters only, once it knows them: the hellos of a
+// fleet's agents to one another would grow with the fleet, and no vote
+// or readiness rests on them. Before it knows any voter it greets its
+// configured peers and the nodes that greeted it, to find its cluster
+// (a node that is not a voter answers it: see hello), not every node the
+// mesh told it of.
+func (e *Election) greet(hello wire.Message) {
+	members := e.Members()
+	if slices.Contains(members, e.cfg.Node) {
+		e.sendAll(hello, false)
+		return
+	}
+	targets := members
+	if len(members) == 0 {
+		targets = slices.Clone(e.cfg.Peers)
+		for id := range e.members {
+			if id != e.cfg.Node && !slices.Contains(targets, id) {
+				targets = append(targets, id)
+			}
+		}
+		slices.Sort(targets)
+	}
+	for _, id := range targets {
+		hello.To = id
+		e.send(hello)
+	}
+}
+
+// helloMessage is this node's hello. The age told is durable: the Ready
+// that handed it out was stored before its messages left. A life checked
+// in says so with its nonce: members added since learn it.
+func (e *Election) helloMessage() wire.Message {
+	hello := wire.Message{Kind: wire.KindHello, ElectionID: e.cfg.ID.String(), View: e.p.Valid.Clone(),
+		Incarnation: e.cfg.Incarnation, StoreAge: e.age(), Codec: e.cfg.Codec, Release: e.cfg.Release}
+	if e.checkedIn && !e.cfg.Mutant.on(MutantNoCheckIn) {
+		hello.Nonce = e.cfg.Nonce
+	}
+	return hello
+}
+
 // Tick advances time: hellos, check-ins, and the coordinator's elections.
 func (e *Election) Tick() {
 	e.now++
@@ -551,15 +597,7 @@ func (e *Election) Tick() {
 	}
 	if e.now-e.lastHello >= e.cfg.HelloTicks {
 		e.lastHello = e.now
-		// The age told is durable: the Ready that handed it out was
-		// stored before its messages left. A life checked in says so with
-		// its nonce: members added since learn it.
-		hello := wire.Message{Kind: wire.KindHello, ElectionID: e.cfg.ID.String(), View: e.p.Valid.Clone(),
-			Incarnation: e.cfg.Incarnation, StoreAge: e.age(), Codec: e.cfg.Codec, Release: e.cfg.Release}
-		if e.checkedIn && !e.cfg.Mutant.on(MutantNoCheckIn) {
-			hello.Nonce = e.cfg.Nonce
-		}
-		e.sendAll(hello, false)
+		e.greet(e.helloMessage())
 		if !e.checkedIn {
 			e.checkIn()
 		}
@@ -883,6 +921,20 @@ func (e *Election) hello(m wire.Message) error {
 			e.p.Lives[m.From], e.persist = Life{Incarnation: inc, Nonce: m.Nonce}, true
 		}
 	}
+	if m.View.Epoch == 0 && e.p.Valid.Epoch > 0 && !e.isMember(e.cfg.Node) && !e.isMember(m.From) {
+		// A node looking for its cluster greeted this one, which greets
+		// the voters only: answer, so that it learns the view (and the
+		// voters) from any node it was told to join by.
+		h := e.helloMessage()
+		h.To = m.From
+		e.send(h)
+	}
+	return e.learnView(m)
+}
+
+// learnView takes the valid view m carries (checked already): a newer
+// one, or the level of this node's copy of the same one.
+func (e *Election) learnView(m wire.Message) error {
 	if m.View.Epoch > e.p.Valid.Epoch {
 		return e.adoptNotBelow(m) // how a late joiner learns the leaders
 	}

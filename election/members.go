@@ -253,6 +253,10 @@ func (e *Election) onCheckIn(m wire.Message) error {
 		return fmt.Errorf("%w: node %d checked in as incarnation %d (nonce %x), it ran as %d (nonce %x) before",
 			ErrStale, m.From, life.Incarnation, life.Nonce, known.Incarnation, known.Nonce)
 	}
+	// The member's valid view goes with the ack: a node that restarts on
+	// a copy whose level a link of codec 3 stripped gets it whole before
+	// it checks in and hands the view out, whoever else greets it.
+	ack.View = e.p.Valid.Clone()
 	e.send(ack) // after the life is durable: the Ready contract
 	return nil
 }
@@ -273,9 +277,15 @@ func (e *Election) onCheckInAck(m wire.Message) error {
 		e.endChange(e.stale)
 		return e.stale
 	}
+	var err error
+	if m.View.Epoch > 0 {
+		if err = e.checkView(m.View, false); err == nil {
+			err = e.learnView(m)
+		}
+	}
 	e.checkAcks[m.From] = true
 	e.updateCheckedIn()
-	return nil
+	return err
 }
 
 // ChangeMembers starts a round that commits c: a view whose members are

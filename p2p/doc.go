@@ -23,8 +23,18 @@
 //     authenticated peer that sent it, whatever the peer wrote there.
 //   - Membership rides on gossipsub (topic MembersTopic), off the lock path:
 //     announcements carry peer id, name, addresses, release and codec
-//     (identify carries the release too); known members are
-//     redialed with jittered exponential backoff until Close.
+//     (identify carries the release too). A host announces itself at
+//     start and then at growing, jittered gaps up to announceMax, so a
+//     fleet's announcements stay few.
+//   - The mesh is bounded: a host keeps connected (redialed with jittered
+//     exponential backoff until Close) only its configured peers, the
+//     nodes the runtime names (Keep: the voters) and a few gossip peers,
+//     its fingers on the ring of node ids; any other member is dialed
+//     when a frame or a query goes to it, and a connection this host
+//     dialed is closed once it is neither kept nor used. A peer's queue is
+//     made at its first frame and its writer runs while frames come. A
+//     starting host reads the members one kept peer knows
+//     (RosterProtocol), since announcements are rare once a fleet runs.
 //   - Close stops every goroutine the Host started and closes libp2p.
 //     Inbox and Joined are never closed.
 package p2p

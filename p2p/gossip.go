@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -37,6 +38,14 @@ type learned struct {
 const (
 	maxNameLen = 256
 	maxAddrs   = 32
+	// A host announces itself at start, then again after announceFirst,
+	// each gap twice the last up to announceMax, jittered: the first ones
+	// reach a mesh that is still forming, the later ones are a refresh.
+	// Every host hears every announcement, so a fleet of N hosts costs
+	// each about N/announceMax of them a second: rare enough to stay
+	// small where N is a thousand.
+	announceFirst = time.Second
+	announceMax   = 10 * time.Minute
 )
 
 func (h *Host) startGossip() error {
@@ -115,10 +124,12 @@ func parseAnnouncement(data []byte, author peer.ID) (*learned, error) {
 	return l, nil
 }
 
-// announce publishes this host's announcement at start and every announceEvery.
+// announce publishes this host's announcement at start, then after
+// growing gaps (announceFirst to announceMax).
 func (h *Host) announce() {
 	defer h.wg.Done()
-	t := time.NewTicker(announceEvery)
+	gap := announceFirst
+	t := time.NewTimer(gap) // reset after each announcement
 	defer t.Stop()
 	for {
 		data, err := json.Marshal(announcement{Peer: h.host.ID().String(), Name: h.name, Addrs: h.Addrs(), Version: h.version, Codec: int(h.codec)})
@@ -130,6 +141,10 @@ func (h *Host) announce() {
 		if err != nil && h.ctx.Err() == nil {
 			h.log.Debug("p2p: publish announcement", "err", err)
 		}
+		// Jittered by a quarter either way, so that hosts started together
+		// do not announce together.
+		t.Reset(gap*3/4 + rand.N(gap/2+1))
+		gap = min(2*gap, announceMax)
 		select {
 		case <-h.ctx.Done():
 			return

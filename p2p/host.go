@@ -45,20 +45,35 @@ const (
 	inboxLen        = 4096
 	joinedLen       = 256
 
-	dialTimeout      = 5 * time.Second
-	streamTimeout    = 5 * time.Second
-	writeTimeout     = 5 * time.Second
-	bodyTimeout      = 10 * time.Second
-	publishTimeout   = 5 * time.Second
-	maintainEvery    = 500 * time.Millisecond
-	announceEvery    = 2 * time.Second
-	backoffMin       = 100 * time.Millisecond
-	backoffMax       = 5 * time.Second
-	maxAnnouncement  = 4 << 10
-	announcedAddrTTL = 10 * time.Minute
+	dialTimeout     = 5 * time.Second
+	streamTimeout   = 5 * time.Second
+	writeTimeout    = 5 * time.Second
+	bodyTimeout     = 10 * time.Second
+	publishTimeout  = 5 * time.Second
+	maintainEvery   = 500 * time.Millisecond
+	backoffMin      = 100 * time.Millisecond
+	backoffMax      = 5 * time.Second
+	maxAnnouncement = 4 << 10
+	// Announced addresses outlive the longest gap between two
+	// announcements of a live peer, with room for lost ones.
+	announcedAddrTTL = 3 * announceMax
 	// writerBatch is how much a writer gathers before one flush.
 	writerBatch = 64 << 10
+	// writerIdle is how long a peer's writer waits for a frame before it
+	// closes its stream and ends: a fleet's agents talk to few peers at a
+	// time, and a writer per known peer would cost memory by the fleet.
+	writerIdle = 30 * time.Second
+	// trimIdle is how long a connection this host dialed to a peer it
+	// neither keeps nor writes to stays open before it is closed.
+	trimIdle = 10 * time.Second
+	// gossipPeers is how many peers beyond the kept ones a host keeps
+	// connected: its fingers on the ring of the members' node ids, at
+	// distances 1, 2, 4, 8..., so that the membership topic reaches
+	// everyone in a few hops while each host has about twice as many
+	// gossip connections, whatever the size of the fleet.
+	gossipPeers = 4
 	protectTag  = "sluice-member"
+	writingTag  = "sluice-writing"
 )
 
 // lockProtocols are the lock protocols this build speaks, newest first,
@@ -163,14 +178,15 @@ type counters struct {
 	framesIn, framesOut, malformed, oversized, dropped, resets, refused, dials, dialFailures, announcements atomic.Uint64
 }
 
-// member is the state of one known peer. The queue and its writer live as
-// long as the Host: a peer that goes away is redialed, not forgotten.
+// member is the state of one known peer: a peer that goes away is
+// forgotten only when the host closes. Its queue is made on the first
+// frame to it, and its writer runs while frames come.
 type member struct {
 	id    peer.ID
 	node  wire.NodeID
 	name  string
 	addrs []ma.Multiaddr // transport addresses, without /p2p
-	queue chan frames
+	queue chan frames    // nil until the first frame; set under Host.mu
 	// codec is the codec the peer's lock stream was opened in, the one
 	// frames to it are written in; 0 before the first stream opened, when
 	// they are written in wire.MinVersion, which every peer reads.
@@ -182,6 +198,12 @@ type member struct {
 	dialing  bool
 	nextDial time.Time
 	backoff  backoff
+	// writing: its writer runs; kept: maintain keeps it connected (and
+	// protected from the connection manager); used is when it was last
+	// kept or written to, which an unkept connection is trimmed after.
+	writing, kept bool
+	used          time.Time
+	querying      int // queries to it under way
 	// failures counts the dials that failed in a row since the peer was
 	// last reached (or since the start); downSince is when the first did.
 	failures  int
@@ -215,6 +237,15 @@ type Host struct {
 	mu      sync.RWMutex
 	closed  bool
 	members map[wire.NodeID]*member
+	// configured are the peers of Config.Peers and wanted the runtime's
+	// (Keep): both always kept connected. gossip are the ring fingers,
+	// worked out again when ringStale (a member was added).
+	configured, wanted map[wire.NodeID]bool
+	gossip             map[wire.NodeID]bool
+	ringStale          bool
+	// rostered: a peer handed this host the members it knows (once per
+	// start); rostering: one is being asked.
+	rostered, rostering bool
 }
 
 // New starts a host: it listens, joins the membership topic and starts
@@ -238,21 +269,22 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 
 	hctx, cancel := context.WithCancel(context.Background())
 	h := &Host{
-		host:     lh,
-		self:     NodeIDOf(lh.ID()),
-		name:     cfg.Name,
-		version:  cfg.Version,
-		codec:    cmp.Or(cfg.maxCodec, wire.Version),
-		log:      cfg.Logger,
-		maxFrame: cfg.MaxFrame,
-		queueLen: cfg.QueueLen,
-		allow:    allow,
-		ctx:      hctx,
-		cancel:   cancel,
-		inbox:    make(chan wire.Message, inboxLen),
-		joined:   make(chan wire.NodeID, joinedLen),
-		kick:     make(chan struct{}, 1),
-		members:  make(map[wire.NodeID]*member),
+		host:       lh,
+		self:       NodeIDOf(lh.ID()),
+		name:       cfg.Name,
+		version:    cfg.Version,
+		codec:      cmp.Or(cfg.maxCodec, wire.Version),
+		log:        cfg.Logger,
+		maxFrame:   cfg.MaxFrame,
+		queueLen:   cfg.QueueLen,
+		allow:      allow,
+		ctx:        hctx,
+		cancel:     cancel,
+		inbox:      make(chan wire.Message, inboxLen),
+		joined:     make(chan wire.NodeID, joinedLen),
+		kick:       make(chan struct{}, 1),
+		members:    make(map[wire.NodeID]*member),
+		configured: make(map[wire.NodeID]bool),
 	}
 	fail := func(err error) (*Host, error) {
 		cancel()
@@ -268,6 +300,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	for _, id := range lockProtocolIDs(h.codec) {
 		lh.SetStreamHandler(id, h.handleStream)
 	}
+	lh.SetStreamHandler(RosterProtocol, h.serveRoster)
 	h.addConfiguredPeers(peers)
 	h.wg.Add(3)
 	go h.maintain()
@@ -357,6 +390,7 @@ func (h *Host) addConfiguredPeers(peers []peer.AddrInfo) {
 		// Configured addresses never expire: they are how we find the cluster again.
 		h.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
 		h.addMember(ai.ID, "", ai.Addrs, false) // AddAddrs never shortens the permanent TTL
+		h.configured[NodeIDOf(ai.ID)] = true    // before maintain starts: no lock needed
 	}
 }
 
@@ -406,6 +440,9 @@ func resourceManager() (network.ResourceManager, error) {
 			rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 64 << 20},
 			rcmgr.BaseLimitIncrease{})
 	}
+	limits.AddProtocolPeerLimit(RosterProtocol,
+		rcmgr.BaseLimit{StreamsInbound: 2, StreamsOutbound: 2, Streams: 4, Memory: 2 * maxRoster},
+		rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(QueryProtocol,
 		rcmgr.BaseLimit{StreamsInbound: 4, StreamsOutbound: 4, Streams: 8, Memory: 2 * MaxAnswer},
 		rcmgr.BaseLimitIncrease{})
@@ -455,6 +492,39 @@ func (h *Host) Reach() (connected, known int) {
 		}
 	}
 	return connected, len(h.members)
+}
+
+// Conns counts the peers this host has a connection to, members or not:
+// in, those whose first connection the peer dialed, out the others.
+func (h *Host) Conns() (in, out int) {
+	nw := h.host.Network()
+	for _, p := range nw.Peers() {
+		if cs := nw.ConnsToPeer(p); len(cs) > 0 && cs[0].Stat().Direction == network.DirInbound {
+			in++
+		} else {
+			out++
+		}
+	}
+	return in, out
+}
+
+// MeshDebug says, for tests, which connected peers this host keeps and
+// writes to.
+func (h *Host) MeshDebug() string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var b strings.Builder
+	for node, m := range h.members {
+		if h.host.Network().Connectedness(m.id) != network.Connected {
+			continue
+		}
+		dir := "out"
+		if cs := h.host.Network().ConnsToPeer(m.id); len(cs) > 0 && cs[0].Stat().Direction == network.DirInbound {
+			dir = "in"
+		}
+		fmt.Fprintf(&b, "%s(%s kept=%v conf=%v want=%v gossip=%v writing=%v idle=%v) ", m.name, dir, m.kept, h.configured[node], h.wanted[node], h.gossip[node], m.writing, time.Since(m.used).Round(time.Second))
+	}
+	return b.String()
 }
 
 // Members lists every known cluster peer, sorted by Node.
@@ -549,6 +619,7 @@ func (h *Host) Close() error {
 	for _, p := range lockProtocols {
 		h.host.RemoveStreamHandler(p.id)
 	}
+	h.host.RemoveStreamHandler(RosterProtocol)
 	err := h.host.Close()
 	h.wg.Wait()
 	return err
@@ -600,16 +671,13 @@ func (h *Host) addMember(id peer.ID, name string, addrs []ma.Multiaddr, notify b
 		h.rememberAddrs(id, addrs)
 		return false
 	}
-	m = &member{id: id, node: node, name: name, addrs: addrs, queue: make(chan frames, h.queueLen)}
+	m = &member{id: id, node: node, name: name, addrs: addrs, used: time.Now()}
 	m.backoff.reset()
 	h.members[node] = m
-	h.wg.Add(1)
+	h.ringStale = true
 	h.mu.Unlock()
 
 	h.rememberAddrs(id, addrs)
-	// Keep the connection manager from trimming cluster connections.
-	h.host.ConnManager().Protect(id, protectTag)
-	go h.writeLoop(m)
 	h.log.Info("p2p: member added", "peer", id, "node", node, "name", name)
 	if notify {
 		select {
@@ -622,7 +690,7 @@ func (h *Host) addMember(id peer.ID, name string, addrs []ma.Multiaddr, notify b
 
 // rememberAddrs puts announced addresses in the peerstore, where the
 // writer's NewStream finds them when it has to dial. They outlive a short
-// partition; a live peer re-announces them every announceEvery.
+// partition and the gap between two announcements of a live peer.
 func (h *Host) rememberAddrs(id peer.ID, addrs []ma.Multiaddr) {
 	if len(addrs) > 0 {
 		h.host.Peerstore().AddAddrs(id, addrs, announcedAddrTTL)
@@ -637,11 +705,55 @@ func (h *Host) poke() {
 	}
 }
 
-// maintain redials members that are not connected, each with its own backoff.
+// Keep names the nodes this host keeps connected besides its configured
+// peers and its gossip peers: the runtime's voters, which it talks to all
+// the time. Any other member is dialed when a frame is sent to it, and a
+// connection this host dialed is closed once it is no longer used.
+func (h *Host) Keep(nodes []wire.NodeID) {
+	want := make(map[wire.NodeID]bool, len(nodes))
+	for _, n := range nodes {
+		if n != h.self {
+			want[n] = true
+		}
+	}
+	h.mu.Lock()
+	same := maps.Equal(want, h.wanted)
+	h.wanted = want
+	h.mu.Unlock()
+	if !same {
+		h.poke()
+	}
+}
+
+// keeps reports whether maintain keeps node connected; h.mu held.
+func (h *Host) keeps(node wire.NodeID) bool {
+	return h.configured[node] || h.wanted[node] || h.gossip[node]
+}
+
+// fingers are the gossip peers of self among the known nodes: the nodes
+// 1, 2, 4... places after it (gossipPeers of them) on the ring of node
+// ids. Every host picks its own, so each is picked by about as many hosts
+// as it picks: a host's gossip connections stay near 2·gossipPeers.
+func fingers(self wire.NodeID, known []wire.NodeID) map[wire.NodeID]bool {
+	ring := append(slices.Clone(known), self)
+	slices.Sort(ring)
+	ring = slices.Compact(ring)
+	i, _ := slices.BinarySearch(ring, self)
+	out := make(map[wire.NodeID]bool, gossipPeers)
+	for k, d := 0, 1; k < gossipPeers && d < len(ring); k, d = k+1, 2*d {
+		out[ring[(i+d)%len(ring)]] = true
+	}
+	return out
+}
+
+// maintain keeps the kept members connected, each redialed with its own
+// backoff, and closes the connections it dialed to members it no longer
+// keeps or writes to.
 func (h *Host) maintain() {
 	defer h.wg.Done()
 	t := time.NewTicker(maintainEvery)
 	defer t.Stop()
+	cm := h.host.ConnManager()
 	for {
 		select {
 		case <-h.ctx.Done():
@@ -650,11 +762,37 @@ func (h *Host) maintain() {
 		case <-h.kick:
 		}
 		now := time.Now()
+		var protect, unprotect []peer.ID
+		var trim []*member
+		var roster *member
 		h.mu.Lock()
-		for _, m := range h.members {
-			if h.host.Network().Connectedness(m.id) == network.Connected {
+		if h.ringStale {
+			h.gossip = fingers(h.self, slices.Collect(maps.Keys(h.members)))
+			h.ringStale = false
+		}
+		for node, m := range h.members {
+			connected := h.host.Network().Connectedness(m.id) == network.Connected
+			keep := h.keeps(node)
+			if keep != m.kept {
+				if m.kept = keep; keep {
+					protect = append(protect, m.id)
+				} else {
+					unprotect = append(unprotect, m.id)
+				}
+			}
+			if !keep {
+				if connected && !m.writing && m.querying == 0 && now.Sub(m.used) > trimIdle {
+					trim = append(trim, m)
+				}
+				continue
+			}
+			m.used = now
+			if connected {
 				m.backoff.reset()
 				m.nextDial = time.Time{}
+				if !h.rostered && !h.rostering && (roster == nil || h.configured[node]) {
+					roster = m // a configured peer rather than a gossip peer
+				}
 				continue
 			}
 			if m.dialing || now.Before(m.nextDial) || h.closed {
@@ -664,7 +802,48 @@ func (h *Host) maintain() {
 			h.wg.Add(1) // this goroutine holds a count, so Add is safe here
 			go h.dial(m, slices.Clone(m.addrs))
 		}
+		if roster != nil && !h.closed {
+			h.rostering = true
+			h.wg.Add(1)
+			go h.askRoster(roster)
+		}
 		h.mu.Unlock()
+		// Kept members' connections are never trimmed by the connection
+		// manager; outside the lock, which the manager's calls do not need.
+		for _, id := range protect {
+			cm.Protect(id, protectTag)
+		}
+		for _, id := range unprotect {
+			cm.Unprotect(id, protectTag)
+		}
+		for _, m := range trim {
+			h.trim(m)
+		}
+	}
+}
+
+// askRoster asks m for the members it knows (fetchRoster); another kept
+// peer is asked at a later pass when m does not answer.
+func (h *Host) askRoster(m *member) {
+	defer h.wg.Done()
+	ok := h.fetchRoster(m)
+	h.mu.Lock()
+	h.rostering, h.rostered = false, ok
+	h.mu.Unlock()
+	if ok {
+		h.poke() // the ring may have changed
+	}
+}
+
+// trim closes the connections to m that this host dialed. One the peer
+// dialed is the peer's to keep or close (it may keep this host as a
+// gossip peer); when both ends dialed at once, each closes its own.
+func (h *Host) trim(m *member) {
+	for _, c := range h.host.Network().ConnsToPeer(m.id) {
+		if c.Stat().Direction == network.DirOutbound {
+			h.log.Debug("p2p: unused connection closed", "peer", m.id, "name", m.name)
+			_ = c.Close()
+		}
 	}
 }
 

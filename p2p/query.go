@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/sluicehq/sluice/core/wire"
 )
@@ -81,9 +82,25 @@ func (h *Host) Query(ctx context.Context, node wire.NodeID, question []byte) ([]
 	}
 	h.mu.Lock()
 	m := h.members[node]
+	var addrs []ma.Multiaddr
+	if m != nil {
+		// Its connection, maybe dialed for this query alone, is not
+		// trimmed while the query runs.
+		m.querying++
+		addrs = m.addrs
+	}
 	h.mu.Unlock()
 	if m == nil {
 		return nil, fmt.Errorf("%w: node %d is not a known peer", ErrQuery, node)
+	}
+	defer func() {
+		h.mu.Lock()
+		m.querying--
+		m.used = time.Now()
+		h.mu.Unlock()
+	}()
+	if h.host.Network().Connectedness(m.id) != network.Connected {
+		h.rememberAddrs(m.id, addrs)
 	}
 	s, err := h.host.NewStream(ctx, m.id, QueryProtocol)
 	if err != nil {

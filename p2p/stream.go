@@ -42,6 +42,7 @@ func (h *Host) Send(m wire.Message) bool {
 	}
 	select {
 	case p.queue <- frames{b: f, n: 1, codec: codec, lossy: wire.Lossy(&m, codec)}:
+		h.ensureWriter(p)
 		return true
 	default:
 		h.stats.dropped.Add(1)
@@ -99,6 +100,7 @@ func (h *Host) SendAll(msgs []wire.Message) int {
 		}
 		select {
 		case b.peer.queue <- b.frames:
+			h.ensureWriter(b.peer)
 		default:
 			dropped += int(b.n)
 		}
@@ -145,15 +147,65 @@ func (f frames) stale(codec byte) bool {
 	return f.codec > codec || f.lossy && f.codec < codec
 }
 
-// openPeer is the member to, or nil when it is unknown or the host is
-// closed.
+// openPeer is the member to with its queue made, or nil when it is
+// unknown or the host is closed. A frame queued to it must be followed by
+// ensureWriter.
 func (h *Host) openPeer(to wire.NodeID) *member {
 	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
+	m := h.members[to]
+	ok := m != nil && m.queue != nil && !h.closed
+	h.mu.RUnlock()
+	if ok {
+		return m
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m = h.members[to]; m == nil || h.closed {
 		return nil
 	}
-	return h.members[to]
+	if m.queue == nil {
+		m.queue = make(chan frames, h.queueLen)
+	}
+	return m
+}
+
+// ensureWriter starts m's writer unless it runs. Called after a frame was
+// queued: a writer ends only on an empty queue, checked under h.mu, so
+// either it saw the frame or this sees it gone.
+func (h *Host) ensureWriter(m *member) {
+	h.mu.RLock()
+	running := m.writing || h.closed
+	h.mu.RUnlock()
+	if running {
+		return
+	}
+	h.mu.Lock()
+	start := !m.writing && !h.closed
+	if start {
+		m.writing = true
+		h.wg.Add(1) // under h.mu with closed unset: Close has not started waiting
+	}
+	h.mu.Unlock()
+	if start {
+		// A connection written to is not the connection manager's to trim.
+		h.host.ConnManager().Protect(m.id, writingTag)
+		go h.writeLoop(m)
+	}
+}
+
+// writerDone ends m's writer if its queue is empty, and reports whether
+// it did.
+func (h *Host) writerDone(m *member) bool {
+	h.mu.Lock()
+	done := len(m.queue) == 0
+	if done {
+		m.writing, m.used = false, time.Now()
+	}
+	h.mu.Unlock()
+	if done {
+		h.host.ConnManager().Unprotect(m.id, writingTag)
+	}
+	return done
 }
 
 // SendWait is Send that waits for room in the peer's queue instead of
@@ -177,6 +229,7 @@ func (h *Host) SendWait(ctx context.Context, m wire.Message) error {
 	}
 	select {
 	case p.queue <- frames{b: f, n: 1, codec: codec, lossy: wire.Lossy(&m, codec)}:
+		h.ensureWriter(p)
 		return nil
 	case <-ctx.Done():
 		h.stats.dropped.Add(1)
@@ -206,6 +259,8 @@ func encodeFrame(m *wire.Message, codec byte) ([]byte, error) {
 // writeLoop owns the one outbound lock stream to m: it opens it on the first
 // frame, writes every queued frame with one flush per batch, and on a
 // failure resets it and opens a new one, after a backoff, on the next frame.
+// After writerIdle without a frame it closes the stream and ends; the
+// next frame starts a new writer (ensureWriter).
 func (h *Host) writeLoop(m *member) {
 	defer h.wg.Done()
 	var (
@@ -214,6 +269,8 @@ func (h *Host) writeLoop(m *member) {
 		bo backoff
 	)
 	bo.reset()
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
 	defer func() {
 		if s != nil {
 			_ = s.Reset()
@@ -224,8 +281,19 @@ func (h *Host) writeLoop(m *member) {
 		select {
 		case <-h.ctx.Done():
 			return
+		case <-idle.C:
+			if h.writerDone(m) {
+				if s != nil {
+					_ = s.Close() // the reader sees a clean end
+					s = nil
+				}
+				return
+			}
+			idle.Reset(writerIdle)
+			continue
 		case f = <-m.queue:
 		}
+		idle.Reset(writerIdle)
 		if s == nil {
 			st, err := h.openLockStream(m, f.n)
 			if errors.Is(err, errDowngraded) {
@@ -274,6 +342,14 @@ func (h *Host) writeLoop(m *member) {
 // retransmits what matters.
 func (h *Host) openLockStream(m *member, inHand uint64) (network.Stream, error) {
 	h.stats.dials.Add(1)
+	if h.host.Network().Connectedness(m.id) != network.Connected {
+		// A peer that is not kept is dialed here, on demand: its
+		// addresses may have aged out of the peerstore since it announced.
+		h.mu.RLock()
+		addrs := m.addrs
+		h.mu.RUnlock()
+		h.rememberAddrs(m.id, addrs)
+	}
 	ctx, cancel := context.WithTimeout(h.ctx, streamTimeout)
 	st, err := h.host.NewStream(ctx, m.id, lockProtocolIDs(h.codec)...)
 	cancel()

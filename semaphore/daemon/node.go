@@ -36,6 +36,12 @@ type Transport interface {
 	Joined() <-chan wire.NodeID
 }
 
+// keeper is what a transport may offer to keep connections to the nodes
+// a node talks to all the time (p2p.Host.Keep): its voters.
+type keeper interface {
+	Keep(nodes []wire.NodeID)
+}
+
 // Store is what a node needs of its disk; *store.Store satisfies it.
 type Store interface {
 	// Submit never blocks; the channel says when b is durable. Batches
@@ -198,6 +204,10 @@ type Node struct {
 	// whose Ready went out without waiting: a failure still stops the node.
 	lazy    []<-chan error
 	metrics *metrics
+	// voters are the voters last seen (and told to a keeper transport);
+	// told the nodes told of this life since the start.
+	voters []wire.NodeID
+	told   map[wire.NodeID]bool
 	// senders counts the goroutines streaming snapshots; sending holds
 	// them by (new leader, epoch), so that a new leader's repeated request
 	// does not start a second stream, and one that no longer takes the
@@ -353,8 +363,13 @@ func (n *Node) Run(ctx context.Context) error {
 			n.elect.AddPeer(id)
 			// A peer learned late may have missed this node's restart
 			// announcement: replicas drop an old life's requests on it.
-			n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
-				Incarnation: n.cfg.State.Incarnation})
+			// A voter tells every node; any other node tells the voters
+			// only (keepVoters, or here when the mesh did not know one
+			// then): replicas are voters, and between two other nodes of
+			// a fleet it would open connections nobody needs.
+			if slices.Contains(n.voters, n.cfg.Self) || slices.Contains(n.voters, id) && !n.told[id] {
+				n.tellRestarted(id)
+			}
 		case op != nil:
 			op()
 			// Calls that came meanwhile go in the same turn: one Ready
@@ -586,6 +601,39 @@ func (n *Node) collect() {
 		n.metrics.handoffs.Add(float64(h - n.metrics.handoffSeen))
 		n.metrics.handoffSeen = h
 	}
+	n.keepVoters()
+}
+
+// keepVoters tells the transport the voters when they changed (it keeps
+// connections to them and to a few gossip peers, not to every member),
+// and tells the new ones of this node's life.
+func (n *Node) keepVoters() {
+	voters := n.elect.Members()
+	if slices.Equal(voters, n.voters) {
+		return
+	}
+	n.voters = voters
+	if k, ok := n.cfg.Transport.(keeper); ok {
+		k.Keep(voters)
+	}
+	for _, v := range voters {
+		if v != n.cfg.Self && !n.told[v] {
+			n.tellRestarted(v)
+		}
+	}
+}
+
+// tellRestarted tells id of this node's life (wire.KindRestarted); id is
+// told once the transport took the message.
+func (n *Node) tellRestarted(id wire.NodeID) {
+	if !n.cfg.Transport.Send(wire.Message{Kind: wire.KindRestarted, From: n.cfg.Self, To: id,
+		Incarnation: n.cfg.State.Incarnation}) {
+		return
+	}
+	if n.told == nil {
+		n.told = map[wire.NodeID]bool{}
+	}
+	n.told[id] = true
 }
 
 // flush sends and delivers, in order, every Ready whose writes are durable.

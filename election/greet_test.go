@@ -1,0 +1,110 @@
+package election_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/sluicehq/sluice/core/wire"
+	"github.com/sluicehq/sluice/election"
+)
+
+// hellosTo ticks e until it greets, and returns whom it greeted.
+func hellosTo(t *testing.T, e *election.Election) []wire.NodeID {
+	t.Helper()
+	for range 100 {
+		e.Tick()
+		rd := e.Ready()
+		e.Advance()
+		var to []wire.NodeID
+		for _, m := range rd.Messages {
+			if m.Kind == wire.KindHello {
+				to = append(to, m.To)
+			}
+		}
+		if len(to) > 0 {
+			return to
+		}
+	}
+	t.Fatal("no hello in 100 ticks")
+	return nil
+}
+
+// A node that is not a voter greets only the voters once it knows them,
+// however many nodes the mesh told it of; before, only its configured
+// peers and the nodes that greeted it. A voter greets everyone.
+func TestNonVoterGreetsVoters(t *testing.T) {
+	e, err := election.New(election.Config{Node: 9, Peers: []wire.NodeID{1}, Incarnation: 1, Nonce: 1,
+		ID: election.ID{Priority: 14, Random: 9, Address: "a9", PID: 1, Name: "n9"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := wire.NodeID(10); id < 40; id++ {
+		e.AddPeer(id) // the mesh's other agents
+	}
+	if got := hellosTo(t, e); !slices.Equal(got, []wire.NodeID{1}) {
+		t.Fatalf("a joiner without a view greeted %v, want its configured peer 1", got)
+	}
+	// Node 1, a voter, answers with the view.
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindHello, From: 1, To: 9, View: view(2, 1, 2, 3), ElectionID: "14|1|a1|1|n1"})); err != nil {
+		t.Fatal(err)
+	}
+	if got := hellosTo(t, e); !slices.Equal(got, members(5)) {
+		t.Fatalf("a non-voter greeted %v, want the voters %v", got, members(5))
+	}
+
+	v := node(t, 1, 5, 0)
+	for id := wire.NodeID(10); id < 40; id++ {
+		v.AddPeer(id)
+	}
+	if got := hellosTo(t, v); len(got) != 4+30 {
+		t.Fatalf("a voter greeted %d nodes, want the 4 other members and the 30 others", len(got))
+	}
+}
+
+// A non-voter answers the hello of a node that has no view yet, so that a
+// node told to join by any agent's address learns its cluster.
+func TestNonVoterAnswersJoiner(t *testing.T) {
+	e, err := election.New(election.Config{Node: 9, Incarnation: 1, Nonce: 1,
+		ID: election.ID{Priority: 14, Random: 9, Address: "a9", PID: 1, Name: "n9"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindHello, From: 1, To: 9, View: view(2, 1, 2, 3), ElectionID: "14|1|a1|1|n1"})); err != nil {
+		t.Fatal(err)
+	}
+	e.Ready()
+	e.Advance()
+	if err := e.Step(in(5, wire.Message{Kind: wire.KindHello, From: 20, To: 9, ElectionID: "14|20|a20|1|n20"})); err != nil {
+		t.Fatal(err)
+	}
+	rd := e.Ready()
+	e.Advance()
+	i := slices.IndexFunc(rd.Messages, func(m wire.Message) bool { return m.Kind == wire.KindHello && m.To == 20 })
+	if i < 0 || rd.Messages[i].View.Epoch != 2 {
+		t.Fatalf("no answer with the view to a node looking for its cluster: %v", rd.Messages)
+	}
+}
+
+// A check-in's ack carries the member's view: a node that restarts on a
+// copy whose level was stripped gets it whole before it hands it out.
+func TestCheckInAckRestoresLevel(t *testing.T) {
+	stripped := view(3, 1, 2, 3)
+	whole := stripped
+	whole.Level = uint64(wire.Version)
+	p := &election.Persisted{Cluster: election.ClusterID(members(5)), Bootstrap: members(5), Valid: stripped, Accepted: stripped,
+		Promised: 3, Confirmed: wire.Life{Incarnation: 1, Nonce: 1}, Since: []wire.Life{{Incarnation: 1, Nonce: 1}}}
+	e, err := election.New(election.Config{Node: 1, Incarnation: 2, Nonce: 2, Codec: uint64(wire.Version),
+		ID: election.ID{Priority: 14, Random: 1, Address: "a1", PID: 1, Name: "n1"}}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []wire.NodeID{2, 3, 4} {
+		if err := e.Step(in(5, wire.Message{Kind: wire.KindCheckInAck, From: o, To: 1, Incarnation: 2, Nonce: 2, View: whole})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := e.Ready()
+	if !e.CheckedIn() || rd.View == nil || rd.View.Level != uint64(wire.Version) {
+		t.Fatalf("checked in %v with view %+v, want the level %d", e.CheckedIn(), rd.View, wire.Version)
+	}
+}
