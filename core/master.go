@@ -550,10 +550,7 @@ func (n *Node) onAddTicketAck(r *request, m wire.Message) {
 	}
 	r.acks[m.From] = 0
 	if m.Held {
-		if r.heldAt == nil {
-			r.heldAt = map[wire.NodeID]bool{}
-		}
-		r.heldAt[m.From] = true
+		r.markedHeldAt(m.From)
 	}
 	if len(r.acks) >= n.quorum() {
 		n.startWait(r)
@@ -721,10 +718,7 @@ func (n *Node) onReport(m wire.Message) {
 	// The leader marked m.Req held as it made the report (heldForReport):
 	// true whatever becomes of the report itself, late or reordered.
 	if r := n.reqs[m.Req]; m.Held && r != nil && r.phase == phaseWait {
-		if r.heldAt == nil {
-			r.heldAt = map[wire.NodeID]bool{}
-		}
-		r.heldAt[m.From] = true
+		r.markedHeldAt(m.From)
 	}
 	if old := mn.reports[m.From]; old != nil && (old.inc > m.Incarnation || old.inc == m.Incarnation && old.seq >= m.ReportSeq) {
 		return // reordered: an older report of that replica
@@ -1079,8 +1073,17 @@ func (n *Node) startConfirm(r *request) {
 	n.sendConfirm(r)
 }
 
-// heldByQuorum: a quorum of the view's leaders marked r's ticket held as
-// they took it.
+// markedHeldAt records that leader marked r's ticket held (an ack of
+// ADD_TICKET or a report said so).
+func (r *request) markedHeldAt(leader wire.NodeID) {
+	if r.heldAt == nil {
+		r.heldAt = map[wire.NodeID]bool{}
+	}
+	r.heldAt[leader] = true
+}
+
+// heldByQuorum: a quorum of the view's leaders marked r's ticket held (as
+// they took it, or in a report).
 func (n *Node) heldByQuorum(r *request) bool {
 	held := 0
 	for l := range r.heldAt {
