@@ -763,7 +763,7 @@ func (h *Host) maintain() {
 		}
 		now := time.Now()
 		var protect, unprotect []peer.ID
-		var trim []*member
+		var trim []trimmed
 		var roster *member
 		h.mu.Lock()
 		if h.ringStale {
@@ -782,7 +782,7 @@ func (h *Host) maintain() {
 			}
 			if !keep {
 				if connected && !m.writing && m.querying == 0 && now.Sub(m.used) > trimIdle {
-					trim = append(trim, m)
+					trim = append(trim, trimmed{m.id, m.name})
 				}
 				continue
 			}
@@ -816,8 +816,8 @@ func (h *Host) maintain() {
 		for _, id := range unprotect {
 			cm.Unprotect(id, protectTag)
 		}
-		for _, m := range trim {
-			h.trim(m)
+		for _, t := range trim {
+			h.trim(t)
 		}
 	}
 }
@@ -835,10 +835,17 @@ func (h *Host) askRoster(m *member) {
 	}
 }
 
+// trimmed is a member whose unused connections maintain closes: what it
+// needs of the member, copied under the lock.
+type trimmed struct {
+	id   peer.ID
+	name string
+}
+
 // trim closes the connections to m that this host dialed. One the peer
 // dialed is the peer's to keep or close (it may keep this host as a
 // gossip peer); when both ends dialed at once, each closes its own.
-func (h *Host) trim(m *member) {
+func (h *Host) trim(m trimmed) {
 	for _, c := range h.host.Network().ConnsToPeer(m.id) {
 		if c.Stat().Direction == network.DirOutbound {
 			h.log.Debug("p2p: unused connection closed", "peer", m.id, "name", m.name)
@@ -855,7 +862,7 @@ func (h *Host) dial(m *member, addrs []ma.Multiaddr) {
 	cancel()
 	h.mu.Lock()
 	m.dialing = false
-	failures, down := m.failures, m.downSince
+	failures, down, name := m.failures, m.downSince, m.name
 	if err != nil {
 		m.nextDial = time.Now().Add(m.backoff.next())
 		if m.failures == 0 {
@@ -869,7 +876,7 @@ func (h *Host) dial(m *member, addrs []ma.Multiaddr) {
 	h.mu.Unlock()
 	if err == nil {
 		if failures > 0 {
-			h.log.Info("p2p: peer reachable again", "peer", m.id, "name", m.name, "down", time.Since(down).Round(time.Millisecond))
+			h.log.Info("p2p: peer reachable again", "peer", m.id, "name", name, "down", time.Since(down).Round(time.Millisecond))
 		}
 		return
 	}
@@ -881,7 +888,7 @@ func (h *Host) dial(m *member, addrs []ma.Multiaddr) {
 	// hears of a peer that is away at once, and of one that stays away
 	// less and less often, not at every redial.
 	if failures++; failures&(failures-1) == 0 {
-		h.log.Warn("p2p: peer unreachable", "peer", m.id, "name", m.name, "failures", failures,
+		h.log.Warn("p2p: peer unreachable", "peer", m.id, "name", name, "failures", failures,
 			"since", time.Since(cmp.Or(down, time.Now())).Round(time.Millisecond), "err", err)
 	} else {
 		h.log.Debug("p2p: dial failed", "peer", m.id, "failures", failures, "err", err)
