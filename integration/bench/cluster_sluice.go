@@ -57,6 +57,9 @@ type sluiceCluster struct {
 	bin    string
 	socks  []string
 	logDir string
+	// profileDir: with -profile, where stop leaves each agent's /metrics
+	// text beside its CPU profile (the phase and store histograms).
+	profileDir string
 }
 
 // startSluice starts a 3-agent cluster. Durable agents keep their data
@@ -71,7 +74,7 @@ func startSluice(ctx context.Context, bin string, st storage, nested bool, logDi
 	if err != nil {
 		return nil, err
 	}
-	c := &sluiceCluster{storage: st, nested: nested, dir: dir, bin: bin, logDir: logDir}
+	c := &sluiceCluster{storage: st, nested: nested, dir: dir, bin: bin, logDir: logDir, profileDir: profileDir}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -221,28 +224,11 @@ var agentCounters = map[string]string{
 func (c *sluiceCluster) counters(ctx context.Context) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, sock := range c.socks {
-		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}}}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sluice/metrics", nil)
+		body, err := scrapeMetrics(ctx, sock)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		hc.CloseIdleConnections()
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("%s: /metrics answered %s", sock, resp.Status)
-		}
-		for _, line := range strings.Split(string(body), "\n") {
+		for _, line := range strings.Split(body, "\n") {
 			for key, series := range agentCounters {
 				if v, ok := strings.CutPrefix(line, series+" "); ok {
 					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
@@ -257,9 +243,55 @@ func (c *sluiceCluster) counters(ctx context.Context) (map[string]float64, error
 	return out, nil
 }
 
+// scrapeMetrics reads the /metrics text of the agent on the API socket sock.
+func scrapeMetrics(ctx context.Context, sock string) (string, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sluice/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: /metrics answered %s", sock, resp.Status)
+	}
+	return string(body), nil
+}
+
+// saveMetrics writes each agent's /metrics text into c.profileDir, the
+// histograms of request phases and store commits that a CPU profile
+// cannot show. Failures are reported and do not stop the run.
+func (c *sluiceCluster) saveMetrics() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i, sock := range c.socks {
+		body, err := scrapeMetrics(ctx, sock)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(c.profileDir, fmt.Sprintf("metrics-%s-%s-n%d.txt", c.fileTag(), c.storage, i+1)), []byte(body), 0o644)
+		}
+		if err != nil {
+			logf("saving the metrics of %s: %v", sock, err)
+		}
+	}
+}
+
 // stop stops the agents with SIGTERM (each writes its profile then) and
 // removes the cluster's directory.
 func (c *sluiceCluster) stop() {
+	if c.profileDir != "" {
+		c.saveMetrics()
+	}
 	for _, cl := range c.clients {
 		cl.Close()
 	}

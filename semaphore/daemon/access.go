@@ -95,6 +95,21 @@ type Caller struct {
 	Cred     bool
 	Token    string
 	grants   []Grant
+	// command is the peer's command line, read from /proc once, on the
+	// first audited call of the connection: a deploy's lock loop audits
+	// every lock and release, and reading /proc each time cost a tenth
+	// of the agent's CPU and a system call on every answer's path. The
+	// kernel's credentials are the connection's too, from its connect.
+	command struct {
+		once sync.Once
+		line string
+	}
+}
+
+// commandLine is the peer's command line (see commandLine), read once.
+func (c *Caller) commandLine() string {
+	c.command.once.Do(func() { c.command.line = commandLine(c.PID) })
+	return c.command.line
 }
 
 // Role is the caller's highest role on name.

@@ -55,7 +55,7 @@ func (n *Node) audit(ctx context.Context, action, name string, err error, said, 
 	if c, ok := callerFrom(ctx); ok {
 		note.By = c.describe()
 		if c.Cred {
-			note.Command = commandLine(c.PID)
+			note.Command = c.commandLine()
 			attrs = append(attrs, "uid", c.UID, "pid", c.PID, "command", note.Command)
 		} else {
 			attrs = append(attrs, "token", c.Token)
