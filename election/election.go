@@ -42,6 +42,16 @@ type Config struct {
 	HelloTicks int64
 	// DeadTicks is how long a silent node counts as alive. Default 20.
 	DeadTicks int64
+	// ForgetTicks is how long a node that is not a member (a frontend's
+	// agent that joined by address) may stay silent before this node
+	// forgets it: no more hellos to it, and it leaves Status. A web tier
+	// replaces machines all the time, and a voter greets every node it
+	// knows of: without forgetting, its hellos and its memory would grow
+	// with every machine the fleet ever had. A node that comes back is
+	// learned again from its first hello or the mesh (AddPeer). Members,
+	// Config.Peers and the nodes of a change under way are never
+	// forgotten. Zero: 300 times DeadTicks; negative: never.
+	ForgetTicks int64
 	// RetryTicks is how long a coordinator lets an election round run
 	// before it starts another with a higher epoch. A round that ran out
 	// doubles the time of the next (up to 16 times RetryTicks), and a
@@ -183,6 +193,9 @@ type Stats struct {
 	// BelowLevel: votes of nodes that offer less than the cluster's codec,
 	// and views that would lower it, refused.
 	BelowLevel uint64
+	// Forgotten: nodes that are not members forgotten after a long
+	// silence (Config.ForgetTicks).
+	Forgotten uint64
 }
 
 type member struct {
@@ -209,8 +222,10 @@ type round struct {
 // Election is one node's election state machine. Not safe for concurrent use.
 type Election struct {
 	cfg Config
-	// peers are the nodes to greet: Config.Peers and those added since.
+	// peers are the nodes to greet: Config.Peers and those added since;
+	// added is when each of the latter was (see forgetSilent).
 	peers     []wire.NodeID
+	added     map[wire.NodeID]int64
 	now       int64
 	lastHello int64
 	p         Persisted
@@ -267,11 +282,12 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	def(&cfg.HelloTicks, 5)
 	def(&cfg.DeadTicks, 20)
 	def(&cfg.RetryTicks, 15)
+	def(&cfg.ForgetTicks, 300*cfg.DeadTicks)
 	cfg.Codec = max(cfg.Codec, uint64(wire.MinVersion))
 	cfg.Peers = slices.Clone(cfg.Peers)
 	peers := slices.Clone(cfg.Peers)
 	boot := slices.Compact(slices.Sorted(slices.Values(cfg.Bootstrap)))
-	e := &Election{cfg: cfg, peers: peers, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID, codec: cfg.Codec, release: cfg.Release}}, lastHello: -cfg.HelloTicks,
+	e := &Election{cfg: cfg, peers: peers, added: map[wire.NodeID]int64{}, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID, codec: cfg.Codec, release: cfg.Release}}, lastHello: -cfg.HelloTicks,
 		retry: cfg.RetryTicks, checkAcks: map[wire.NodeID]bool{}, marks: map[wire.NodeID]mark{}}
 	if persisted != nil {
 		e.p = *persisted.clone()
@@ -314,6 +330,65 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 func (e *Election) AddPeer(id wire.NodeID) {
 	if id != 0 && id != e.cfg.Node && !slices.Contains(e.peers, id) {
 		e.peers = append(e.peers, id)
+		e.added[id] = e.now
+	}
+}
+
+// forgetSilent forgets the nodes that are neither members, configured
+// peers nor part of a change under way, and were not heard from (nor
+// added) for ForgetTicks (see Config.ForgetTicks). The marks of their
+// lives stay: a node that comes back with a store rolled back is still
+// refused at its check-in.
+func (e *Election) forgetSilent() {
+	if e.cfg.ForgetTicks < 0 {
+		return
+	}
+	keep := map[wire.NodeID]bool{e.cfg.Node: true}
+	for _, id := range e.cfg.Peers {
+		keep[id] = true
+	}
+	for _, id := range e.Members() {
+		keep[id] = true
+	}
+	if r := e.round; r != nil {
+		for _, id := range r.config {
+			keep[id] = true
+		}
+		if r.change != nil {
+			keep[r.change.Add], keep[r.change.Remove] = true, true
+		}
+		if r.proposal != nil {
+			for _, id := range r.proposal.Members {
+				keep[id] = true
+			}
+		}
+	}
+	silent := func(id wire.NodeID) bool {
+		if keep[id] {
+			return false
+		}
+		last, ok := e.added[id]
+		if m := e.members[id]; m != nil {
+			last, ok = max(last, m.heard), true
+		}
+		return ok && e.now-last > e.cfg.ForgetTicks
+	}
+	e.peers = slices.DeleteFunc(e.peers, func(id wire.NodeID) bool {
+		if !silent(id) {
+			return false
+		}
+		if e.members[id] == nil {
+			e.stats.Forgotten++ // counted below otherwise
+		}
+		delete(e.added, id)
+		return true
+	})
+	for id := range e.members {
+		if silent(id) {
+			delete(e.members, id)
+			delete(e.added, id)
+			e.stats.Forgotten++
+		}
 	}
 }
 
@@ -597,6 +672,7 @@ func (e *Election) Tick() {
 	}
 	if e.now-e.lastHello >= e.cfg.HelloTicks {
 		e.lastHello = e.now
+		e.forgetSilent()
 		e.greet(e.helloMessage())
 		if !e.checkedIn {
 			e.checkIn()
@@ -645,6 +721,16 @@ func (e *Election) Step(m wire.Message) error {
 	}
 	if e.stale != nil {
 		return e.stale
+	}
+	if _, ok := e.added[m.From]; ok {
+		// Alive, even when refused below: a node that joins greets
+		// without a cluster until a hello of this one tells it.
+		e.added[m.From] = e.now
+	} else if m.Kind == wire.KindHello && m.Cluster == 0 && e.p.Cluster != 0 {
+		// A node looking for its cluster that this one forgot (it was
+		// silent long): greeted again, it learns the cluster, as the
+		// mesh's word had this node greet it at first.
+		e.AddPeer(m.From)
 	}
 	if err := e.checkCluster(m); err != nil {
 		return err

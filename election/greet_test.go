@@ -1,6 +1,8 @@
 package election_test
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -106,5 +108,93 @@ func TestCheckInAckRestoresLevel(t *testing.T) {
 	rd := e.Ready()
 	if !e.CheckedIn() || rd.View == nil || rd.View.Level != uint64(wire.Version) {
 		t.Fatalf("checked in %v with view %+v, want the level %d", e.CheckedIn(), rd.View, wire.Version)
+	}
+}
+
+// A voter forgets a node that is not a member once it has been silent
+// for ForgetTicks (a replaced frontend): no more hellos to it, and it
+// leaves the status. Members and configured peers stay however silent,
+// a node that keeps greeting stays, and a forgotten node that greets
+// again is greeted again.
+func TestVoterForgetsSilentNodes(t *testing.T) {
+	const forget = 100
+	for _, never := range []bool{false, true} {
+		cfg := election.Config{Node: 1, Bootstrap: members(3), Peers: []wire.NodeID{2, 30}, Incarnation: 1, Nonce: 1,
+			ForgetTicks: forget, ID: election.ID{Priority: 14, Random: 1, Address: "a1", PID: 1, Name: "n1"}}
+		if never {
+			cfg.ForgetTicks = -1
+		}
+		v, err := election.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []wire.NodeID{2, 3} {
+			if err := v.Step(in(3, wire.Message{Kind: wire.KindCheckInAck, From: o, To: 1, Incarnation: 1, Nonce: 1})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		greet := func(from wire.NodeID) {
+			t.Helper()
+			if err := v.Step(in(3, wire.Message{Kind: wire.KindHello, From: from, To: 1, ElectionID: fmt.Sprintf("14|%d|a%d|1|n%d", from, from, from)})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v.AddPeer(40) // the mesh told of it; never heard
+		greet(50)     // a frontend that goes away
+		for range 2 * forget {
+			greet(60) // a frontend that stays
+			hellosTo(t, v)
+		}
+		got := hellosTo(t, v)
+		known := map[wire.NodeID]bool{}
+		for _, m := range v.Status().Members {
+			known[m.Node] = true
+		}
+		want := []wire.NodeID{2, 3, 30, 60}
+		if never {
+			want = []wire.NodeID{2, 3, 30, 40, 50, 60}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("never=%v: after %d silent ticks the voter greets %v, want %v", never, 2*forget, got, want)
+		}
+		if !never && (known[40] || known[50] || !known[60] || !known[2] || !known[3]) {
+			t.Fatalf("the status still lists a forgotten node, or lost a live one or a member: %v", v.Status().Members)
+		}
+		if f := v.Stats().Forgotten; !never && f != 2 || never && f != 0 {
+			t.Fatalf("never=%v: Stats.Forgotten = %d", never, f)
+		}
+		greet(50) // back
+		if got := hellosTo(t, v); !slices.Contains(got, 50) {
+			t.Fatalf("never=%v: a forgotten node greeted again is not greeted back: %v", never, got)
+		}
+	}
+}
+
+// A node that joins greets without a cluster, and its hellos are refused
+// as foreign; a voter that forgot it (it was down long) greets it again
+// at its next hello, so that it learns its cluster.
+func TestVoterGreetsForgottenJoiner(t *testing.T) {
+	v, err := election.New(election.Config{Node: 1, Bootstrap: members(3), Incarnation: 1, Nonce: 1, ForgetTicks: 50,
+		ID: election.ID{Priority: 14, Random: 1, Address: "a1", PID: 1, Name: "n1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.AddPeer(70) // the mesh told of the joiner
+	if got := hellosTo(t, v); !slices.Contains(got, 70) {
+		t.Fatalf("the voter does not greet the joiner the mesh told of: %v", got)
+	}
+	for range 30 {
+		hellosTo(t, v)
+	}
+	if got := hellosTo(t, v); slices.Contains(got, 70) {
+		t.Fatalf("the voter still greets a joiner silent for long: %v", got)
+	}
+	err = v.Step(wire.Message{Kind: wire.KindHello, From: 70, To: 1, ElectionID: "14|70|a70|1|n70"})
+	if !errors.Is(err, election.ErrForeign) {
+		t.Fatalf("a hello without a cluster: %v, want ErrForeign", err)
+	}
+	if got := hellosTo(t, v); !slices.Contains(got, 70) {
+		t.Fatalf("the voter does not greet again a forgotten joiner that greeted it: %v", got)
 	}
 }

@@ -2,6 +2,9 @@ package p2p
 
 import (
 	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	ma "github.com/multiformats/go-multiaddr"
 
@@ -68,4 +71,91 @@ func TestRosterAtStart(t *testing.T) {
 		m, ok := memberOf(c, NodeIDOf(xid))
 		return ok && m.Name == "x" && len(m.Addrs) == 1
 	})
+}
+
+// A member that is neither configured nor kept is forgotten once unheard
+// for ForgetAfter (a machine the fleet replaced); a configured peer and a
+// kept one are not, however long they are down, nor a peer connected to
+// the host. A forgotten peer is learned again as new.
+func TestForgetsUnheardMembers(t *testing.T) {
+	t.Parallel()
+	down := start(t, Config{Name: "down"})
+	downAddrs := down.Addrs()
+	downNode := down.self
+	_ = down.Close()
+	a := start(t, Config{Name: "a", ForgetAfter: time.Second, Peers: downAddrs})
+	dead := func(name string) (wire.NodeID, peer.ID, ma.Multiaddr) {
+		id, err := PeerIDOf(newKey(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, err := ma.NewMultiaddr("/ip4/127.0.0.1/tcp/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.addMember(id, name, []ma.Multiaddr{addr}, false)
+		return NodeIDOf(id), id, addr
+	}
+	// b is connected all along. It and a swap rosters before a learns the
+	// dead ones, so that no roster brings one back here.
+	b := start(t, Config{Name: "b", Peers: a.Addrs()})
+	eventually(t, "a and b swapped rosters", func() bool {
+		a.mu.RLock()
+		b.mu.RLock()
+		defer a.mu.RUnlock()
+		defer b.mu.RUnlock()
+		return a.rostered && b.rostered
+	})
+	gone, goneID, goneAddr := dead("gone")
+	kept, _, _ := dead("kept")
+	a.Keep([]wire.NodeID{kept})
+
+	eventually(t, "a forgot the member unheard for long", func() bool { _, ok := memberOf(a, gone); return !ok })
+	for _, n := range []wire.NodeID{downNode, kept, b.self} {
+		if _, ok := memberOf(a, n); !ok {
+			t.Fatalf("a forgot member %d, which is configured, kept or connected", n)
+		}
+	}
+	if f := a.Stats().Forgotten; f != 1 {
+		t.Fatalf("Stats.Forgotten = %d, want 1", f)
+	}
+	if !a.addMember(goneID, "gone", []ma.Multiaddr{goneAddr}, false) {
+		t.Fatal("a forgotten member is not learned again as new")
+	}
+}
+
+// A roster says how long its host has gone without word of each member:
+// a starting host does not take in one it would forget at once, and
+// takes the others as long unheard as the roster says.
+func TestRosterCarriesUnheard(t *testing.T) {
+	t.Parallel()
+	b := start(t, Config{Name: "b"})
+	addr, err := ma.NewMultiaddr("/ip4/127.0.0.1/tcp/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := func(name string, unheard time.Duration) wire.NodeID {
+		id, err := PeerIDOf(newKey(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.addMember(id, name, []ma.Multiaddr{addr}, false)
+		b.mu.Lock()
+		b.members[NodeIDOf(id)].heard = time.Now().Add(-unheard)
+		b.mu.Unlock()
+		return NodeIDOf(id)
+	}
+	old := member("old", 2*time.Hour)
+	recent := member("recent", 10*time.Minute)
+	c := start(t, Config{Name: "c", Peers: b.Addrs(), ForgetAfter: time.Hour})
+	eventually(t, "c learned the recent member from b's roster", func() bool { _, ok := memberOf(c, recent); return ok })
+	if _, ok := memberOf(c, old); ok {
+		t.Fatal("c took in a member b has not heard of for longer than c's ForgetAfter")
+	}
+	c.mu.RLock()
+	unheard := time.Since(c.members[recent].heard)
+	c.mu.RUnlock()
+	if unheard < 9*time.Minute {
+		t.Fatalf("c takes the recent member as unheard for %v, b said 10m", unheard)
+	}
 }

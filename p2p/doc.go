@@ -35,6 +35,12 @@
 //     made at its first frame and its writer runs while frames come. A
 //     starting host reads the members one kept peer knows
 //     (RosterProtocol), since announcements are rare once a fleet runs.
+//   - A member that is neither configured nor kept, and of which nothing
+//     was heard for Config.ForgetAfter (no announcement, inbound stream
+//     or connection), is forgotten: a web tier's replaced machines leave
+//     the ring, the redials and the rosters. Rosters say how long their
+//     host went without word of each member, so hearsay never makes a
+//     gone machine look alive again.
 //   - Close stops every goroutine the Host started and closes libp2p.
 //     Inbox and Joined are never closed.
 package p2p

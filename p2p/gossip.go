@@ -24,6 +24,10 @@ type announcement struct {
 	// does not know, and announces neither.
 	Version string `json:"version,omitempty"`
 	Codec   int    `json:"codec,omitempty"`
+	// Unheard, in a roster only, is how many seconds the host that
+	// serves it has gone without word of the member: hearsay must not
+	// make a machine gone for good look alive again (Config.ForgetAfter).
+	Unheard int64 `json:"unheard_s,omitempty"`
 }
 
 // learned is a validated announcement, handed from the validator to the reader.

@@ -131,6 +131,16 @@ type Config struct {
 	// that every member can tell which versions the cluster runs; empty:
 	// not announced.
 	Version string
+	// ForgetAfter is how long a member that is neither a configured peer
+	// nor kept (Keep) may go unheard before the host forgets it: no
+	// announcement, no inbound stream, no connection. A live peer
+	// announces at least every announceMax, so only a machine gone for
+	// good (a web tier replaces them all the time) is forgotten; without
+	// forgetting, the ring, the redials and the roster would keep every
+	// machine the fleet ever had. A forgotten peer that comes back is
+	// learned again from its next announcement or connection. Zero:
+	// three times announceMax (30 minutes); negative: never.
+	ForgetAfter time.Duration
 
 	// maxCodec, when set, is the newest codec the host speaks: a host of
 	// the previous release, for tests of mixed clusters.
@@ -172,15 +182,16 @@ type Stats struct {
 	Dials         uint64
 	DialFailures  uint64
 	Announcements uint64 // valid announcements received from others
+	Forgotten     uint64 // members forgotten after ForgetAfter unheard
 }
 
 type counters struct {
-	framesIn, framesOut, malformed, oversized, dropped, resets, refused, dials, dialFailures, announcements atomic.Uint64
+	framesIn, framesOut, malformed, oversized, dropped, resets, refused, dials, dialFailures, announcements, forgotten atomic.Uint64
 }
 
 // member is the state of one known peer: a peer that goes away is
-// forgotten only when the host closes. Its queue is made on the first
-// frame to it, and its writer runs while frames come.
+// forgotten once unheard for Config.ForgetAfter. Its queue is made on the
+// first frame to it, and its writer runs while frames come.
 type member struct {
 	id    peer.ID
 	node  wire.NodeID
@@ -203,7 +214,10 @@ type member struct {
 	// kept or written to, which an unkept connection is trimmed after.
 	writing, kept bool
 	used          time.Time
-	querying      int // queries to it under way
+	// heard is when the peer last showed it is alive: its announcement,
+	// an inbound stream, a connection (or when it was learned).
+	heard    time.Time
+	querying int // queries to it under way
 	// failures counts the dials that failed in a row since the peer was
 	// last reached (or since the start); downSince is when the first did.
 	failures  int
@@ -223,6 +237,7 @@ type Host struct {
 	log      *slog.Logger
 	maxFrame int
 	queueLen int
+	forget   time.Duration // Config.ForgetAfter, defaulted (negative: never)
 	allow    map[peer.ID]struct{}
 
 	ctx    context.Context // canceled by Close; bounds every blocking call
@@ -277,6 +292,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		log:        cfg.Logger,
 		maxFrame:   cfg.MaxFrame,
 		queueLen:   cfg.QueueLen,
+		forget:     cmp.Or(cfg.ForgetAfter, 3*announceMax),
 		allow:      allow,
 		ctx:        hctx,
 		cancel:     cancel,
@@ -602,6 +618,7 @@ func (h *Host) Stats() Stats {
 		Dials:         c.dials.Load(),
 		DialFailures:  c.dialFailures.Load(),
 		Announcements: c.announcements.Load(),
+		Forgotten:     c.forgotten.Load(),
 		Refused:       c.refused.Load(),
 	}
 }
@@ -667,11 +684,14 @@ func (h *Host) addMember(id peer.ID, name string, addrs []ma.Multiaddr, notify b
 		if len(addrs) > 0 {
 			m.addrs = addrs
 		}
+		// Every caller but a roster's (new members only) has word from
+		// the peer itself: an announcement, an inbound stream.
+		m.heard = time.Now()
 		h.mu.Unlock()
 		h.rememberAddrs(id, addrs)
 		return false
 	}
-	m = &member{id: id, node: node, name: name, addrs: addrs, used: time.Now()}
+	m = &member{id: id, node: node, name: name, addrs: addrs, used: time.Now(), heard: time.Now()}
 	m.backoff.reset()
 	h.members[node] = m
 	h.ringStale = true
@@ -764,6 +784,7 @@ func (h *Host) maintain() {
 		now := time.Now()
 		var protect, unprotect []peer.ID
 		var trim []trimmed
+		var forgotten []*member
 		var roster *member
 		h.mu.Lock()
 		if h.ringStale {
@@ -772,6 +793,14 @@ func (h *Host) maintain() {
 		}
 		for node, m := range h.members {
 			connected := h.host.Network().Connectedness(m.id) == network.Connected
+			if connected {
+				m.heard = now
+			} else if h.forgets(node, m, now) {
+				delete(h.members, node)
+				h.ringStale = true
+				forgotten = append(forgotten, m)
+				continue
+			}
 			keep := h.keeps(node)
 			if keep != m.kept {
 				if m.kept = keep; keep {
@@ -819,7 +848,27 @@ func (h *Host) maintain() {
 		for _, t := range trim {
 			h.trim(t)
 		}
+		for _, m := range forgotten {
+			if m.kept {
+				cm.Unprotect(m.id, protectTag)
+			}
+			h.host.Peerstore().RemovePeer(m.id)
+			h.stats.forgotten.Add(1)
+			h.log.Info("p2p: member forgotten, unheard for long", "peer", m.id, "node", m.node, "name", m.name,
+				"unheard", now.Sub(m.heard).Round(time.Second))
+		}
+		if len(forgotten) > 0 {
+			h.poke() // the ring changed: its new fingers are dialed now
+		}
 	}
+}
+
+// forgets reports whether maintain forgets m, a member not connected now
+// (Config.ForgetAfter): neither configured nor kept by the runtime,
+// unheard for long, and nothing of the host using it. h.mu held.
+func (h *Host) forgets(node wire.NodeID, m *member, now time.Time) bool {
+	return h.forget >= 0 && !h.configured[node] && !h.wanted[node] && !m.writing && !m.dialing && m.querying == 0 &&
+		now.Sub(m.heard) > h.forget
 }
 
 // askRoster asks m for the members it knows (fetchRoster); another kept

@@ -37,10 +37,12 @@ func (h *Host) serveRoster(s network.Stream) {
 	defer h.wg.Done()
 	_ = s.SetDeadline(time.Now().Add(rosterWait))
 	list := []announcement{{Peer: h.host.ID().String(), Name: h.name, Addrs: h.Addrs()}}
+	now := time.Now()
 	h.mu.RLock()
 	for _, m := range h.members {
 		if len(m.addrs) > 0 {
-			list = append(list, announcement{Peer: m.id.String(), Name: m.name, Addrs: p2pAddrs(m.id, m.addrs)})
+			list = append(list, announcement{Peer: m.id.String(), Name: m.name, Addrs: p2pAddrs(m.id, m.addrs),
+				Unheard: int64(now.Sub(m.heard) / time.Second)})
 		}
 	}
 	h.mu.RUnlock()
@@ -92,8 +94,17 @@ func (h *Host) fetchRoster(m *member) bool {
 		h.mu.RLock()
 		known := h.members[NodeIDOf(id)] != nil
 		h.mu.RUnlock()
-		if !known && h.addMember(id, a.Name, addrs, true) {
+		unheard := time.Duration(min(max(a.Unheard, 0), 1<<32)) * time.Second
+		if known || h.forget >= 0 && unheard > h.forget {
+			continue // known, or long gone: this host would forget it at once
+		}
+		if h.addMember(id, a.Name, addrs, true) {
 			added++
+			h.mu.Lock()
+			if m := h.members[NodeIDOf(id)]; m != nil {
+				m.heard = m.heard.Add(-unheard) // as long unheard as the peer says
+			}
+			h.mu.Unlock()
 		}
 	}
 	h.log.Debug("p2p: roster read", "peer", m.id, "members", len(list), "new", added)

@@ -25,6 +25,14 @@ type ElectionOptions struct {
 	// every node must become ready on one view.
 	FaultTicks, SettleTicks int64
 	Mutant                  election.Mutant
+	// ForgetTicks is the nodes' election.Config.ForgetTicks. Zero: drawn
+	// from the seed without the PRNG (so that the other draws stay as
+	// they were): even seeds forget after 40 to 199 ticks, shorter than
+	// partitions and downtimes, and configure only the bootstrap members
+	// as peers (as --peers names a few voters), so that nodes that are not
+	// members are forgotten and learned again while the faults run; odd
+	// seeds never forget and configure every node. Negative: never.
+	ForgetTicks int64
 	// Leave parts of the world out, to narrow a failure down: disk wipes
 	// and rollbacks, the operator's membership changes, the stray node
 	// started with the default flags, and slow links.
@@ -334,6 +342,15 @@ func newElectionSim(o ElectionOptions) *electionSim {
 	if o.FaultTicks <= 0 {
 		o.FaultTicks = 600
 	}
+	if o.ForgetTicks == 0 {
+		o.ForgetTicks = -1
+		if o.Seed%2 == 0 {
+			o.ForgetTicks = 40 + o.Seed%160
+			if o.ForgetTicks < 40 {
+				o.ForgetTicks += 160 // negative seeds
+			}
+		}
+	}
 	if o.SettleTicks <= 0 {
 		o.SettleTicks = 300
 	}
@@ -446,7 +463,7 @@ func (s *electionSim) peers(i int) []wire.NodeID {
 		return nil
 	}
 	for j, n := range s.nodes {
-		if j != i && (n.kind == bootMember || s.onMesh(j)) {
+		if j != i && (n.kind == bootMember || s.onMesh(j) && s.o.ForgetTicks < 0) {
 			out = append(out, n.id)
 		}
 	}
@@ -492,7 +509,7 @@ func (s *electionSim) start(i int) {
 		n.codec = uint64(wire.MinVersion)
 		s.res.OldAfterLevel++
 	}
-	e, err := election.New(election.Config{Node: n.id, Bootstrap: boot, Peers: s.peers(i), Mutant: s.o.Mutant,
+	e, err := election.New(election.Config{Node: n.id, Bootstrap: boot, Peers: s.peers(i), Mutant: s.o.Mutant, ForgetTicks: s.o.ForgetTicks,
 		Incarnation: n.inc, Nonce: n.nonce, Codec: n.codec,
 		ID: election.ID{Priority: prio, Random: s.rng.Uint32(), Address: fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", 4000+i),
 			PID: uint32(i), Name: fmt.Sprintf("n%d", i+1)}},
@@ -504,6 +521,15 @@ func (s *electionSim) start(i int) {
 	n.e, n.adopted, n.stale, n.since, n.vouched = e, 0, false, s.tick, false
 	n.starts++
 	s.tracef("node %d (%s) starts, incarnation %d, priority %d", n.id, n.kind, n.inc, prio)
+	// The node learns the started nodes from the mesh (a peer's roster)
+	// when its configuration names only the bootstrap members.
+	if s.o.ForgetTicks >= 0 && s.onMesh(i) {
+		for j, m := range s.nodes {
+			if j != i && m.started && s.onMesh(j) {
+				e.AddPeer(m.id)
+			}
+		}
+	}
 	// The mesh tells the others (an inbound connection, an announcement).
 	if s.onMesh(i) {
 		for j, m := range s.nodes {

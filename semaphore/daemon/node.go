@@ -82,12 +82,13 @@ const (
 	// cannot be reached holds a drain up to this long (and the leaders'
 	// drift margin), and renews a busy share every half of it.
 	DefaultShareLease = 10 * time.Second
-	retransmitTicks   = 20  // a lost phase message is sent again after 200 ms
-	refreshTicks      = 100 // waiting masters renew their watches every second
-	tryTicks          = 100 // a try's round trips must finish within a second
-	helloTicks        = 20  // hellos every 200 ms
-	deadTicks         = 150 // a node silent for 1.5 s counts as down
-	electionRetry     = 100 // a stuck election round is retried after a second
+	retransmitTicks   = 20     // a lost phase message is sent again after 200 ms
+	refreshTicks      = 100    // waiting masters renew their watches every second
+	tryTicks          = 100    // a try's round trips must finish within a second
+	helloTicks        = 20     // hellos every 200 ms
+	deadTicks         = 150    // a node silent for 1.5 s counts as down
+	forgetTicks       = 60_000 // a node that is not a member, silent for 10 minutes, is forgotten (a replaced machine)
+	electionRetry     = 100    // a stuck election round is retried after a second
 	watcherQueue      = 64
 	maxTicksPerWake   = 10000 // catching up after a long stop flushes its output this often
 	opQueue           = 256
@@ -271,7 +272,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	e, err := election.New(election.Config{Node: cfg.Self, ID: cfg.ID, Bootstrap: cfg.Bootstrap, Peers: peers,
 		Incarnation: cfg.State.Incarnation, Nonce: cfg.Nonce, StoreAge: cfg.State.Age,
 		Codec: cmp.Or(cfg.Codec, uint64(wire.Version)), Release: semaphore.Version,
-		HelloTicks: helloTicks, DeadTicks: deadTicks, RetryTicks: cfg.ElectionTicks},
+		HelloTicks: helloTicks, DeadTicks: deadTicks, ForgetTicks: forgetTicks, RetryTicks: cfg.ElectionTicks},
 		(*election.Persisted)(cfg.State.Election)) // the store's copy of the same fields
 	if err != nil {
 		if errors.Is(err, election.ErrBadConfig) {
