@@ -609,7 +609,9 @@ func (e *Election) Tick() {
 		e.round = nil
 		e.retry = min(2*e.retry, 16*e.cfg.RetryTicks)
 	}
-	if e.round != nil || !e.checkedIn {
+	// Only a voter coordinates: the others, a fleet's agents, stop here
+	// at every tick.
+	if e.round != nil || !e.checkedIn || !e.isMember(e.cfg.Node) {
 		return
 	}
 	alive := e.aliveIDs()
