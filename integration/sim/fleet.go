@@ -106,8 +106,8 @@ type FleetResult struct {
 	Messages int
 }
 
-// Seconds converts ticks of a fleet run to seconds.
-func Seconds(ticks int64) float64 { return (time.Duration(ticks) * FleetTick).Seconds() }
+// FleetSeconds converts ticks of a fleet run to seconds.
+func FleetSeconds(ticks int64) float64 { return (time.Duration(ticks) * FleetTick).Seconds() }
 
 type fleetNode struct {
 	id      wire.NodeID

@@ -127,7 +127,7 @@ func TestFleetIdleCostDoesNotGrow(t *testing.T) {
 		if r.Voters != 3 {
 			continue
 		}
-		t.Logf("%6d %5.2fs | %-19s %-10s %-6s %-6s %-7s %-6s | %-16s %-16s %-10s %-10s %-10s", r.Agents, Seconds(r.ReadyTicks-r.LastStart),
+		t.Logf("%6d %5.2fs | %-19s %-10s %-6s %-6s %-7s %-6s | %-16s %-16s %-10s %-10s %-10s", r.Agents, FleetSeconds(r.ReadyTicks-r.LastStart),
 			r.Idle.Sent, r.Idle.Received, r.Idle.Peers, r.Idle.Peers10s, r.Idle.Known, r.Idle.Lives,
 			r.Voter.Sent, r.Voter.Received, r.Voter.Peers, r.Voter.Known, r.Voter.Lives)
 	}
@@ -136,7 +136,7 @@ func TestFleetIdleCostDoesNotGrow(t *testing.T) {
 	t.Logf("%6s %6s %8s %8s | %-14s %-14s | %-19s %-19s", "agents", "voters", "new view", "time",
 		"non-voter sent", "recv", "voter sent", "recv")
 	for _, r := range res {
-		t.Logf("%6d %6d %8v %7.2fs | %-14s %-14s | %-19s %-19s", r.Agents, r.Voters, r.NewView, Seconds(r.ChangeTicks),
+		t.Logf("%6d %6d %8v %7.2fs | %-14s %-14s | %-19s %-19s", r.Agents, r.Voters, r.NewView, FleetSeconds(r.ChangeTicks),
 			r.ChangeIdle.Sent, r.ChangeIdle.Received, r.ChangeVoter.Sent, r.ChangeVoter.Received)
 	}
 	for k, r := range res {
