@@ -74,7 +74,7 @@ type Config struct {
 }
 
 // Mutant names a deliberate bug, for the simulator's mutation test.
-type Mutant uint8
+type Mutant uint16
 
 const (
 	// MutantTwoViewsPerEpoch: a node promises and accepts an epoch it has
@@ -105,6 +105,10 @@ const (
 	// codecs the alive members offer alone, not at least the previous
 	// view's, and acceptors and followers take a view that lowers it.
 	MutantLevelBackwards
+	// MutantNonVoterGreetsAll: a node that is not a voter greets every
+	// node it knows of, as a voter does, so that its hellos, and the peers
+	// it talks to, grow with the fleet (the simulator's fleet check).
+	MutantNonVoterGreetsAll
 )
 
 // Persisted is what a node must find again after a restart. It is handed
@@ -632,7 +636,7 @@ func (e *Election) sendAll(m wire.Message, alive bool) {
 // mesh told it of.
 func (e *Election) greet(hello wire.Message) {
 	members := e.Members()
-	if slices.Contains(members, e.cfg.Node) {
+	if slices.Contains(members, e.cfg.Node) || e.cfg.Mutant.on(MutantNonVoterGreetsAll) {
 		e.sendAll(hello, false)
 		return
 	}
@@ -685,7 +689,9 @@ func (e *Election) Tick() {
 		e.round = nil
 		e.retry = min(2*e.retry, 16*e.cfg.RetryTicks)
 	}
-	if e.round != nil || !e.checkedIn {
+	// Only a voter coordinates: the others, a fleet's agents, stop here
+	// at every tick.
+	if e.round != nil || !e.checkedIn || !e.isMember(e.cfg.Node) {
 		return
 	}
 	alive := e.aliveIDs()

@@ -198,3 +198,49 @@ func TestVoterGreetsForgottenJoiner(t *testing.T) {
 		t.Fatalf("the voter does not greet again a forgotten joiner that greeted it: %v", got)
 	}
 }
+
+// A node that is not a voter never coordinates, however good its id: a
+// leader lost, its agents leave the election to the voters (and skip the
+// coordinator's checks at every tick).
+func TestNonVoterNeverCoordinates(t *testing.T) {
+	e, err := election.New(election.Config{Node: 9, Peers: []wire.NodeID{2}, Incarnation: 1, Nonce: 1,
+		ID: election.ID{Priority: 1, Random: 0, Address: "a9", PID: 1, Name: "n9"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := func(from wire.NodeID) {
+		t.Helper()
+		m := wire.Message{Kind: wire.KindHello, From: from, To: 9, View: view(2, 1, 2, 3), ElectionID: fmt.Sprintf("14|%d|a%d|1|n%d", from, from, from)}
+		if err := e.Step(in(5, m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hello(2)
+	for _, o := range []wire.NodeID{2, 3, 4} {
+		if err := e.Step(in(5, wire.Message{Kind: wire.KindCheckInAck, From: o, To: 9, Incarnation: 1, Nonce: 1})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !e.CheckedIn() {
+		t.Fatal("not checked in")
+	}
+	// Leader 1 stays silent; the other members greet it.
+	for tick := range 200 {
+		if tick%5 == 0 {
+			for _, o := range []wire.NodeID{2, 3, 4, 5} {
+				hello(o)
+			}
+		}
+		e.Tick()
+		rd := e.Ready()
+		e.Advance()
+		for _, m := range rd.Messages {
+			if m.Kind != wire.KindHello && m.Kind != wire.KindCheckIn {
+				t.Fatalf("tick %d: a non-voter sent %s to %d", tick, m.Kind, m.To)
+			}
+		}
+	}
+	if e.Status().Coordinator {
+		t.Fatal("a non-voter says it coordinates")
+	}
+}

@@ -14,4 +14,10 @@
 // With Options.Nested the names nest like a site's URLs, every acquire
 // names the levels above its name as its parents, and a check after every
 // step holds the holders of names that nest to the modes' table (nested.go).
+//
+// RunFleet (fleet.go) runs the election alone, without faults, for a fleet
+// of up to thousands of agents, and measures what an agent that is not a
+// voter costs while idle and what losing a leader costs; only the
+// election's messages count, not libp2p's traffic, connections or memory
+// (integration/TESTING.md, "A fleet's idle cost").
 package sim
