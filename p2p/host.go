@@ -198,6 +198,9 @@ type member struct {
 	name  string
 	addrs []ma.Multiaddr // transport addresses, without /p2p
 	queue chan frames    // nil until the first frame; set under Host.mu
+	// protecting orders a writer's start and end with their Protect and
+	// Unprotect (see ensureWriter); taken before Host.mu.
+	protecting sync.Mutex
 	// codec is the codec the peer's lock stream was opened in, the one
 	// frames to it are written in; 0 before the first stream opened, when
 	// they are written in wire.MinVersion, which every peer reads.

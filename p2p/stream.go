@@ -179,6 +179,11 @@ func (h *Host) ensureWriter(m *member) {
 	if running {
 		return
 	}
+	// protecting orders this start's Protect after the Unprotect of a
+	// writer that just ended: the other way round, the new writer's
+	// connection would be the connection manager's to trim.
+	m.protecting.Lock()
+	defer m.protecting.Unlock()
 	h.mu.Lock()
 	start := !m.writing && !h.closed
 	if start {
@@ -196,6 +201,8 @@ func (h *Host) ensureWriter(m *member) {
 // writerDone ends m's writer if its queue is empty, and reports whether
 // it did.
 func (h *Host) writerDone(m *member) bool {
+	m.protecting.Lock()
+	defer m.protecting.Unlock()
 	h.mu.Lock()
 	done := len(m.queue) == 0
 	if done {
