@@ -57,15 +57,7 @@ func TestFingersOfPartialKnowledge(t *testing.T) {
 func TestRosterAtStart(t *testing.T) {
 	t.Parallel()
 	b := start(t, Config{Name: "b"})
-	xid, err := PeerIDOf(newKey(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	xaddr, err := ma.NewMultiaddr("/ip4/127.0.0.1/tcp/1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.addMember(xid, "x", []ma.Multiaddr{xaddr}, false) // a member that never announces
+	xid, _ := unreachable(t, b, "x") // a member that never announces
 	c := start(t, Config{Name: "c", Peers: b.Addrs()})
 	eventually(t, "c learned x from b's roster", func() bool {
 		m, ok := memberOf(c, NodeIDOf(xid))
@@ -84,18 +76,6 @@ func TestForgetsUnheardMembers(t *testing.T) {
 	downNode := down.self
 	_ = down.Close()
 	a := start(t, Config{Name: "a", ForgetAfter: time.Second, Peers: downAddrs})
-	dead := func(name string) (wire.NodeID, peer.ID, ma.Multiaddr) {
-		id, err := PeerIDOf(newKey(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := ma.NewMultiaddr("/ip4/127.0.0.1/tcp/1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.addMember(id, name, []ma.Multiaddr{addr}, false)
-		return NodeIDOf(id), id, addr
-	}
 	// b is connected all along. It and a swap rosters before a learns the
 	// dead ones, so that no roster brings one back here.
 	b := start(t, Config{Name: "b", Peers: a.Addrs()})
@@ -106,8 +86,10 @@ func TestForgetsUnheardMembers(t *testing.T) {
 		defer b.mu.RUnlock()
 		return a.rostered && b.rostered
 	})
-	gone, goneID, goneAddr := dead("gone")
-	kept, _, _ := dead("kept")
+	goneID, goneAddr := unreachable(t, a, "gone")
+	gone := NodeIDOf(goneID)
+	keptID, _ := unreachable(t, a, "kept")
+	kept := NodeIDOf(keptID)
 	a.Keep([]wire.NodeID{kept})
 
 	eventually(t, "a forgot the member unheard for long", func() bool { _, ok := memberOf(a, gone); return !ok })
@@ -130,16 +112,8 @@ func TestForgetsUnheardMembers(t *testing.T) {
 func TestRosterCarriesUnheard(t *testing.T) {
 	t.Parallel()
 	b := start(t, Config{Name: "b"})
-	addr, err := ma.NewMultiaddr("/ip4/127.0.0.1/tcp/1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	member := func(name string, unheard time.Duration) wire.NodeID {
-		id, err := PeerIDOf(newKey(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.addMember(id, name, []ma.Multiaddr{addr}, false)
+		id, _ := unreachable(t, b, name)
 		b.mu.Lock()
 		b.members[NodeIDOf(id)].heard = time.Now().Add(-unheard)
 		b.mu.Unlock()
@@ -158,4 +132,20 @@ func TestRosterCarriesUnheard(t *testing.T) {
 	if unheard < 9*time.Minute {
 		t.Fatalf("c takes the recent member as unheard for %v, b said 10m", unheard)
 	}
+}
+
+// unreachable adds to h a member that never answers: a fresh identity at
+// an address where nothing listens.
+func unreachable(t *testing.T, h *Host, name string) (peer.ID, ma.Multiaddr) {
+	t.Helper()
+	id, err := PeerIDOf(newKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := ma.NewMultiaddr("/ip4/127.0.0.1/tcp/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addMember(id, name, []ma.Multiaddr{addr}, false)
+	return id, addr
 }
