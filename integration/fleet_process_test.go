@@ -68,6 +68,9 @@ type procFleetRow struct {
 	rssStartMean, rssStartMax float64       // MiB
 	rssEndMean, rssEndMax     float64       // MiB
 	rssGrowMean, rssGrowMax   float64       // MiB over the window
+	anonEnd, anonGrow         float64       // mean MiB: RssAnon at the end, its growth
+	fileEnd, fileGrow         float64       // mean MiB: RssFile (the binary, Badger's maps)
+	heapEnd, heapGrow         float64       // mean MiB: the Go heap in use (go_memstats_heap_inuse_bytes)
 	cpuMean, cpuMax           float64       // % of one core
 	goroutines                float64       // mean at the window's end
 	connsMean, connsMax       float64       // mesh peers (sluice_p2p_connections)
@@ -118,6 +121,12 @@ func TestProcessFleet(t *testing.T) {
 			r.n, r.ready.Round(time.Second), r.sampled, r.rssStartMean, r.rssStartMax, r.rssEndMean, r.rssEndMax,
 			r.rssGrowMean, r.rssGrowMax, r.cpuMean, r.cpuMax, r.goroutines, r.connsMean, r.connsMax, r.tcpMean, r.tcpMax,
 			r.voterRSS, r.voterCPU, r.voterGoroutines, r.voterConns, r.voterTCP)
+	}
+	fmt.Fprintf(&b, "joined agents' resident set by kind, mean MiB at the window's end (growth over the window):\n")
+	fmt.Fprintf(&b, "%6s %16s %16s %16s\n", "agents", "anonymous", "file-backed", "Go heap in use")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%6d %7.1f (%+6.2f) %7.1f (%+6.2f) %7.1f (%+6.2f)\n",
+			r.n, r.anonEnd, r.anonGrow, r.fileEnd, r.fileGrow, r.heapEnd, r.heapGrow)
 	}
 	t.Log("\n" + b.String())
 }
@@ -252,6 +261,12 @@ func runProcessFleet(t *testing.T, n int, warm, idle time.Duration, measuring bo
 		row.rssEndMax = max(row.rssEndMax, rssEnd)
 		row.rssGrowMean += rssEnd - rssStart
 		row.rssGrowMax = max(row.rssGrowMax, rssEnd-rssStart)
+		row.anonEnd += mib(e.anon)
+		row.anonGrow += mib(e.anon) - mib(b.anon)
+		row.fileEnd += mib(e.file)
+		row.fileGrow += mib(e.file) - mib(b.file)
+		row.heapEnd += mib(e.heap)
+		row.heapGrow += mib(e.heap) - mib(b.heap)
 		row.cpuMean += cpu
 		row.cpuMax = max(row.cpuMax, cpu)
 		row.goroutines += float64(e.goroutines)
@@ -269,7 +284,8 @@ func runProcessFleet(t *testing.T, n int, warm, idle time.Duration, measuring bo
 			t.Errorf("agent %s: %.3f%% of a core over the window, over %.0f%%", a.name, cpu, procFleetMaxCPU)
 		}
 	}
-	for _, f := range []*float64{&row.rssStartMean, &row.rssEndMean, &row.rssGrowMean, &row.cpuMean, &row.goroutines, &row.connsMean, &row.tcpMean} {
+	for _, f := range []*float64{&row.rssStartMean, &row.rssEndMean, &row.rssGrowMean,
+		&row.anonEnd, &row.anonGrow, &row.fileEnd, &row.fileGrow, &row.heapEnd, &row.heapGrow, &row.cpuMean, &row.goroutines, &row.connsMean, &row.tcpMean} {
 		*f /= float64(joined)
 	}
 	t.Logf("%d agents: joined (%d sampled) RSS %.1f→%.1f MiB mean (max %.1f, growth max %+.2f), CPU %.3f%% mean (max %.3f%%), %.0f goroutines, %.1f mesh peers (max %.0f), %.1f TCP (max %.0f); voters RSS %.1f MiB, CPU %.3f%%, %.0f mesh peers",
@@ -368,6 +384,8 @@ func spread[T any](xs []T, k int) []T {
 type procSample struct {
 	at         time.Time
 	rss        uint64 // bytes (VmRSS)
+	anon, file uint64 // bytes: RssAnon, RssFile (and RssShmem) of VmRSS
+	heap       uint64 // bytes: the Go heap in use
 	ticks      uint64 // utime+stime, in clockTicks
 	goroutines int
 	conns      int // mesh peers (sluice_p2p_connections)
@@ -383,9 +401,12 @@ func sampleProc(t *testing.T, a *fleetAgent) procSample {
 	if err != nil {
 		t.Fatalf("agent %s: /metrics: %v", a.name, err)
 	}
-	s := procSample{goroutines: int(m["go_goroutines"]), conns: int(m["sluice_p2p_connections"])}
+	s := procSample{goroutines: int(m["go_goroutines"]), conns: int(m["sluice_p2p_connections"]),
+		heap: uint64(m["go_memstats_heap_inuse_bytes"])}
 	s.tcp = tcpEstablished(t, a.pid())
-	s.rss, s.ticks, s.at = procRSS(t, a.pid()), procTicks(t, a.pid()), time.Now()
+	st := procStatus(t, a.pid())
+	s.rss, s.anon, s.file = st["VmRSS"], st["RssAnon"], st["RssFile"]+st["RssShmem"]
+	s.ticks, s.at = procTicks(t, a.pid()), time.Now()
 	return s
 }
 
@@ -423,25 +444,29 @@ func scrape(c *http.Client) (map[string]float64, error) {
 	return out, s.Err()
 }
 
-// procRSS is the process's resident set (VmRSS), in bytes.
-func procRSS(t *testing.T, pid int) uint64 {
+// procStatus reads the sizes of /proc/PID/status ("VmRSS: 123 kB"),
+// in bytes.
+func procStatus(t *testing.T, pid int) map[string]uint64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := map[string]uint64{}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v) // "123456 kB"
-			kb, err := strconv.ParseUint(f[0], 10, 64)
-			if err != nil {
-				t.Fatalf("/proc/%d/status: VmRSS %q", pid, v)
-			}
-			return kb << 10
+		key, v, ok := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		if !ok || len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		if kb, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+			out[key] = kb << 10
 		}
 	}
-	t.Fatalf("/proc/%d/status: no VmRSS", pid)
-	return 0
+	if out["VmRSS"] == 0 {
+		t.Fatalf("/proc/%d/status: no VmRSS", pid)
+	}
+	return out
 }
 
 // procTicks is the process's CPU time, user and system, in clockTicks.
