@@ -549,6 +549,14 @@ func (a *Agent) registerMetrics() {
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_peers_known",
 			Help: "Cluster peers this node's mesh knows of."}, func() float64 { return float64(len(a.host.Members())) }),
+		// Every peer the host holds a connection to, members or not, by
+		// who dialed: what a bounded mesh keeps small whatever the fleet.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_p2p_connections",
+			Help:        p2pConnsHelp,
+			ConstLabels: prometheus.Labels{"direction": "in"}}, func() float64 { in, _ := a.host.Conns(); return float64(in) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_p2p_connections",
+			Help:        p2pConnsHelp,
+			ConstLabels: prometheus.Labels{"direction": "out"}}, func() float64 { _, out := a.host.Conns(); return float64(out) }),
 		// Frames from peers that the mesh refused.
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
 			Help:        frameRejectedHelp,
@@ -760,6 +768,10 @@ func buildInfo() prometheus.Collector {
 	}
 	return buildInfoGauge(version, revision, goVersion)
 }
+
+// p2pConnsHelp is the help of sluice_p2p_connections.
+const p2pConnsHelp = "Peers this node's mesh holds a connection to, cluster members or not, " +
+	"by who dialed the first (in: the peer, out: this node)."
 
 // frameRejectedHelp is the help of sluice_mesh_frames_rejected_total, the
 // same for each reason, as Prometheus requires.
