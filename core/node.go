@@ -391,6 +391,17 @@ func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 	return nil
 }
 
+// Quiet reports whether nothing of this node's own runs on its timers: no
+// request of its clients (waiting, held, releasing, a shared read ticket
+// or a local reader) and no handoff under way. The runtime may then tick
+// it less often (several ticks at once, late): what remains on timers
+// is the replica side's (the expiry of other nodes' tickets, tombstones,
+// the questions about restored tickets), and running those late only
+// keeps what they drop a little longer. A lease of this node's own must
+// end on time, to its client, before the leaders drop its ticket: a node
+// with one is never quiet.
+func (n *Node) Quiet() bool { return len(n.reqs) == 0 && len(n.syncs) == 0 }
+
 // Tick advances time by one tick.
 func (n *Node) Tick() {
 	n.now++

@@ -3,7 +3,9 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net"
+	"time"
 )
 
 // ServeCompact serves in, the bytes after a compact preface of version,
@@ -25,3 +27,10 @@ type recordConn struct {
 
 func (c *recordConn) Write(b []byte) (int, error) { return c.out.Write(b) }
 func (c *recordConn) Close() error                { return nil }
+
+// TickPeriods are how often node's loop wakes for its timers now, and
+// its tick, read on the loop.
+func TickPeriods(ctx context.Context, node *Node) (now, tick time.Duration, err error) {
+	err = node.do(ctx, func() { now, tick = node.period, node.cfg.Tick })
+	return now, tick, err
+}

@@ -88,12 +88,17 @@ const (
 	helloTicks        = 20     // hellos every 200 ms
 	deadTicks         = 150    // a node silent for 1.5 s counts as down
 	forgetTicks       = 60_000 // a node that is not a member, silent for 10 minutes, is forgotten (a replaced machine)
-	electionRetry     = 100    // a stuck election round is retried after a second
-	watcherQueue      = 64
-	maxTicksPerWake   = 10000 // catching up after a long stop flushes its output this often
-	opQueue           = 256
-	inboxBatchPerRun  = 256
-	opsBatchPerRun    = 64 // calls answered by one Ready at most
+	// quietWakeTicks: a node with no request of its own wakes every 100
+	// ms; its hellos (every 200 ms) and a leader's expiries of others'
+	// tickets run at most that late, far within a node's 1.5 s of
+	// silence and the tickets' lifetimes.
+	quietWakeTicks   = 10
+	electionRetry    = 100 // a stuck election round is retried after a second
+	watcherQueue     = 64
+	maxTicksPerWake  = 10000 // catching up after a long stop flushes its output this often
+	opQueue          = 256
+	inboxBatchPerRun = 256
+	opsBatchPerRun   = 64 // calls answered by one Ready at most
 	// stopSharingWait bounds how long StopSharing waits for the leaders'
 	// confirmations: one that does not answer drops the shares when their
 	// lease ends anyway, and a stop must not hang on it.
@@ -227,6 +232,7 @@ type Node struct {
 	// of the leaders to drop the request (core.EventReleased).
 	releases map[releaseCall]chan error
 	stats    api.NodeStats
+	period   time.Duration // the loop's ticker's (tickPeriod)
 	// changed gets the end of the membership change this node runs.
 	changed chan election.ChangeResult
 	// foreignLogged rate-limits the log of refused foreign messages.
@@ -297,11 +303,19 @@ func (n *Node) Run(ctx context.Context) error {
 	n.origin, n.now = n.cfg.Clock(), time.Now()
 	// The ticker only wakes the loop up: the Clock says how many ticks
 	// are due, which after a suspend is more than the ticker counted.
-	ticker := time.NewTicker(n.cfg.Tick)
+	// A quiet node (core.Node.Quiet: no request of its own) is woken
+	// quietWakeTicks ticks apart: an idle frontend's agent would otherwise
+	// wake a hundred times a second for nothing.
+	n.period = n.cfg.Tick * quietWakeTicks
+	ticker := time.NewTicker(n.period)
 	defer ticker.Stop()
 	n.drive(ctx)
 	n.answerWaits()
 	for {
+		if p := n.tickPeriod(); p != n.period {
+			n.period = p
+			ticker.Reset(p)
+		}
 		var durable, lazy <-chan error
 		if len(n.pending) > 0 {
 			durable = n.pending[0].durable
@@ -388,6 +402,15 @@ func (n *Node) Run(ctx context.Context) error {
 		n.drive(ctx)
 		n.answerWaits()
 	}
+}
+
+// tickPeriod is how often the loop wakes for its timers: every tick, or
+// quietWakeTicks apart while the core is quiet.
+func (n *Node) tickPeriod() time.Duration {
+	if n.core.Quiet() {
+		return n.cfg.Tick * quietWakeTicks
+	}
+	return n.cfg.Tick
 }
 
 // answerWaits answers the calls waiting for a change of the node's state;
