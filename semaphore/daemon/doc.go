@@ -14,6 +14,10 @@
 // Time: the core counts ticks (10 ms by default). The loop catches its tick
 // count up with the wall clock, so a paused node's ticks do not run slower
 // than time: a master's lease must never outlast the replicas' count of it.
+// A node with no request of its own (core.Node.Quiet) wakes ten ticks
+// apart and runs the ticks due at once: its hellos and a leader's expiries
+// of others' tickets run up to 100 ms late, which only keeps those tickets
+// a little longer; any request of its own makes it wake every tick.
 //
 // A node is master of its own clients' requests: it runs the bakery's
 // phases against the view's leaders itself, whether it is a leader or not:
