@@ -34,6 +34,8 @@
 //   - A node is ready (LOCK_READY) when it knows a valid view and hears from
 //     a quorum of its leaders; otherwise Status says why not (NO_LOCK).
 //   - Voters greet every node they know of; a node that is not a voter
-//     greets the voters only (everyone it knows before it knows them), so
-//     its hellos do not grow with the fleet.
+//     greets the voters only (everyone it knows before it knows them), and
+//     less often (VoterHelloTicks), so its hellos do not grow with the
+//     fleet and a voter's load from the fleet is a third of theirs. Nodes
+//     that are not members and stay silent for ForgetTicks are forgotten.
 package election

@@ -42,6 +42,13 @@ type Config struct {
 	HelloTicks int64
 	// DeadTicks is how long a silent node counts as alive. Default 20.
 	DeadTicks int64
+	// VoterHelloTicks is how often a node that is not a member greets the
+	// voters once it knows them. The voters' hellos keep its view and its
+	// readiness; its own only keep it known to them (an operator's add
+	// needs it heard within DeadTicks), and a voter hears them from the
+	// whole fleet: they can be rarer. Zero: 3 times HelloTicks, which
+	// must stay well within DeadTicks.
+	VoterHelloTicks int64
 	// ForgetTicks is how long a node that is not a member (a frontend's
 	// agent that joined by address) may stay silent before this node
 	// forgets it: no more hellos to it, and it leaves Status. A web tier
@@ -232,11 +239,14 @@ type Election struct {
 	added     map[wire.NodeID]int64
 	now       int64
 	lastHello int64
-	p         Persisted
-	members   map[wire.NodeID]*member
-	seenEpoch uint64
-	round     *round
-	stats     Stats
+	// lastVoterHello: when this node, not a member, last greeted the
+	// voters (Config.VoterHelloTicks).
+	lastVoterHello int64
+	p              Persisted
+	members        map[wire.NodeID]*member
+	seenEpoch      uint64
+	round          *round
+	stats          Stats
 	// retry is the time the next round gets; rtt the slowest promise seen.
 	retry, rtt int64
 	checkedIn  bool
@@ -287,11 +297,12 @@ func New(cfg Config, persisted *Persisted) (*Election, error) {
 	def(&cfg.DeadTicks, 20)
 	def(&cfg.RetryTicks, 15)
 	def(&cfg.ForgetTicks, 300*cfg.DeadTicks)
+	def(&cfg.VoterHelloTicks, 3*cfg.HelloTicks)
 	cfg.Codec = max(cfg.Codec, uint64(wire.MinVersion))
 	cfg.Peers = slices.Clone(cfg.Peers)
 	peers := slices.Clone(cfg.Peers)
 	boot := slices.Compact(slices.Sorted(slices.Values(cfg.Bootstrap)))
-	e := &Election{cfg: cfg, peers: peers, added: map[wire.NodeID]int64{}, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID, codec: cfg.Codec, release: cfg.Release}}, lastHello: -cfg.HelloTicks,
+	e := &Election{cfg: cfg, peers: peers, added: map[wire.NodeID]int64{}, members: map[wire.NodeID]*member{cfg.Node: {id: cfg.ID, codec: cfg.Codec, release: cfg.Release}}, lastHello: -cfg.HelloTicks, lastVoterHello: -cfg.VoterHelloTicks,
 		retry: cfg.RetryTicks, checkAcks: map[wire.NodeID]bool{}, marks: map[wire.NodeID]mark{}}
 	if persisted != nil {
 		e.p = *persisted.clone()
@@ -628,9 +639,9 @@ func (e *Election) sendAll(m wire.Message, alive bool) {
 
 // greet sends a hello. A voter greets every node it knows of: the
 // others learn the view and hear the leaders from it. A node that is not
-// a voter greets the voters only, once it knows them: the hellos of a
-// fleet's agents to one another would grow with the fleet, and no vote
-// or readiness rests on them. Before it knows any voter it greets its
+// a voter greets the voters only, once it knows them, and less often
+// (VoterHelloTicks): the hellos of a fleet's agents to one another would
+// grow with the fleet, and no vote or readiness rests on them. Before it knows any voter it greets its
 // configured peers and the nodes that greeted it, to find its cluster
 // (a node that is not a voter answers it: see hello), not every node the
 // mesh told it of.
@@ -641,7 +652,12 @@ func (e *Election) greet(hello wire.Message) {
 		return
 	}
 	targets := members
-	if len(members) == 0 {
+	if len(members) > 0 {
+		if e.now-e.lastVoterHello < e.cfg.VoterHelloTicks {
+			return
+		}
+		e.lastVoterHello = e.now
+	} else {
 		targets = slices.Clone(e.cfg.Peers)
 		for id := range e.members {
 			if id != e.cfg.Node && !slices.Contains(targets, id) {
