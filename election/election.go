@@ -641,10 +641,10 @@ func (e *Election) sendAll(m wire.Message, alive bool) {
 // others learn the view and hear the leaders from it. A node that is not
 // a voter greets the voters only, once it knows them, and less often
 // (VoterHelloTicks): the hellos of a fleet's agents to one another would
-// grow with the fleet, and no vote or readiness rests on them. Before it knows any voter it greets its
-// configured peers and the nodes that greeted it, to find its cluster
-// (a node that is not a voter answers it: see hello), not every node the
-// mesh told it of.
+// grow with the fleet, and no vote or readiness rests on them. Before it
+// knows any voter it greets its configured peers and the nodes that
+// greeted it, to find its cluster (a node that is not a voter answers it:
+// see hello), not every node the mesh told it of.
 func (e *Election) greet(hello wire.Message) {
 	members := e.Members()
 	if slices.Contains(members, e.cfg.Node) || e.cfg.Mutant.on(MutantNonVoterGreetsAll) {
