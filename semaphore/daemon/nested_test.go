@@ -232,6 +232,10 @@ func TestNestedRevokeReadersBelow(t *testing.T) {
 		if err != nil || len(reqs) != 2 || readers != 2 {
 			t.Fatalf("revoke the readers below /site: %v, %d readers, %v; want the two agents' intent tickets", reqs, readers, err)
 		}
+		// The revocation is done once a quorum of leaders dropped the
+		// tickets; their word to the tickets' agents may still be on its
+		// way: let it arrive.
+		synctest.Wait()
 		for i, l := range views {
 			if _, err := c.node(i).Renew(ctx, l.ID); !errors.Is(err, semaphore.ErrLost) && !errors.Is(err, semaphore.ErrUnknownLease) {
 				t.Errorf("a page view below /site after the revocation: renewal %v, want lost", err)
