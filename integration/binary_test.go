@@ -99,6 +99,17 @@ type proc struct {
 	done   chan error
 }
 
+// exited reports whether the process has exited (its exit stays on done).
+func (p *proc) exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
 // start runs the binary; its stdout and stderr lines arrive on lines.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()

@@ -185,15 +185,7 @@ func (c *faultCluster) running() []int {
 	return out
 }
 
-func (n *faultNode) exited() bool {
-	select {
-	case err := <-n.p.done:
-		n.p.done <- err
-		return true
-	default:
-		return false
-	}
-}
+func (n *faultNode) exited() bool { return n.p.exited() }
 
 // signal sends sig to node i's agent.
 func (c *faultCluster) signal(i int, sig syscall.Signal) {

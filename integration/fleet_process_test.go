@@ -165,16 +165,6 @@ type fleetAgent struct {
 
 func (a *fleetAgent) pid() int { return a.p.cmd.Process.Pid }
 
-func (a *fleetAgent) exited() bool {
-	select {
-	case err := <-a.p.done:
-		a.p.done <- err
-		return true
-	default:
-		return false
-	}
-}
-
 // runProcessFleet starts n agent processes, waits until all are ready and
 // the mesh is bounded, lets them idle for warm, measures a window of
 // idle and returns the figures; the processes are killed at the end.
@@ -235,7 +225,7 @@ func runProcessFleet(t *testing.T, n int, warm, idle time.Duration, measuring bo
 		after[i] = sampleProc(t, measured[i])
 	}
 	for _, a := range fleet {
-		if a.exited() {
+		if a.p.exited() {
 			t.Fatalf("agent %s ended during the window: %s", a.name, a.p.output)
 		}
 	}
@@ -326,7 +316,7 @@ func waitFleetProcsReady(t *testing.T, fleet []*fleetAgent, wait time.Duration) 
 	deadline := time.Now().Add(wait)
 	for _, a := range fleet {
 		for {
-			if a.exited() {
+			if a.p.exited() {
 				t.Fatalf("agent %s ended before it was ready: %s", a.name, a.p.output)
 			}
 			s, err := status(a.c)
