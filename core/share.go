@@ -121,6 +121,32 @@ func (n *Node) Draining(name string) bool {
 	return false
 }
 
+// Yielding reports whether a shared ticket of this node on name must go
+// as soon as no local reader holds it: a writer of any kind waits for it
+// (a yield was asked), or the node stops sharing. A client that keeps one
+// reader's lease for many page views (the middleware's lent lease) gives
+// it back once they are done, as a share does. It only reads.
+func (n *Node) Yielding(name string) bool {
+	mn := n.mnames[name]
+	if mn == nil {
+		return false
+	}
+	for _, sh := range mn.shares {
+		if sh != nil && sh.req != nil && (sh.yield != wire.YieldNone || n.sharesStopped) {
+			return true
+		}
+	}
+	return false
+}
+
+// OnShare reports whether the local request of handle h holds or waits
+// within its name's share (not alone in the bakery): Yielding speaks for
+// it. It only reads.
+func (n *Node) OnShare(h wire.RequestID) bool {
+	r := n.handles[h]
+	return r != nil && r.local != nil
+}
+
 // acquireLocal starts r, a request of a local client in a shared mode, on
 // its name's share of that mode.
 func (n *Node) acquireLocal(mn *masterName, r *request) {

@@ -381,12 +381,21 @@ type ForceUnlocked struct {
 
 // Event is something that happened to a lease, for watchers.
 type Event struct {
-	Lease   string    `json:"lease"`
-	Name    string    `json:"name"`
-	Kind    string    `json:"event"` // granted, unlocking, unlocked, renewed, renew-failed, failed
+	Lease string `json:"lease"`
+	Name  string `json:"name"`
+	// Kind: granted, unlocking, unlocked, renewed, renew-failed, failed;
+	// for a reader's lease also draining (a writer that blocks new
+	// readers waits: end soon) and yield (a writer of any kind waits, or
+	// the agent stops: a lease kept for many page views goes once they
+	// are done).
+	Kind    string    `json:"event"`
 	Token   uint64    `json:"token,omitempty"`
 	Expires time.Time `json:"expires,omitzero"`
 	Code    string    `json:"code,omitempty"`
+	// Yields, on the granted event a reader's watch starts with: this
+	// agent sends yield for the lease (it holds within the agent's shared
+	// read ticket). Agents before it never send yield, and leave it out.
+	Yields bool `json:"yields,omitempty"`
 }
 
 // IsTCPAddr tells a host:port from a socket path.

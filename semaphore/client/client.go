@@ -61,6 +61,9 @@ type Client struct {
 	bg      sync.WaitGroup
 	bgMu    sync.Mutex
 	closing bool
+	// closed closes when Close begins: the keepers of the middleware's
+	// lent leases give them back (goUntilClosed). Made on first use.
+	closed chan struct{}
 }
 
 // background runs fn on a goroutine of its own that Close waits for; once
@@ -123,10 +126,15 @@ func (c *Client) Addr() string { return c.addr }
 
 // Close waits for the releases the middleware runs in the background
 // (with an agent that answers every release; others get them at once,
-// sent without an answer) and closes the client's idle connections. Leases are not touched:
+// sent without an answer), gives back the leases the middleware lends to
+// page views (once their page views are done: stop serving first), and
+// closes the client's idle connections. Other leases are not touched:
 // release them first.
 func (c *Client) Close() error {
 	c.bgMu.Lock()
+	if !c.closing && c.closed != nil {
+		close(c.closed)
+	}
 	c.closing = true
 	c.bgMu.Unlock()
 	c.bg.Wait()

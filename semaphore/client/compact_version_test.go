@@ -195,7 +195,7 @@ func TestCompactFallsBackToVersion1(t *testing.T) {
 	if !client.UsesCompact(c) || client.ReleasesNoReply(c) {
 		t.Fatalf("compact %v, releases without an answer %v", client.UsesCompact(c), client.ReleasesNoReply(c))
 	}
-	srv := httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{})(http.HandlerFunc(
+	srv := httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{LeasePerRequest: true})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })))
 	defer srv.Close()
 	if got := get(t, srv, "GET"); got.status != 200 || got.body != "hello" {
@@ -215,7 +215,7 @@ func TestCompactFallsBackToVersion1(t *testing.T) {
 // and a release without an answer, on the same connection.
 func TestMiddlewareReleasesWithoutAnswer(t *testing.T) {
 	f, c := startCompactFake(t, 2)
-	srv := httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{})(http.HandlerFunc(
+	srv := httptest.NewServer(c.Middleware("/site", client.MiddlewareOptions{LeasePerRequest: true})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })))
 	defer srv.Close()
 	for i := range 3 {

@@ -20,3 +20,12 @@ func AcquireOnClock(ctx context.Context, c *Client, clk clock, name string, mode
 // ReleasesNoReply reports whether c knows its agent takes releases
 // without an answer (the compact protocol's version 2).
 func ReleasesNoReply(c *Client) bool { return c.compactPool.speaksNoReply() }
+
+// Yielding is closed once the agent said that l should go when idle
+// (yield, or draining): a writer of any kind waits, or it stops.
+func Yielding(l *Lease) <-chan struct{} { return l.yielding }
+
+// Told is closed at the first event of l's watch; TellsYield then says
+// whether the agent sends yield for l.
+func Told(l *Lease) <-chan struct{} { return l.told }
+func TellsYield(l *Lease) bool      { return l.tellsYield }

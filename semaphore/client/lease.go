@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/semaphore"
@@ -171,6 +172,19 @@ type Lease struct {
 	// (a reader's lease, watched: Draining).
 	draining  chan struct{}
 	drainOnce sync.Once
+	// yielding closes when the agent says a writer of any kind waits for
+	// the name, or it stops (yield, or draining): a lent lease goes once
+	// its page views are done. told closes at the first event of a
+	// watch; tellsYield, written before, says whether the agent sends
+	// yield at all (api.Event.Yields).
+	yielding   chan struct{}
+	yieldOnce  sync.Once
+	told       chan struct{}
+	toldOnce   sync.Once
+	tellsYield bool
+	// lent: the middleware shares the lease among the page views of its
+	// process; only it gives it back (Release refuses: ErrLeaseLent).
+	lent atomic.Bool
 	// ctx bounds the lease's goroutines (watch, renewer); wg counts them.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -199,7 +213,7 @@ type Lease struct {
 func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode, o Options, clk clock) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, duration: o.Duration, grace: o.Grace,
-		done: make(chan struct{}), draining: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), clock: clk, expires: expires}
+		done: make(chan struct{}), draining: make(chan struct{}), yielding: make(chan struct{}), told: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), clock: clk, expires: expires}
 	l.mu.Lock()
 	// A local timer, so the lease ends at its expiry even when the agent
 	// says nothing (unreachable, stopped, slow).
@@ -383,7 +397,19 @@ func (l *Lease) extend(t instant) {
 // leaders drop the lease at its expiry at the latest; calling Release
 // again retries.
 func (l *Lease) Release(ctx context.Context) error {
+	if l.lent.Load() {
+		return l.refuseLent()
+	}
 	return l.release(ctx, false)
+}
+
+// ErrLeaseLent is what Release and ReleaseNoWait return for a lease the
+// middleware lends to the page views of its process (LeaseFrom): the
+// middleware gives it back once they are done.
+var ErrLeaseLent = errors.New("client: the lease is shared by the middleware's page views, which gives it back")
+
+func (l *Lease) refuseLent() error {
+	return fmt.Errorf("release %s: %w", l.id, ErrLeaseLent)
 }
 
 // ReleaseNoWait is Release without the agent's answer, on an agent that
@@ -398,6 +424,9 @@ func (l *Lease) Release(ctx context.Context) error {
 // `sluice proxy` release each request's lock so; use Release to learn that
 // the release is durable.
 func (l *Lease) ReleaseNoWait(ctx context.Context) error {
+	if l.lent.Load() {
+		return l.refuseLent()
+	}
 	return l.release(ctx, true)
 }
 
@@ -610,11 +639,28 @@ func (l *Lease) watchOnce() (int, error) {
 			return n, err
 		}
 		n++
+		if n == 1 {
+			l.toldOnce.Do(func() {
+				l.tellsYield = e.Yields
+				close(l.told)
+			})
+			if !e.Yields {
+				// The agent does not (or no longer: it restarted, and
+				// took the lease over outside its shared read ticket)
+				// say when a writer waits: a lent lease goes once idle.
+				l.yieldOnce.Do(func() { close(l.yielding) })
+			}
+		}
 		// Granted and renewed events do not move the expiry: their send
 		// time is unknown here, so only this client's own calls extend it.
 		switch e.Kind {
 		case "draining":
+			// Yielding first: once Draining is closed, no page view is
+			// lent the lease.
+			l.yieldOnce.Do(func() { close(l.yielding) })
 			l.drainOnce.Do(func() { close(l.draining) })
+		case "yield":
+			l.yieldOnce.Do(func() { close(l.yielding) })
 		case "renew-failed":
 			if errors.Is(sentinel(e.Code), semaphore.ErrLost) {
 				l.end(l.lost("was dropped by the leaders (renewal refused)"))

@@ -96,6 +96,14 @@ type MiddlewareOptions struct {
 	// ticket, so keep it to the parts you drain apart (1 or 2). Zero:
 	// every request locks the site's name.
 	PathLevels int
+	// LeasePerRequest gives each request a lease of its own, taken and
+	// given back through the agent (a call each), so that the cluster's
+	// table counts page views. By default the page views of a name share
+	// one lease of the process while no writer waits (the first takes it,
+	// the others only count themselves in): a page view then costs no
+	// call, and the table shows one reader per frontend process. A drain
+	// waits for the last page view on it either way.
+	LeasePerRequest bool
 }
 
 // RequestName is the lock name of a request for path (its escaped URL
@@ -120,7 +128,10 @@ func RequestName(site, path string, levels int) string {
 type leaseKey struct{}
 
 // LeaseFrom is the request's lease taken by Middleware, or nil (no
-// middleware, or served without a lock under FailOpen).
+// middleware, or served without a lock under FailOpen). Unless
+// MiddlewareOptions.LeasePerRequest, it may be a lease that the page
+// views of the process on the name share: its Release then refuses
+// (ErrLeaseLent), for the middleware gives it back once they are done.
 func LeaseFrom(ctx context.Context) *Lease {
 	l, _ := ctx.Value(leaseKey{}).(*Lease)
 	return l
@@ -180,6 +191,10 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var lend *lender
+	if !o.LeasePerRequest {
+		lend = newLender(c, log)
+	}
 	writer := &writerWord{c: c, name: name, checks: make(chan struct{}, maxPreviewChecks)}
 	if path, err := semaphore.NamePath(name); err == nil && o.PathLevels > 0 {
 		writer.name = path[len(path)-1] // as an agent of nested names keeps it
@@ -215,16 +230,24 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 		}
 	}
 	return func(next http.Handler) http.Handler {
+		serve := serveUnder(next, log, unavailable)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
 			name := name
 			if o.PathLevels > 0 {
 				name = RequestName(name, r.URL.EscapedPath(), o.PathLevels)
 			}
+			r.Header.Del(PreviewHeader) // the middleware's word to the handler, not the visitor's
+			if ll := lend.borrow(name); ll != nil {
+				// Given back once the handler returns. Deferred first,
+				// so that it runs after an abort's panic too.
+				defer lend.giveBack(ctx, ll)
+				serve(w, r, ll.l, name)
+				return
+			}
 			// Renewed from watchAfter on (leaseGuard.watch), not from
 			// the grant: most page views end before.
 			l, err := outage.acquire(ctx, c, name, Options{Try: true, Duration: o.Duration}, o.AgentWait)
-			r.Header.Del(PreviewHeader) // the middleware's word to the handler, not the visitor's
 			switch {
 			case err == nil:
 			case errors.Is(err, semaphore.ErrDraining), errors.Is(err, semaphore.ErrTimedOut):
@@ -245,38 +268,52 @@ func (c *Client) Middleware(name string, o MiddlewareOptions) func(http.Handler)
 				unavailable(w, r, name)
 				return
 			}
-			// Released once the handler returns. Deferred first, so that
-			// it runs after an abort's panic too.
-			defer c.releaseAfterRequest(ctx, l, log)
-			g := guardLease(ctx, l, w, isWebsocket(r))
-			func() {
-				defer g.stop()
-				next.ServeHTTP(g.w, r.WithContext(g.ctx))
-			}()
-			lerr := l.Err() // non-nil: lost while the handler ran (or just after)
-			switch {
-			case lerr == nil:
-			case g.w.hijacked():
-				// The handler took the connection over: close it, if the
-				// guard has not (a loss found only now).
-				g.w.lose()
-				log.Warn("the request's lock was lost; its connection was closed", "name", name, "lease", l.ID(), "err", lerr)
-			case !g.w.wrote:
-				log.Warn("the request's lock was lost; answering 503", "name", name, "lease", l.ID(), "err", lerr)
-				clear(w.Header()) // the handler's headers (a Content-Length, say) are not the page's
-				unavailable(w, r, name)
-			default:
-				// Part of the response may be out (or buffered, and sent
-				// once this returns): only an abort keeps the visitor from
-				// taking it for a whole one. http.ErrAbortHandler is
-				// net/http's way for HTTP/1 (the connection is closed
-				// without the buffered rest or the final chunk) and HTTP/2
-				// (the stream is reset) alike, where Hijack exists for
-				// HTTP/1 only and ResponseController has no abort.
-				log.Warn("the request's lock was lost; aborting the response", "name", name, "lease", l.ID(), "err", lerr)
-				panic(http.ErrAbortHandler)
+			// Released (or given back, lent) once the handler returns.
+			// Deferred first, so that it runs after an abort's panic too.
+			if ll := lend.lend(name, l); ll != nil {
+				defer lend.giveBack(ctx, ll)
+			} else {
+				defer c.releaseAfterRequest(ctx, l, log)
 			}
+			serve(w, r, l, name)
 		})
+	}
+}
+
+// serveUnder is the middleware's service of one request under a held
+// lease: the handler runs guarded (leaseGuard), and a loss while it ran
+// ends the response as the maintenance page or an abort.
+func serveUnder(next http.Handler, log *slog.Logger, unavailable func(http.ResponseWriter, *http.Request, string)) func(http.ResponseWriter, *http.Request, *Lease, string) {
+	return func(w http.ResponseWriter, r *http.Request, l *Lease, name string) {
+		ctx := r.Context()
+		g := guardLease(ctx, l, w, isWebsocket(r))
+		func() {
+			defer g.stop()
+			next.ServeHTTP(g.w, r.WithContext(g.ctx))
+		}()
+		lerr := l.Err() // non-nil: lost while the handler ran (or just after)
+		switch {
+		case lerr == nil:
+		case g.w.hijacked():
+			// The handler took the connection over: close it, if the
+			// guard has not (a loss found only now).
+			g.w.lose()
+			log.Warn("the request's lock was lost; its connection was closed", "name", name, "lease", l.ID(), "err", lerr)
+		case !g.w.wrote:
+			log.Warn("the request's lock was lost; answering 503", "name", name, "lease", l.ID(), "err", lerr)
+			clear(w.Header()) // the handler's headers (a Content-Length, say) are not the page's
+			unavailable(w, r, name)
+		default:
+			// Part of the response may be out (or buffered, and sent
+			// once this returns): only an abort keeps the visitor from
+			// taking it for a whole one. http.ErrAbortHandler is
+			// net/http's way for HTTP/1 (the connection is closed
+			// without the buffered rest or the final chunk) and HTTP/2
+			// (the stream is reset) alike, where Hijack exists for
+			// HTTP/1 only and ResponseController has no abort.
+			log.Warn("the request's lock was lost; aborting the response", "name", name, "lease", l.ID(), "err", lerr)
+			panic(http.ErrAbortHandler)
+		}
 	}
 }
 

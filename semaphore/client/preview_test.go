@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +26,10 @@ func TestMiddlewarePreview(t *testing.T) {
 	_, c := startAgent(t)
 	ctx := ctxT(t)
 	const name = "/preview"
+	var seen atomic.Pointer[client.Lease] // the page views' lease, lent to them
 	srv := httptest.NewServer(c.Middleware(name, client.MiddlewareOptions{})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
+			seen.Store(client.LeaseFrom(r.Context()))
 			io.WriteString(w, "site preview="+r.Header.Get(client.PreviewHeader))
 		})))
 	defer srv.Close()
@@ -84,10 +87,12 @@ func TestMiddlewarePreview(t *testing.T) {
 		l, err := c.Acquire(ctx, name, semaphore.ReadWritePriority, client.Options{Timeout: time.Minute, Preview: hash})
 		granted <- grant{l, err}
 	}()
-	select { // the reader hears that a writer waits
-	case <-reader.Draining():
-	case <-ctx.Done():
-		t.Fatal("the drain never waited")
+	for _, l := range []*client.Lease{reader, seen.Load()} {
+		select { // the readers hear that a writer waits
+		case <-l.Draining():
+		case <-ctx.Done():
+			t.Fatal("the drain never waited")
+		}
 	}
 	if a := ask("", token); a.status != http.StatusServiceUnavailable {
 		t.Fatalf("the token of a drain that waits: %+v", a)

@@ -63,8 +63,9 @@ type lease struct {
 	// of the loop.
 	grant    Lease
 	watchers []chan api.Event
-	// toldDraining: the watchers heard that a writer waits (tellDraining).
-	toldDraining bool
+	// toldDraining: the watchers heard that a writer waits (tellDraining);
+	// toldYield, that the share must go once idle.
+	toldDraining, toldYield bool
 	// revoked counts the readers a writer's client revoked on its name
 	// (a drain whose grace is over), for operators.
 	revoked int
@@ -721,12 +722,14 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 			return err
 		}
 		l.watchers = append(l.watchers, ch)
+		reader := l.req.Mode == semaphore.ReadOnly
 		if l.held {
-			ch <- api.Event{Lease: id, Name: l.req.Name, Kind: core.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry)}
+			ch <- api.Event{Lease: id, Name: l.req.Name, Kind: core.EventGranted.String(), Token: l.token, Expires: n.wallTime(l.expiry),
+				Yields: reader && n.core.OnShare(h)}
 		}
-		if l.req.Mode == semaphore.ReadOnly {
+		if reader {
 			// A reader hears that a writer waits (tellDraining).
-			l.toldDraining = false
+			l.toldDraining, l.toldYield = false, false
 			n.watchedReaders[h] = l
 			n.tellDraining()
 		}
@@ -753,25 +756,30 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 	return ch, nil
 }
 
-// emitTo gives e to every watcher of l, without ever blocking the loop.
 // tellDraining tells the watchers of readers' leases, once per watch,
 // that a writer waits for their name: this agent's shared read ticket of
-// it was asked to drain. Long polls and streams can end early, and
-// responses can close their connections. On the loop, after each Ready:
-// only watched readers (requests that outlived the middleware's first
-// look) are looked at.
+// it was asked to drain (draining: long polls and streams can end early,
+// and responses can close their connections), or to go once idle (yield:
+// a lease lent to many page views goes once they are done, as the share
+// does). On the loop, after each Ready: only watched readers (requests
+// that outlived the middleware's first look, and lent leases) are looked
+// at.
 func (n *Node) tellDraining() {
 	for h, l := range n.watchedReaders {
 		switch {
 		case n.leases[h] != l || len(l.watchers) == 0:
 			delete(n.watchedReaders, h)
 		case !l.toldDraining && (n.core.Draining(l.req.Name) || slices.ContainsFunc(l.parents, n.core.Draining)):
-			l.toldDraining = true
+			l.toldDraining, l.toldYield = true, true // draining says yield too
 			n.emitTo(l, api.Event{Kind: "draining"})
+		case !l.toldYield && (n.core.Yielding(l.req.Name) || slices.ContainsFunc(l.parents, n.core.Yielding)):
+			l.toldYield = true
+			n.emitTo(l, api.Event{Kind: "yield"})
 		}
 	}
 }
 
+// emitTo gives e to every watcher of l, without ever blocking the loop.
 func (n *Node) emitTo(l *lease, e api.Event) {
 	e.Lease, e.Name = l.handle.String(), l.req.Name
 	kept := l.watchers[:0]

@@ -29,7 +29,7 @@ type proxyFlags struct {
 	hosts                                            []string
 	retryAfter, duration, dialTimeout                time.Duration
 	headerTimeout, shutdown, agentWait               time.Duration
-	failOpen, trustForwarded                         bool
+	failOpen, trustForwarded, leasePerRequest        bool
 	pathLevels                                       int
 }
 
@@ -41,7 +41,9 @@ func newProxyCmd() *cobra.Command {
 		Long: "Serve --listen as a reverse proxy of --upstream (any HTTP site: nginx,\n" +
 			"Apache, PHP-FPM behind them, Python, Ruby, Node, Java). Every request\n" +
 			"holds a READ_ONLY lock of NAME for as long as it runs (streamed\n" +
-			"responses, uploads and websockets too), renewed meanwhile; while a\n" +
+			"responses, uploads and websockets too), renewed meanwhile: the\n" +
+			"requests of a name share one lease of the proxy, given back as soon\n" +
+			"as a writer waits and they are done (--lease-per-request: one each); while a\n" +
 			"writer holds or drains NAME (sluice drain NAME -- CMD) visitors get the\n" +
 			"maintenance page (503, Retry-After). A request whose lock is lost is\n" +
 			"cut: its connection is closed, never answered beside the writer. It is\n" +
@@ -65,6 +67,7 @@ func newProxyCmd() *cobra.Command {
 	fl.DurationVar(&f.headerTimeout, "upstream-timeout", time.Minute, "how long the upstream may take to begin its answer")
 	fl.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for the requests in flight")
 	fl.IntVar(&f.pathLevels, "path-levels", 0, "with agents of nested names (--nested-names): each request locks NAME joined with the first N segments of its path, so that `sluice drain NAME/PART` turns away only that part's visitors (0: every request locks NAME)")
+	fl.BoolVar(&f.leasePerRequest, "lease-per-request", false, "give every request a lease of its own, a call to the agent each, so that `sluice locks` counts requests (default: the requests of a name share one lease of the proxy while no writer waits; a drain waits for them all either way)")
 	fl.BoolVar(&f.failOpen, "fail-open", false, "serve without the lock when the agent cannot be asked (default: answer 503)")
 	fl.DurationVar(&f.agentWait, "agent-wait", 2*time.Second, "how long a request waits for an agent that restarts before --fail-open decides; 0: no wait")
 	fl.BoolVar(&f.trustForwarded, "trust-forwarded", false, "keep the X-Forwarded-For of requests (behind a load balancer you trust); otherwise it starts with the client's address")
@@ -204,7 +207,8 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 		},
 	}
 	o := client.MiddlewareOptions{Duration: f.duration, RetryAfter: f.retryAfter, Template: page,
-		ContentType: f.pageType, FailOpen: f.failOpen, AgentWait: noWaitIfZero(f.agentWait), Logger: log, PathLevels: f.pathLevels}
+		ContentType: f.pageType, FailOpen: f.failOpen, AgentWait: noWaitIfZero(f.agentWait), Logger: log, PathLevels: f.pathLevels,
+		LeasePerRequest: f.leasePerRequest}
 	byName := map[string]http.Handler{}
 	for _, name := range append([]string{f.name}, valuesOf(hosts)...) {
 		if byName[name] == nil {
