@@ -88,8 +88,9 @@ type floorModel struct {
 //     leaders and their report the next waiter (a round trip), its
 //     confirmation (another), and the two calls of a cycle; the next
 //     waiter's ticket is on disk already;
-//   - a page view on the agent's shared read ticket (W4, W4n, middleware):
-//     the try and the release, two calls, no message;
+//   - a page view on the agent's shared read ticket (W4, W4n): the try
+//     and the release, two calls, no message; behind the middleware, on
+//     the lease it lends to the page views of its process, no call;
 //   - a drain's writer after the last reader (W5, revoke): the reader's
 //     release call, the release to the leaders and their report to the
 //     writer's agent (a round trip).

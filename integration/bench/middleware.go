@@ -16,8 +16,8 @@ import (
 // The middleware workload (sluice only): what client.Middleware adds to
 // a request. A few HTTP clients keep an in-process loopback server busy,
 // first with a trivial handler as it is, then with the same handler
-// behind the middleware (a READ_ONLY try per request through n1, which
-// grants it on its shared read ticket, and a release after it). Two
+// behind the middleware (page views on the READ_ONLY lease it lends them,
+// taken by a try through n1, which grants it on its shared read ticket). Two
 // clients: their requests overlap on the agent as on a busy frontend,
 // and on the 2 cores the default run is sized for, more would make the
 // latency a queue for the cores rather than the middleware's cost.

@@ -193,7 +193,11 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 		},
 		Transport:     tr,
 		BufferPool:    copyBuffers{},
-		FlushInterval: -1, // streamed responses go out as they come
+		// Zero: a response of unknown length or an event stream is
+		// flushed at every write (ReverseProxy's rule), so streams go out
+		// as they come; others leave in full buffers, without a flush
+		// (a write to the visitor) per copy.
+		FlushInterval: 0,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
