@@ -23,6 +23,12 @@
 //     split between its writes; a crash can then leave a prefix of that
 //     batch's writes durable, which is a state core.Durable.Apply passes
 //     through anyway.
+//   - Badger runs no compactor of its own (each polls its levels 20 times
+//     a second, which is most of an idle agent's store cost): the writer
+//     counts its writes, and every few thousand a second goroutine looks
+//     at the levels and, when one is over its target, compacts the tree
+//     into one level (the lock table is small). Level-0 tables come only
+//     from memtables filled by writes, so none piles up unseen.
 //   - Applying a batch has exactly the meaning of core.Durable.Apply on the
 //     same writes in the same order; the writes of one transaction read
 //     their predecessors' effects (Badger transactions read their own

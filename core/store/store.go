@@ -180,6 +180,13 @@ type Store struct {
 	wake    chan struct{} // cap 1: the queue or closing changed
 	done    chan struct{} // closed when the writer exits
 
+	// unchecked counts the writes since the levels were last looked at
+	// (the writer's own); compact (cap 1) wakes compactLoop, which closes
+	// compacted when it returns.
+	unchecked int
+	compact   chan struct{}
+	compacted chan struct{}
+
 	// dbMu keeps Close from closing Badger under a Load or Snapshot: Badger
 	// panics when a transaction is used after DB.Close.
 	dbMu      sync.RWMutex
@@ -231,9 +238,13 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 		freeSpace: freeSpace,
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		compact:   make(chan struct{}, 1),
+		compacted: make(chan struct{}),
 		age:       st.Age,
 	}
 	go s.run()
+	go s.compactLoop()
+	s.compact <- struct{}{} // a store written by a crashed node may need it now
 	s.log.Info("store opened", "path", path, "identity", st.Identity, "incarnation", st.Incarnation,
 		"names", len(st.Durable.HighWater), "fence", st.Durable.Fence, "complete", st.Durable.Complete)
 	return s, st, nil
@@ -280,6 +291,9 @@ func prepareDir(dir string, minFree int64) (string, error) {
 	return path, nil
 }
 
+// memTableSize is Badger's memtable size (tests make it small).
+var memTableSize int64 = 16 << 20
+
 // badgerOptions are Badger's options for the store at path.
 func badgerOptions(cfg Config, path string) badger.Options {
 	var opts badger.Options
@@ -295,9 +309,13 @@ func badgerOptions(cfg Config, path string) badger.Options {
 		// two waiting for their flush (default 5), bound memory and
 		// restart replay, and still fit thousands of writes per
 		// transaction (Badger allows 15% of a memtable).
-		WithMemTableSize(16 << 20).
+		WithMemTableSize(memTableSize).
 		WithNumMemtables(2).
-		WithNumCompactors(2).
+		// Badger's compactors poll the levels 20 times a second each:
+		// on an idle agent two of them cost 0.46 % of a core, half of
+		// what the whole agent may. The store compacts when its writes
+		// may have made tables instead (compactLoop).
+		WithNumCompactors(0).
 		// Values are tiny and all stay in the LSM tree (below
 		// ValueThreshold); the value log file, mapped at twice its size,
 		// need not be the default 1 GiB. Tables of tiny keys gain little
@@ -603,8 +621,55 @@ func (s *Store) write(group []request) {
 			return
 		}
 		s.answer(group[:n], nil)
+		for _, r := range group[:n] {
+			s.unchecked += len(r.b.Writes) + 1
+		}
 		group = group[n:]
+		if s.unchecked >= compactCheckWrites {
+			s.unchecked = 0
+			select {
+			case s.compact <- struct{}{}:
+			default: // looking already
+			}
+		}
 	}
+}
+
+// compactCheckWrites is how many writes (a ticket, a tombstone, an
+// election record: tens to hundreds of bytes each) go between two looks
+// at the levels: a memtable (16 MiB) becomes a level-0 table only after
+// tens of thousands, and Badger stalls writes at 15 such tables.
+const compactCheckWrites = 4096
+
+// compactLoop compacts the tree when the writer says enough was written
+// since it last looked, as Badger's compactors would (a level over its
+// target: level 0 at 5 tables), into one level (Flatten: the lock table
+// is small). It stops when the writer has, before Badger closes.
+func (s *Store) compactLoop() {
+	defer close(s.compacted)
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.compact:
+		}
+		if !s.needsCompaction() {
+			continue
+		}
+		if err := s.db.Flatten(1); err != nil {
+			s.log.Warn("store compaction failed; tried again after more writes", "path", s.path, "err", err)
+		}
+	}
+}
+
+// needsCompaction reports whether a level is over its target.
+func (s *Store) needsCompaction() bool {
+	for _, l := range s.db.Levels() {
+		if l.Score >= 1 {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) answer(group []request, err error) {
@@ -855,6 +920,7 @@ func (s *Store) Close() error {
 		s.poke()
 		s.mu.Unlock()
 		<-s.done
+		<-s.compacted
 		s.dbMu.Lock()
 		s.dbClosed = true
 		if err := s.db.Close(); err != nil {

@@ -1084,3 +1084,34 @@ func TestLazyBatchesShareACommit(t *testing.T) {
 	defer s2.Close()
 	must(t, wait(t, s2.Submit(Batch{Writes: tomb, Lazy: true})))
 }
+
+// The store runs none of Badger's compactors (they poll 20 times a
+// second each) and compacts itself as its writes make tables: with 8 MiB
+// memtables, 192 MiB of writes make some 24 level-0 tables, and Badger
+// stalls every write at 15 of them until a compaction takes them away.
+func TestCompactsAsItWrites(t *testing.T) {
+	defer func(n int64) { memTableSize = n }(memTableSize)
+	memTableSize = 8 << 20 // Badger's least with its value threshold
+	s, _ := open(t, Config{InMemory: true})
+	defer s.Close()
+	r := rand.New(rand.NewPCG(1, 2))
+	pad := strings.Repeat("p", 400)
+	for i := range 9600 {
+		b := Batch{Writes: make([]core.Write, 50)}
+		for j := range b.Writes {
+			b.Writes[j] = randWrite(r)
+			b.Writes[j].Name = fmt.Sprintf("%s%d", pad, (i*50+j)%5000)
+		}
+		if err := wait(t, s.Submit(b)); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	levels := s.db.Levels()
+	below := 0
+	for _, l := range levels[1:] {
+		below += l.NumTables
+	}
+	if levels[0].NumTables >= 6 || below == 0 {
+		t.Fatalf("level 0 holds %d tables, the levels below %d: no compaction", levels[0].NumTables, below)
+	}
+}
