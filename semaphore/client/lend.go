@@ -107,12 +107,9 @@ func (d *lender) lend(name string, l *Lease) *lentLease {
 	d.byName[name] = ll
 	d.mu.Unlock()
 	if !d.c.goUntilClosed(ll.keep) {
-		d.mu.Lock()
-		delete(d.byName, name)
-		ll.closed = true
-		l.lent.Store(false)
-		d.mu.Unlock()
-		return nil // the client closes: the page view's own lease
+		// The client closes: lent no more, given back by its last page
+		// view (others may have borrowed it already).
+		ll.close(context.Background(), 0, 0)
 	}
 	return ll
 }

@@ -191,8 +191,8 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 			}
 			pr.SetXForwarded()
 		},
-		Transport:     tr,
-		BufferPool:    copyBuffers{},
+		Transport:  tr,
+		BufferPool: copyBuffers{},
 		// Zero: a response of unknown length or an event stream is
 		// flushed at every write (ReverseProxy's rule), so streams go out
 		// as they come; others leave in full buffers, without a flush
