@@ -33,6 +33,11 @@ type floor struct {
 	P2PRoundTripMS *float64 `json:"p2p_round_trip_ms,omitempty"`
 	SocketCallMS   *float64 `json:"socket_call_ms,omitempty"`
 	FsyncMS        *float64 `json:"fsync_ms,omitempty"`
+	// ProxyHopMS is what a bare reverse proxy in a process of its own
+	// (Go's httputil.ReverseProxy, no lock) adds to a request to an HTTP
+	// server in this process: the hop any proxy in front of a site costs
+	// here, sluice proxy's included.
+	ProxyHopMS *float64 `json:"proxy_hop_ms,omitempty"`
 }
 
 // floorSamples is how many times each step is timed.
@@ -56,6 +61,11 @@ func (b *bench) measureFloor(ctx context.Context) {
 	} else {
 		b.floor.FsyncMS = &v
 	}
+	if v, err := proxyHop(ctx, floorSamples/2); err != nil {
+		b.note("the floor's reverse-proxy hop was not measured: %v", err)
+	} else {
+		b.floor.ProxyHopMS = &v
+	}
 	logf("%s", b.floor.line())
 }
 
@@ -66,14 +76,15 @@ func (f floor) line() string {
 		}
 		return fmt.Sprintf("%.0f µs", 1000**v)
 	}
-	return fmt.Sprintf("Floor (medians on this machine): libp2p round trip %s, Unix-socket call %s, fsync %s",
-		show(f.P2PRoundTripMS), show(f.SocketCallMS), show(f.FsyncMS))
+	return fmt.Sprintf("Floor (medians on this machine): libp2p round trip %s, Unix-socket call %s, fsync %s, a bare reverse proxy's hop %s",
+		show(f.P2PRoundTripMS), show(f.SocketCallMS), show(f.FsyncMS), show(f.ProxyHopMS))
 }
 
 // floorModel is one operation of a workload in the floor's steps: the
 // fewest round trips, socket calls and fsyncs on its critical path.
 type floorModel struct {
-	trips, calls, fsyncs float64
+	// hops: reverse-proxy hops (floor.ProxyHopMS).
+	trips, calls, fsyncs, hops float64
 	// per: how many of the operation run at once at best (the clients
 	// that cannot wait for each other), for a rate's floor.
 	per  float64
@@ -132,7 +143,7 @@ func (f floor) latencyMS(m floorModel) *float64 {
 	for _, s := range []struct {
 		n    float64
 		step *float64
-	}{{m.trips, f.P2PRoundTripMS}, {m.calls, f.SocketCallMS}, {m.fsyncs, f.FsyncMS}} {
+	}{{m.trips, f.P2PRoundTripMS}, {m.calls, f.SocketCallMS}, {m.fsyncs, f.FsyncMS}, {m.hops, f.ProxyHopMS}} {
 		if s.n == 0 {
 			continue
 		}
@@ -145,12 +156,16 @@ func (f floor) latencyMS(m floorModel) *float64 {
 }
 
 // echoEnv, set in the environment, makes this program an echo server of
-// the kind it names ("p2p" or "unix") instead of the harness: the floor's
-// far end runs in a process of its own, as an agent's peer does, so each
-// round trip pays the wake-ups of two processes. It prints its address
-// (a multiaddr with /p2p/ID, or a socket path) on a line, and serves
+// the kind it names ("p2p" or "unix"), or a bare reverse proxy ("proxy")
+// to the URL in upstreamEnv, instead of the harness: the floor's far end
+// runs in a process of its own, as an agent's peer does, so each round
+// trip pays the wake-ups of two processes. It prints its address (a
+// multiaddr with /p2p/ID, a socket path, a URL) on a line, and serves
 // until its standard input closes.
-const echoEnv = "SLUICE_BENCH_FLOOR_ECHO"
+const (
+	echoEnv     = "SLUICE_BENCH_FLOOR_ECHO"
+	upstreamEnv = "SLUICE_BENCH_FLOOR_UPSTREAM"
+)
 
 // echoProto is the echo's libp2p protocol.
 const echoProto = "/sluice-bench/echo/1"
@@ -201,22 +216,28 @@ func serveEcho(kind string) error {
 			}
 		}()
 		fmt.Println(l.Addr().String())
+	case "proxy":
+		stop, err := serveBareProxy(os.Getenv(upstreamEnv))
+		if err != nil {
+			return err
+		}
+		defer stop()
 	default:
-		return fmt.Errorf("%s=%q: want p2p or unix", echoEnv, kind)
+		return fmt.Errorf("%s=%q: want p2p, unix or proxy", echoEnv, kind)
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return nil
 }
 
-// startEcho runs this program as an echo server of kind and returns the
-// address it printed; stop ends it.
-func startEcho(ctx context.Context, kind string) (addr string, stop func(), err error) {
+// startEcho runs this program as an echo server of kind, with env added
+// to its environment, and returns the address it printed; stop ends it.
+func startEcho(ctx context.Context, kind string, env ...string) (addr string, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), echoEnv+"="+kind)
+	cmd.Env = append(append(os.Environ(), echoEnv+"="+kind), env...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return "", nil, err

@@ -20,8 +20,15 @@ import (
 // taken by a try through n1, which grants it on its shared read ticket). Two
 // clients: their requests overlap on the agent as on a busy frontend,
 // and on the 2 cores the default run is sized for, more would make the
-// latency a queue for the cores rather than the middleware's cost.
+// latency a queue for the cores rather than the middleware's cost. Then
+// the site's throughput with a crowd of clients, plain and behind the
+// middleware: what a busy frontend keeps when the lock shares its cores.
 const middlewareClients = 2
+
+// crowdClients is the crowd of the throughput phases: as many clients as
+// a busy frontend serves at once, so that the site's rate, plain and
+// behind the middleware, is bound by the cores the agent shares with it.
+const crowdClients = 200
 
 // middlewareResult is the request latency (ms) and rate, plain, behind
 // the middleware, and through `sluice proxy` (the real binary, on n1's
@@ -33,6 +40,10 @@ type middlewareResult struct {
 	PlainRate   float64  `json:"plain_rate"`
 	WrappedRate float64  `json:"middleware_rate"`
 	ProxiedRate float64  `json:"proxy_rate,omitempty"`
+	// CrowdPlainRate and CrowdWrappedRate are the rates with
+	// crowdClients clients, plain and behind the middleware.
+	CrowdPlainRate   float64 `json:"crowd_plain_rate,omitempty"`
+	CrowdWrappedRate float64 `json:"crowd_middleware_rate,omitempty"`
 }
 
 // okBody is the trivial handler's answer.
@@ -51,13 +62,17 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 	// httptest.NewServer listens on 127.0.0.1, a port of its own.
 	plain := httptest.NewServer(handler)
 	defer plain.Close()
-	for _, phase := range []string{"plain", "middleware", "proxy"} {
-		url := plain.URL
+	wrapped := httptest.NewServer(c.clients[0].Middleware(prefix+"/site", client.MiddlewareOptions{})(handler))
+	defer wrapped.Close()
+	for _, phase := range []string{"plain", "middleware", "proxy", "crowd plain", "crowd middleware"} {
+		url, clients := plain.URL, middlewareClients
 		switch phase {
 		case "middleware":
-			srv := httptest.NewServer(c.clients[0].Middleware(prefix+"/site", client.MiddlewareOptions{})(handler))
-			defer srv.Close()
-			url = srv.URL
+			url = wrapped.URL
+		case "crowd plain":
+			clients = crowdClients
+		case "crowd middleware":
+			url, clients = wrapped.URL, crowdClients
 		case "proxy":
 			proxy, err := startProxy(ctx, c, plain.URL, prefix+"/site")
 			if err != nil {
@@ -66,7 +81,7 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 			defer proxy.stop()
 			url = proxy.url
 		}
-		win, tallies := runRequests(ctx, url, b.cfg.warmup, b.cfg.window)
+		win, tallies := runRequests(ctx, url, clients, b.cfg.warmup, b.cfg.window)
 		var lat []time.Duration
 		cycles := 0
 		for i := range tallies {
@@ -80,8 +95,12 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 			r.Middleware.Plain, r.Middleware.PlainRate = summarizeLatency(lat), rate
 		case "middleware":
 			r.Middleware.Wrapped, r.Middleware.WrappedRate = summarizeLatency(lat), rate
-		default:
+		case "proxy":
 			r.Middleware.Proxied, r.Middleware.ProxiedRate = summarizeLatency(lat), rate
+		case "crowd plain":
+			r.Middleware.CrowdPlainRate = rate
+		default:
+			r.Middleware.CrowdWrappedRate = rate
 		}
 		if ctx.Err() != nil {
 			break
@@ -121,21 +140,21 @@ func startProxy(ctx context.Context, c *sluiceCluster, upstream, name string) (*
 	return &runningProxy{process: p, url: "http://" + addr}, nil
 }
 
-// runRequests has middlewareClients clients GET url back to back for
-// warmup then length; a request counts (its latency in tally.acquire, a
+// runRequests has clients clients GET url back to back for warmup then
+// length; a request counts (its latency in tally.acquire, a
 // cycle) when it ends in the window. Anything but a 200 with the whole
 // body is an error.
-func runRequests(ctx context.Context, url string, warmup, length time.Duration) (window, []tally) {
+func runRequests(ctx context.Context, url string, clients int, warmup, length time.Duration) (window, []tally) {
 	now := time.Now()
 	win := window{start: now.Add(warmup), end: now.Add(warmup + length)}
 	soft, cancelSoft := context.WithDeadline(ctx, win.end)
 	defer cancelSoft()
 	hard, cancelHard := context.WithDeadline(ctx, win.end.Add(stopGrace))
 	defer cancelHard()
-	tr := &http.Transport{MaxIdleConnsPerHost: middlewareClients}
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	tallies := make([]tally, middlewareClients)
+	tallies := make([]tally, clients)
 	var wg sync.WaitGroup
 	for i := range tallies {
 		wg.Go(func() {

@@ -370,7 +370,7 @@ func metrics(w string, st storage) []metric {
 			}}
 		}
 		proxyP50 := withFloor(proxyAdded("sluice proxy added latency p50 (vs the handler hit directly)", p50),
-			floorModel{calls: 1, what: "1 call (the proxy's own hop to the site; no call to the agent on the lent lease)"}, true)
+			floorModel{hops: 1, what: "a bare reverse proxy's hop; no call to the agent on the lent lease"}, true)
 		proxyP50.target = sluiceTarget("≤100 µs", func(v float64) bool { return v <= 0.1 })
 		rates := metric{name: "requests/s, plain / behind the middleware", text: func(runs []*runResult) string {
 			rate := func(f func(*middlewareResult) float64) *float64 {
@@ -388,12 +388,31 @@ func metrics(w string, st storage) []metric {
 			}
 			return fmtRate(*pl) + " / " + fmtRate(*wr)
 		}}
+		crowd := func(r *runResult) (float64, float64, bool) {
+			if m := r.Middleware; m != nil && m.CrowdPlainRate > 0 {
+				return m.CrowdPlainRate, m.CrowdWrappedRate, true
+			}
+			return 0, 0, false
+		}
+		crowdRates := metric{name: fmt.Sprintf("requests/s with %d clients, plain / behind the middleware", crowdClients), text: func(runs []*runResult) string {
+			pl := medianOf(runs, func(r *runResult) (float64, bool) { p, _, ok := crowd(r); return p, ok })
+			wr := medianOf(runs, func(r *runResult) (float64, bool) { _, w, ok := crowd(r); return w, ok })
+			if pl == nil || wr == nil {
+				return "—"
+			}
+			return fmtRate(*pl) + " / " + fmtRate(*wr)
+		}}
+		kept := metric{name: fmt.Sprintf("throughput kept behind the middleware with %d clients", crowdClients), noRatio: true,
+			format: func(v float64) string { return fmt.Sprintf("%.0f %%", 100*v) },
+			value: func(runs []*runResult) *float64 {
+				return medianOf(runs, func(r *runResult) (float64, bool) { p, w, ok := crowd(r); return w / p, ok })
+			}, target: sluiceTarget("≥70 %", func(v float64) bool { return v >= 0.7 })}
 		return []metric{
 			lat("request latency p50, plain handler", plain, p50),
 			lat("request latency p99, plain handler", plain, p99),
 			lat("request latency p50, behind client.Middleware", wrapped, p50),
 			lat("request latency p99, behind client.Middleware", wrapped, p99),
-			added, rates,
+			added, rates, crowdRates, kept,
 			lat("request latency p50, through sluice proxy", proxied, p50),
 			lat("request latency p99, through sluice proxy", proxied, p99),
 			proxyP50, proxyAdded("sluice proxy added latency p99", p99),

@@ -325,7 +325,8 @@ func workloads() []workload {
 			"their agent; a READ_WRITE_PRIORITY writer through n1 holding %s; from the writer's ask to the first draining "+
 			"refusal at each agent, the latest of the agents", revokeReadersPerAgent, writerHold), systems: sluiceOnly, run: runRevoke},
 		{id: "middleware", title: fmt.Sprintf("%d HTTP clients on an in-process loopback server with a trivial handler, "+
-			"plain and behind client.Middleware (page views on the READ_ONLY lease it lends them, a try through n1), one window each", middlewareClients),
+			"plain, behind client.Middleware (page views on the READ_ONLY lease it lends them, a try through n1) and through sluice proxy; "+
+			"then %d clients, plain and behind the middleware; one window each", middlewareClients, crowdClients),
 			systems: sluiceOnly, run: runMiddleware},
 		{id: "churn", title: fmt.Sprintf("%d clients, exclusive lock+release of distinct names", churnClients), systems: compared, run: runChurn},
 	}
