@@ -62,12 +62,18 @@ type Decision struct {
 type Admit func(me Candidate, others []wire.Entry) Decision
 
 // RefuseEarly is a replica's look at a try (obtain timeout 0) of mode at
-// its ENTERING, given the replica's table of the name (durable tickets,
-// StateTicket, only): a code other than CodeNone refuses it right there.
-// It must refuse only what Admit would refuse whatever ticket the request
-// got: every number it can get is above all of those tickets, so they are
-// all earlier than it. Refusing is always safe; refusing more than Admit
-// would only makes tries fail that could have passed.
+// its ENTERING, given the replica's table of the name: its tickets
+// (StateTicket) and the requests still choosing theirs (StateChoosing,
+// no number yet): a code other than CodeNone refuses it right there.
+// Every number the try can get is above all of those tickets, so it
+// should refuse what Admit would refuse whatever ticket the request got.
+// A request still choosing may end up before the try or after it; a
+// writer in its doorway has asked the name's shared tickets to yield
+// already (askYields), so the policy may count it as a drain begun: a
+// try let in then would take a ticket for nothing, and its choosing flag
+// would hold the writer in the doorway rule. Refusing is always safe (a
+// refused try holds nothing); refusing more than Admit would only makes
+// tries fail that could have passed.
 type RefuseEarly func(mode wire.Mode, tickets []wire.Entry) wire.Code
 
 // Earlier reports whether ticket (t, r) comes before ticket (u, s) in bakery

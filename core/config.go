@@ -65,6 +65,12 @@ type Config struct {
 	// ShareLinger is how long a shared read ticket is kept with no local
 	// reader before it is let go. Default ShareLease/8.
 	ShareLinger int64
+	// DrainMemo is how many ticks a node that saw a drain of a name (its
+	// share let go for a draining writer, or its share's try refused with
+	// draining) refuses that name's shared tries itself, without asking
+	// the leaders, unless a leader says sooner that the drain is over
+	// (KindYield with YieldNone). Default 20. Only with ShareLease.
+	DrainMemo int64
 	// RefuseEarly, if set, lets a replica refuse a try at ENTERING (see
 	// the type). Nil: tries are decided by Admit only.
 	RefuseEarly RefuseEarly
@@ -247,6 +253,10 @@ const (
 	// run) without marking it held, and a force-unlock that meets the
 	// ticket there after its grant answers that it found a waiter.
 	MutantClearNotHeld
+	// MutantStuckDrainMemo: an agent's drain memo never ends (its ticks
+	// and the leaders' word that the drain is over are ignored), so its
+	// page views are refused with draining long after the writer left.
+	MutantStuckDrainMemo
 )
 
 func (c *Config) withDefaults() (Config, error) {
@@ -261,6 +271,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.ShareLease > 0 {
 		def(&out.ShareLinger, max(out.ShareLease/8, 1))
+		def(&out.DrainMemo, 20)
 	}
 	def(&out.RetransmitTicks, 4)
 	def(&out.RefreshTicks, 40)

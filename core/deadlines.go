@@ -130,6 +130,7 @@ func (n *Node) forgetName(t *replicaName) {
 		n.persist(Write{Kind: WriteForget, Name: t.name, Entry: wire.Entry{Ticket: mark}, Lazy: true})
 	}
 	n.floor = max(n.floor, mark)
+	n.tellDrainOver(t, true) // nothing is left to refuse a try
 	b := readerBucket(t.name)
 	n.readersForgotten[b] = max(n.readersForgotten[b], t.readerSeen)
 	delete(n.names, t.name)

@@ -52,6 +52,10 @@
 // when no local reader holds it. Leaders that take a writer's ticket ask
 // such tickets to yield (KindYield): refuse new local readers at once
 // (priority and exclusive writers) or only let go when idle (soft ones).
+// A node that let its share go for a drain, or whose share's try a
+// leader refused with draining, refuses its shared tries itself until
+// those leaders say the drain is over (a KindYield of YieldNone) or
+// Config.DrainMemo ticks pass.
 //
 // When the view changes (SetView), each leader of the new view takes the
 // lock table over from a quorum of the previous view's leaders, who fence

@@ -84,6 +84,8 @@ import (
 //   - rewatch_report_without_ticket.txt with a master that decides on a
 //     report echoing its ADD_TICKET's watch that lacks its ticket: X holds
 //     with token 3, then Z with token 2 (checked on both statuses).
+//   - drain_memo.txt with a drain memo that never ends: the page view
+//     after the memo's ticks is refused (its shared grant is missing).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -104,7 +106,8 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"force_release_races_grant.txt", core.MutantClearNotHeld, 1, "forced=holder"},
 		{"report_deltas.txt", core.MutantDeltaAnyBase, 1, "5->1 watch a"},
 		{"drain_priority.txt", core.MutantSleepBlocked, 5, ": granted "},
-		{"shared_reads.txt", core.MutantAdmitAfterYield, 1, "error=draining"},
+		{"shared_reads.txt", core.MutantAdmitAfterYield, 2, "error=draining"},
+		{"drain_memo.txt", core.MutantStuckDrainMemo, 1, " shared\n"},
 		{"gentle_shared.txt", core.MutantShareIdleFromGrant, 2, "gentle waiting"},
 		{"lost_add_ticket_exit.txt", core.MutantNumberlessChoosing, 1, "4.1.1 choosing ticket=0"},
 		{"try_writer_shared.txt", core.MutantTryDrains, 0, "error=draining"},

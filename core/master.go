@@ -462,6 +462,10 @@ func (n *Node) masterStep(m wire.Message) {
 		n.onReport(m)
 		return
 	}
+	if m.Kind == wire.KindYield && m.Yield == wire.YieldNone {
+		n.drainOver(m.Name, m.Mode) // see share.go, drain memos
+		return
+	}
 	r := n.reqs[m.Req]
 	if r != nil && r.share != nil && m.Yield != wire.YieldNone {
 		// A writer waits: from any leader, of any view, in any answer.
@@ -516,6 +520,9 @@ func (n *Node) masterStep(m wire.Message) {
 // quorum meets (see fresh), and read there a mark at least as high.
 func (n *Node) onEnterAck(r *request, m wire.Message) {
 	if m.Reject {
+		if r.share != nil && m.Code == wire.CodeDraining {
+			n.markDrained(r.a.Name, shareSlot(r.a.Mode)) // the leader remembers us
+		}
 		n.fail(r, m.Code)
 		return
 	}

@@ -199,6 +199,9 @@ type Node struct {
 	mnames  map[string]*masterName
 	// sharesStopped: StopSharing was called; no share is taken any more.
 	sharesStopped bool
+	// drained: the names whose shares saw a drain, by share slot: until
+	// that tick their shared tries are refused here (Config.DrainMemo).
+	drained map[string][2]int64
 
 	persists  []Write
 	msgs      []wire.Message

@@ -89,6 +89,19 @@ type replicaName struct {
 	// the name has watchers, complete from version journalFrom on.
 	ver, journalFrom uint64
 	journal          []journaled
+	// drainTold: the nodes whose shares of the name this replica asked to
+	// yield to a draining writer, or whose shares' tries it refused with
+	// draining, by share slot (bit 1<<shareSlot): each is told when the
+	// table no longer refuses such a try (see share.go, drain memos).
+	drainTold map[wire.NodeID]uint8
+}
+
+// noteDrainTold remembers that node's share of mode saw a drain here.
+func (t *replicaName) noteDrainTold(node wire.NodeID, mode wire.Mode) {
+	if t.drainTold == nil {
+		t.drainTold = map[wire.NodeID]uint8{}
+	}
+	t.drainTold[node] |= 1 << shareSlot(mode)
 }
 
 // A name's maps are made at their first entry and dropped when emptied:
@@ -246,6 +259,9 @@ func (n *Node) onEnter(m wire.Message) {
 			// Refused before it costs a durable ticket and two rounds:
 			// a drain's readers knock thousands of times a second.
 			reply.Reject, reply.Code = true, code
+			if m.Shared && code == wire.CodeDraining {
+				t.noteDrainTold(m.From, m.Mode)
+			}
 			n.send(reply)
 			return
 		}
@@ -841,6 +857,7 @@ func (n *Node) flushReports() {
 		if t == nil {
 			continue // dropped since
 		}
+		n.tellDrainOver(t, false)
 		all := t.dirty
 		t.dirty = false
 		if len(t.watchers) > 0 {
@@ -901,14 +918,51 @@ func (n *Node) refuseEarly(t *replicaName, m wire.Message) wire.Code {
 	if !m.Try || n.cfg.RefuseEarly == nil {
 		return wire.CodeNone
 	}
+	return n.cfg.RefuseEarly(m.Mode, t.earlyView())
+}
+
+// earlyView is what RefuseEarly looks at in t: its tickets and the
+// requests still choosing, in request order.
+func (t *replicaName) earlyView() []wire.Entry {
 	tickets := make([]wire.Entry, 0, len(t.recs))
 	for _, r := range t.recs {
-		if r.entry.State == wire.StateTicket {
+		if r.entry.State == wire.StateTicket || r.entry.State == wire.StateChoosing {
 			tickets = append(tickets, r.entry)
 		}
 	}
 	slices.SortFunc(tickets, func(a, b wire.Entry) int { return a.Req.Compare(b.Req) })
-	return n.cfg.RefuseEarly(m.Mode, tickets)
+	return tickets
+}
+
+// tellDrainOver tells the nodes of t.drainTold whose shares' tries t no
+// longer refuses that the drain is over (KindYield, YieldNone): their
+// readers may take a share again. Without a RefuseEarly policy nothing
+// is told (their memos run out).
+func (n *Node) tellDrainOver(t *replicaName, gone bool) {
+	if len(t.drainTold) == 0 || n.cfg.RefuseEarly == nil {
+		return
+	}
+	var view []wire.Entry
+	if !gone {
+		view = t.earlyView()
+	}
+	for _, id := range sortedNodes(t.drainTold) {
+		bits := t.drainTold[id]
+		for slot, mode := range [2]wire.Mode{wire.ModeReadOnly, wire.ModeIntentShared} {
+			if bits&(1<<slot) != 0 && n.cfg.RefuseEarly(mode, view) == wire.CodeNone {
+				bits &^= 1 << slot
+				n.send(wire.Message{Kind: wire.KindYield, To: id, Name: t.name, Mode: mode, Yield: wire.YieldNone})
+			}
+		}
+		if bits == 0 {
+			delete(t.drainTold, id)
+		} else {
+			t.drainTold[id] = bits
+		}
+	}
+	if len(t.drainTold) == 0 {
+		t.drainTold = nil
+	}
 }
 
 // askYields tells the masters of the name's shared tickets (READ_ONLY or
@@ -927,6 +981,9 @@ func (n *Node) askYields(t *replicaName, r *record) {
 		}
 		if y := t.writerYield(e.Mode); y != wire.YieldNone {
 			n.send(wire.Message{Kind: wire.KindYield, To: e.Req.Node, Name: t.name, Req: e.Req, Ticket: e.Ticket, Yield: y})
+			if y == wire.YieldDrain {
+				t.noteDrainTold(e.Req.Node, e.Mode)
+			}
 		}
 		return
 	}
@@ -935,6 +992,9 @@ func (n *Node) askYields(t *replicaName, r *record) {
 		if r := t.recs[req]; r.entry.Mode.Shared() && r.entry.Ticket != 0 && (r.entry.Active || r.restored) &&
 			wire.Conflicts(e.Mode, r.entry.Mode) {
 			n.send(wire.Message{Kind: wire.KindYield, To: req.Node, Name: t.name, Req: req, Ticket: r.entry.Ticket, Yield: y})
+			if y == wire.YieldDrain {
+				t.noteDrainTold(req.Node, r.entry.Mode)
+			}
 		}
 	}
 }

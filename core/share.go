@@ -162,6 +162,11 @@ func (n *Node) acquireLocal(mn *masterName, r *request) {
 		n.endWaitingLocal(r, wire.CodeDraining)
 	case sh.held():
 		n.grantLocal(sh, r)
+	case sh.req == nil && n.drainSeen(r.a.Name, slot):
+		// A drain was seen a moment ago: the leaders would refuse the
+		// share's try as they just did, a round per page view for all
+		// the agents while the writer waits.
+		n.endWaitingLocal(r, wire.CodeDraining)
 	default:
 		sh.waiting = append(sh.waiting, r)
 		n.arm(r)
@@ -261,6 +266,9 @@ func (n *Node) keepShare(sh *share) {
 // for a new one.
 func (n *Node) releaseShare(sh *share) {
 	r := sh.req
+	if sh.yield == wire.YieldDrain {
+		n.markDrained(r.a.Name, shareSlot(sh.mode))
+	}
 	sh.req, sh.yield = nil, wire.YieldNone
 	r.share = nil
 	r.sharedRelease, r.readersLeftAt = true, sh.idleAt
@@ -420,6 +428,78 @@ func (n *Node) onYield(r *request, y wire.Yield) {
 	}
 	sh.yield = y
 	n.keepShare(sh)
+}
+
+// Drain memos. A drain turns a site's page views away for as long as
+// the writer waits and holds, and each agent's readers keep knocking
+// (a frontend retries, or serves its next visitor). Without a memo,
+// every knock after the share went would be a share's try refused at the
+// leaders: a round to every leader per page view, on the cores the
+// writer's own rounds need. So a node that saw a drain of a name (its
+// share let go for a draining writer's yield, or its share's try refused
+// with draining at ENTERING) refuses that name's shared tries itself for
+// Config.DrainMemo ticks; the leaders that asked the share to yield, or
+// refused its try, remember the node (replicaName.drainTold) and tell it
+// when their table no longer refuses such a try (KindYield with
+// YieldNone), so readers come back as soon as the drain ends. Refusing
+// locally is always safe (a refused try holds nothing); a word lost,
+// or leaders that never send it (an older release), costs readers the
+// memo's ticks after the drain at most. Patient readers are not refused:
+// they go through the bakery by themselves, as when a share's try fails.
+
+// maxDrained bounds the names a node keeps drain memos of; past it, no
+// new memo is kept (its readers knock at the leaders, as without one).
+const maxDrained = 4096
+
+// markDrained starts a drain memo of name's share slot.
+func (n *Node) markDrained(name string, slot int) {
+	if n.drained == nil {
+		n.drained = map[string][2]int64{}
+	}
+	if _, ok := n.drained[name]; !ok && len(n.drained) >= maxDrained {
+		for k, d := range n.drained {
+			if d[0] <= n.now && d[1] <= n.now {
+				delete(n.drained, k)
+			}
+		}
+		if len(n.drained) >= maxDrained {
+			return
+		}
+	}
+	d := n.drained[name]
+	d[slot] = n.now + n.cfg.DrainMemo
+	n.drained[name] = d
+}
+
+// drainSeen reports whether name's share slot has a drain memo running.
+func (n *Node) drainSeen(name string, slot int) bool {
+	d, ok := n.drained[name]
+	if !ok {
+		return false
+	}
+	if n.cfg.Mutant.on(MutantStuckDrainMemo) {
+		return d[slot] != 0
+	}
+	if d[0] <= n.now && d[1] <= n.now {
+		delete(n.drained, name)
+		return false
+	}
+	return d[slot] > n.now
+}
+
+// drainOver ends name's drain memo of mode's slot: a leader that refused
+// its try, or asked its share to yield, no longer would.
+func (n *Node) drainOver(name string, mode wire.Mode) {
+	d, ok := n.drained[name]
+	if !ok || !mode.Shared() || n.cfg.Mutant.on(MutantStuckDrainMemo) {
+		return
+	}
+	d[shareSlot(mode)] = 0
+	if d[0] == 0 && d[1] == 0 {
+		delete(n.drained, name)
+		return
+	}
+	n.drained[name] = d
 }
 
 // askSharesAhead asks the nodes of the shared read tickets ahead of r, a

@@ -308,7 +308,12 @@ func admit(me core.Candidate, others []wire.Entry) core.Decision {
 // and a durable ticket before Admit would say the same (every ticket the
 // try can get is after the ones the replica has): a priority or exclusive
 // writer's ticket, a soft writer marked active, or for READ_ONLY an
-// INTENT_EXCLUSIVE ticket (a writer below), answers `draining`.
+// INTENT_EXCLUSIVE ticket (a writer below), answers `draining`. So does
+// such a writer still choosing its number: its drain has begun (the
+// shares were asked to yield at its ENTER), and a reader's try let in
+// would only take a ticket to give back, its choosing flag keeping the
+// writer waiting in the doorway meanwhile. A soft writer is never
+// active while choosing, so readers still pass it.
 func RefuseEarly(mode wire.Mode, tickets []wire.Entry) wire.Code {
 	if mode != ReadOnly && mode != IntentShared {
 		return wire.CodeNone

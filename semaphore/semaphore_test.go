@@ -159,6 +159,42 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
+// TestRefuseEarlyMeetsWritersInTheDoorway: a writer still choosing its
+// number (no ticket yet) has begun its drain if it is a priority or
+// exclusive one (or, for READ_ONLY, INTENT_EXCLUSIVE below): a reader's
+// try is refused with draining; a soft writer, a reader or an intent
+// reader still choosing refuses nothing, and no writer's try is refused.
+func TestRefuseEarlyMeetsWritersInTheDoorway(t *testing.T) {
+	for _, c := range []struct {
+		choosing wire.Mode
+		ro, is   wire.Code
+	}{
+		{semaphore.ReadWritePriority, wire.CodeDraining, wire.CodeDraining},
+		{semaphore.Exclusive, wire.CodeDraining, wire.CodeDraining},
+		{semaphore.IntentExclusive, wire.CodeDraining, wire.CodeNone},
+		{semaphore.ReadWrite, wire.CodeNone, wire.CodeNone},
+		{semaphore.ReadWriteGentle, wire.CodeNone, wire.CodeNone},
+		{semaphore.ReadOnly, wire.CodeNone, wire.CodeNone},
+		{semaphore.IntentShared, wire.CodeNone, wire.CodeNone},
+	} {
+		table := []wire.Entry{
+			{Req: wire.RequestID{Node: 1, Seq: 1}, Ticket: 1, Mode: semaphore.ReadOnly, State: wire.StateTicket, Active: true},
+			{Req: wire.RequestID{Node: 2, Seq: 1}, Mode: c.choosing, State: wire.StateChoosing},
+		}
+		if got := semaphore.RefuseEarly(semaphore.ReadOnly, table); got != c.ro {
+			t.Errorf("READ_ONLY try beside %v choosing: %v, want %v", c.choosing, got, c.ro)
+		}
+		if got := semaphore.RefuseEarly(semaphore.IntentShared, table); got != c.is {
+			t.Errorf("INTENT_SHARED try beside %v choosing: %v, want %v", c.choosing, got, c.is)
+		}
+		for _, m := range []wire.Mode{semaphore.ReadWritePriority, semaphore.Exclusive, semaphore.ReadWrite, semaphore.ReadWriteGentle, semaphore.IntentExclusive} {
+			if got := semaphore.RefuseEarly(m, table); got != wire.CodeNone {
+				t.Errorf("a %v try beside %v choosing refused early (%v): only readers are", m, c.choosing, got)
+			}
+		}
+	}
+}
+
 // TestRefuseEarlyOnlyWhatAdmitRefuses: every table of up to three durable
 // tickets, each of any mode, active or not: a READ_ONLY try that
 // RefuseEarly refuses is one Admit refuses as draining, whatever ticket

@@ -296,6 +296,8 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil, 0},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil, 0},
 		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
+		// Readers refused long after the drain: the settle's reader probe.
+		{"keeps refusing readers after a drain", core.MutantStuckDrainMemo, false, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
 		{"lets a shared read ticket go with holders", core.MutantYieldWithHolders, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
 		{"says a share's readers left at its grant", core.MutantShareIdleFromGrant, true, Options{Modes: true, ReadHeavy: true, NoFaults: true},
 			[]Options{{Modes: true, ReadHeavy: true}}, nil, 0},

@@ -224,9 +224,16 @@ func (s *Sim) probeNested(since int64) {
 // for their whole lifetime), so the settle's own length does not bound
 // them all; each probe's timeout does, and past the last of them final
 // fails a probe still waiting.
+//
+// Without nested names, it goes on while reader probes (probeReaders) are
+// yet to be made or answered, for as long as one probe's timeout more.
 func (s *Sim) probing(end int64) bool {
-	if !s.o.Nested || s.tick > end+int64(len(s.names))*(s.o.SettleTicks/2) {
+	waiting := slices.ContainsFunc(s.clients, func(c *client) bool { return c.probe && c.state == waiting })
+	if !s.o.Nested {
+		return s.tick <= end+s.o.SettleTicks/2 && (len(s.readerUnprobed) > 0 || waiting)
+	}
+	if s.tick > end+int64(len(s.names))*(s.o.SettleTicks/2) {
 		return false
 	}
-	return len(s.unprobed) > 0 || slices.ContainsFunc(s.clients, func(c *client) bool { return c.probe && c.state == waiting })
+	return len(s.unprobed) > 0 || waiting
 }

@@ -283,6 +283,11 @@ const tryTicks = 30
 // renewals and lapses are frequent.
 const shareTicks = 60
 
+// drainMemoTicks is the nodes' drain memo (core.Config.DrainMemo): how
+// long a node refuses a name's shared tries itself after a drain, unless
+// a leader says sooner that it is over.
+const drainMemoTicks = 20
+
 type disk struct {
 	incarnation uint32
 	durable     *core.Durable
@@ -492,6 +497,11 @@ type Sim struct {
 	// the settle has yet to probe.
 	paths    map[string][]string
 	unprobed []string
+	// readerUnprobed are the names whose reader probe (probeReaders) is
+	// yet to be made; busyAt, the last tick a client held or waited on
+	// each name in the settle.
+	readerUnprobed []string
+	busyAt         map[string]int64
 	// conflicting are the two holders the nested check failed on.
 	conflicting [2]*client
 
@@ -785,7 +795,7 @@ func (s *Sim) start(i int) {
 	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
 		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, ShareLease: share,
-		CheckIncremental: true}, n.disk.durable.Clone())
+		DrainMemo: drainMemoTicks, CheckIncremental: true}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return
@@ -1566,7 +1576,26 @@ func (s *Sim) lull() bool {
 	return s.o.ReadHeavy && s.tick/150%2 == 1
 }
 
+// probeKind is what a settle probe asks for: none (a workload's request),
+// an exclusive lock that may wait, or a reader's try.
+type probeKind int
+
+const (
+	noProbe probeKind = iota
+	probeExclusive
+	probeReader
+)
+
 func (s *Sim) acquire(c *client, name string, probe bool) {
+	kind := noProbe
+	if probe {
+		kind = probeExclusive
+	}
+	s.acquireAs(c, name, kind)
+}
+
+func (s *Sim) acquireAs(c *client, name string, kind probeKind) {
+	probe := kind != noProbe
 	a := core.Acquire{Name: name, Mode: wire.ModeExclusive, Duration: 10 + s.rng.Int64N(50), Grace: s.rng.Int64N(10),
 		Parents: s.parents(name)}
 	if s.o.Modes && !probe {
@@ -1602,7 +1631,9 @@ func (s *Sim) acquire(c *client, name string, probe bool) {
 			a.Mode, a.Quiet = semaphore.ReadWriteGentle, 10+s.rng.Int64N(30)
 		}
 	}
-	if probe {
+	if kind == probeReader {
+		a.Mode = semaphore.ReadOnly
+	} else if probe {
 		a.Timeout = s.o.SettleTicks / 2
 		if s.o.Nested {
 			// Its node renews its parents while it waits, half their
@@ -2045,6 +2076,43 @@ func (s *Sim) settle() {
 			s.acquire(c, name, true)
 		}
 	}
+	if s.o.Modes && since >= 200 {
+		s.probeReaders(since)
+	}
+}
+
+// probeReaders: with semaphore modes, once the exclusive probes are done
+// and a name has been quiet longer than a drain memo and a round trip, a
+// READ_ONLY try on it (through a share, when the nodes share) must be
+// granted: readers come back after every drain. A share, a drain memo
+// or a leader's drain word that stayed stuck would refuse it; the
+// settle goes on until every name was probed so (probing).
+func (s *Sim) probeReaders(since int64) {
+	if since == 200 {
+		s.readerUnprobed, s.busyAt = slices.Clone(s.names), map[string]int64{}
+	}
+	for _, c := range s.clients {
+		if c.state == waiting || c.state == holding {
+			s.busyAt[c.name] = s.tick
+		}
+	}
+	for _, name := range slices.Clone(s.readerUnprobed) {
+		if s.tick-s.busyAt[name] <= drainMemoTicks+2*tryTicks {
+			continue
+		}
+		i := slices.IndexFunc(s.clients, func(c *client) bool {
+			n := s.nodes[c.node]
+			return c.state == idle && n.core != nil && !n.paused(s.tick)
+		})
+		if i < 0 {
+			return // every client busy: they let go soon
+		}
+		s.acquireAs(s.clients[i], name, probeReader)
+		s.readerUnprobed = slices.DeleteFunc(s.readerUnprobed, func(n string) bool { return n == name })
+		if s.fail != nil {
+			return
+		}
+	}
 }
 
 // pickProbe finds an idle client, or frees a holding one.
@@ -2068,6 +2136,10 @@ func (s *Sim) pickProbe() *client {
 func (s *Sim) final() {
 	for _, r := range s.commits {
 		s.failf("%s reported committed in epoch %d, and no node adopted that view or a later one", r.Change, r.Epoch)
+		return
+	}
+	if len(s.readerUnprobed) > 0 {
+		s.failf("liveness: %v never quiet long enough for a reader's probe after faults stopped", s.readerUnprobed)
 		return
 	}
 	for _, c := range s.clients {
