@@ -7,8 +7,11 @@
 // handling a Ready: after Persist, with only some Messages sent) and restarts
 // from the disk, and clients that acquire, hold, renew, release, abandon and
 // time out. After every step Run checks the safety invariants; at the end it
-// stops the faults, checks that every request resolves within a bound, and
-// checks the history the clients observed with porcupine. The same seed gives
+// stops the faults, checks that every request resolves within a bound, that
+// an exclusive probe of every name is granted and, with the semaphore's
+// modes, that a reader's try on every quiet name is granted (readers come
+// back after drains), and checks the history the clients observed with
+// porcupine. The same seed gives
 // the same run, so a failure prints its seed and replays.
 //
 // With Options.Nested the names nest like a site's URLs, every acquire
