@@ -310,9 +310,12 @@ func (l *Lease) Draining() <-chan struct{} {
 }
 
 // drainingNow reports whether Draining is closed, without watching.
-func (l *Lease) drainingNow() bool {
+func (l *Lease) drainingNow() bool { return closedNow(l.draining) }
+
+// closedNow reports whether ch is closed, without waiting.
+func closedNow(ch <-chan struct{}) bool {
 	select {
-	case <-l.draining:
+	case <-ch:
 		return true
 	default:
 		return false

@@ -232,36 +232,15 @@ func (ll *lentLease) refuse(ctx context.Context) {
 
 // refusesYield reports whether the watch's first event said that the
 // agent does not send yield for l.
-func (l *Lease) refusesYield() bool {
-	select {
-	case <-l.told:
-		return !l.tellsYield
-	default:
-		return false
-	}
-}
+func (l *Lease) refusesYield() bool { return closedNow(l.told) && !l.tellsYield }
 
 // endedNow reports whether the lease was released or lost, without
 // watching.
-func (l *Lease) endedNow() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
+func (l *Lease) endedNow() bool { return closedNow(l.done) }
 
 // yieldingNow reports whether the agent said the lease should go once
 // idle (yield or draining).
-func (l *Lease) yieldingNow() bool {
-	select {
-	case <-l.yielding:
-		return true
-	default:
-		return false
-	}
-}
+func (l *Lease) yieldingNow() bool { return closedNow(l.yielding) }
 
 // goUntilClosed runs fn on a goroutine that Close waits for, with a
 // channel that closes when Close begins; false, and fn does not run, once
