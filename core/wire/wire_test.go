@@ -56,3 +56,18 @@ func TestConflicts(t *testing.T) {
 		t.Error("a reader's parents are held in intent-shared, a writer's in intent-exclusive")
 	}
 }
+
+func TestRequestIDString(t *testing.T) {
+	for _, c := range []struct {
+		id   wire.RequestID
+		want string
+	}{
+		{wire.RequestID{Node: 4, Seq: 1<<32 | 1}, "4.1.1"},
+		{wire.RequestID{}, "0.0.0"},
+		{wire.RequestID{Node: wire.NodeID(^uint64(0)), Seq: ^uint64(0)}, "18446744073709551615.4294967295.4294967295"},
+	} {
+		if got := c.id.String(); got != c.want {
+			t.Errorf("%#v.String() = %q, want %q", c.id, got, c.want)
+		}
+	}
+}

@@ -168,28 +168,14 @@ type Lease struct {
 	duration, grace time.Duration
 
 	done chan struct{}
-	// draining closes when the agent says a writer waits for the name
-	// (a reader's lease, watched: Draining).
-	draining  chan struct{}
-	drainOnce sync.Once
-	// yielding closes when the agent says a writer of any kind waits for
-	// the name, or it stops (yield, or draining): a lent lease goes once
-	// its page views are done. told closes at the first event of a
-	// watch; tellsYield, written before, says whether the agent sends
-	// yield at all (api.Event.Yields).
-	yielding   chan struct{}
-	yieldOnce  sync.Once
-	told       chan struct{}
-	toldOnce   sync.Once
-	tellsYield bool
+	// run is what the lease's watch and renewer need: made when the first
+	// of them starts (or Draining is asked), never for the page views that
+	// end before either, which then cost a channel and a timer.
+	run atomic.Pointer[leaseRun]
 	// lent: the middleware shares the lease among the page views of its
 	// process; only it gives it back (Release refuses: ErrLeaseLent).
 	lent atomic.Bool
-	// ctx bounds the lease's goroutines (watch, renewer); wg counts them.
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	changed chan struct{} // the expiry moved: the renewer plans again
+	wg   sync.WaitGroup // the watch and the renewer
 	// renewing: one renewal at a time (the renewer, the watch and the
 	// caller may each renew; the agent answers one renewal of a lease at
 	// a time).
@@ -210,10 +196,47 @@ type Lease struct {
 	renewFail error // the last renewal's error, for the expiry's report
 }
 
-func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode, o Options, clk clock) *Lease {
+// leaseRun is a watched or renewed lease's state for its goroutines.
+type leaseRun struct {
+	// ctx bounds the watch and the renewer; the lease's end cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// draining closes when the agent says a writer waits for the name
+	// (a reader's lease, watched: Draining).
+	draining  chan struct{}
+	drainOnce sync.Once
+	// yielding closes when the agent says a writer of any kind waits for
+	// the name, or it stops (yield, or draining): a lent lease goes once
+	// its page views are done. told closes at the first event of a
+	// watch; tellsYield, written before, says whether the agent sends
+	// yield at all (api.Event.Yields).
+	yielding   chan struct{}
+	yieldOnce  sync.Once
+	told       chan struct{}
+	toldOnce   sync.Once
+	tellsYield bool
+	changed    chan struct{} // the expiry moved: the renewer plans again
+}
+
+// runLocked is l's run, made at the first call; a lease that ended
+// already gets one whose context is done. Called with l.mu held.
+func (l *Lease) runLocked() *leaseRun {
+	if r := l.run.Load(); r != nil {
+		return r
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	r := &leaseRun{ctx: ctx, cancel: cancel, draining: make(chan struct{}), yielding: make(chan struct{}),
+		told: make(chan struct{}), changed: make(chan struct{}, 1)}
+	if l.ended {
+		cancel()
+	}
+	l.run.Store(r)
+	return r
+}
+
+func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode, o Options, clk clock) *Lease {
 	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, duration: o.Duration, grace: o.Grace,
-		done: make(chan struct{}), draining: make(chan struct{}), yielding: make(chan struct{}), told: make(chan struct{}), ctx: ctx, cancel: cancel, changed: make(chan struct{}, 1), clock: clk, expires: expires}
+		done: make(chan struct{}), clock: clk, expires: expires}
 	l.mu.Lock()
 	// A local timer, so the lease ends at its expiry even when the agent
 	// says nothing (unreachable, stopped, slow).
@@ -238,7 +261,7 @@ func (l *Lease) autoRenew() {
 	}
 	l.renews = true
 	l.wg.Add(1)
-	go l.renewLoop()
+	go l.renewLoop(l.runLocked())
 }
 
 // ID is the agent's handle of the lease ("node.incarnation.counter").
@@ -295,7 +318,7 @@ func (l *Lease) Done() <-chan struct{} {
 	if !l.watching && !l.ended {
 		l.watching = true
 		l.wg.Add(1)
-		go l.watch()
+		go l.watch(l.runLocked())
 	}
 	return l.done
 }
@@ -306,11 +329,16 @@ func (l *Lease) Done() <-chan struct{} {
 // lease. A writer's lease never hears it.
 func (l *Lease) Draining() <-chan struct{} {
 	l.Done()
-	return l.draining
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.runLocked().draining
 }
 
 // drainingNow reports whether Draining is closed, without watching.
-func (l *Lease) drainingNow() bool { return closedNow(l.draining) }
+func (l *Lease) drainingNow() bool {
+	r := l.run.Load()
+	return r != nil && closedNow(r.draining)
+}
 
 // closedNow reports whether ch is closed, without waiting.
 func closedNow(ch <-chan struct{}) bool {
@@ -341,7 +369,9 @@ func (l *Lease) end(err error) {
 	}
 	l.ended, l.err = true, err
 	l.timer.Stop()
-	l.cancel()
+	if r := l.run.Load(); r != nil {
+		r.cancel()
+	}
 	close(l.done)
 }
 
@@ -384,9 +414,13 @@ func (l *Lease) extend(t instant) {
 	l.renewFail = nil
 	_, left := l.leftLocked()
 	l.timer.Reset(wake(left))
+	r := l.run.Load()
 	l.mu.Unlock()
+	if r == nil {
+		return // no renewer to tell
+	}
 	select {
-	case l.changed <- struct{}{}:
+	case r.changed <- struct{}{}:
 	default:
 	}
 }
@@ -525,7 +559,7 @@ const (
 
 // renewLoop renews at about half the remaining time until the lease ends,
 // and sooner again after a failure.
-func (l *Lease) renewLoop() {
+func (l *Lease) renewLoop(r *leaseRun) {
 	defer l.wg.Done()
 	retry := retryFirst
 	for {
@@ -546,10 +580,10 @@ func (l *Lease) renewLoop() {
 		}
 		t := time.NewTimer(wait)
 		select {
-		case <-l.ctx.Done():
+		case <-r.ctx.Done():
 			t.Stop()
 			return
-		case <-l.changed:
+		case <-r.changed:
 			t.Stop()
 			continue
 		case <-t.C:
@@ -559,10 +593,10 @@ func (l *Lease) renewLoop() {
 		l.mu.Lock()
 		expires, _ := l.leftLocked()
 		l.mu.Unlock()
-		ctx, cancel := context.WithDeadline(l.ctx, expires)
+		ctx, cancel := context.WithDeadline(r.ctx, expires)
 		err := l.Renew(ctx)
 		cancel()
-		if err != nil && l.ctx.Err() == nil {
+		if err != nil && r.ctx.Err() == nil {
 			l.mu.Lock()
 			// A renewal the expiry cut short says less than an earlier
 			// one the agent answered (not ready, unknown lease): keep that.
@@ -577,12 +611,12 @@ func (l *Lease) renewLoop() {
 // watch follows the agent's events for the lease until it ends. A lost
 // lease ends it by an event, a renewal's answer or the expiry timer; the
 // agent going away does not (it may be restarting).
-func (l *Lease) watch() {
+func (l *Lease) watch(r *leaseRun) {
 	defer l.wg.Done()
 	retry := retryFirst
 	for {
-		n, err := l.watchOnce()
-		if l.ctx.Err() != nil {
+		n, err := l.watchOnce(r)
+		if r.ctx.Err() != nil {
 			return // ended, by an event or otherwise
 		}
 		if n > 0 {
@@ -600,10 +634,10 @@ func (l *Lease) watch() {
 			l.mu.Lock()
 			expires, _ := l.leftLocked()
 			l.mu.Unlock()
-			ctx, cancel := context.WithDeadline(l.ctx, expires)
+			ctx, cancel := context.WithDeadline(r.ctx, expires)
 			rerr := l.Renew(ctx)
 			cancel()
-			if l.ctx.Err() != nil {
+			if r.ctx.Err() != nil {
 				return
 			}
 			if rerr == nil {
@@ -615,7 +649,7 @@ func (l *Lease) watch() {
 		// expiry timer ends the lease if that takes too long.
 		t := time.NewTimer(retry)
 		select {
-		case <-l.ctx.Done():
+		case <-r.ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
@@ -625,8 +659,8 @@ func (l *Lease) watch() {
 }
 
 // watchOnce reads one watch stream; it returns how many events it read.
-func (l *Lease) watchOnce() (int, error) {
-	resp, err := l.c.send(l.ctx, "watch "+l.id, http.MethodGet, "/v1/watch?lease="+url.QueryEscape(l.id), nil)
+func (l *Lease) watchOnce(r *leaseRun) (int, error) {
+	resp, err := l.c.send(r.ctx, "watch "+l.id, http.MethodGet, "/v1/watch?lease="+url.QueryEscape(l.id), nil)
 	if err != nil {
 		return 0, err
 	}
@@ -643,15 +677,15 @@ func (l *Lease) watchOnce() (int, error) {
 		}
 		n++
 		if n == 1 {
-			l.toldOnce.Do(func() {
-				l.tellsYield = e.Yields
-				close(l.told)
+			r.toldOnce.Do(func() {
+				r.tellsYield = e.Yields
+				close(r.told)
 			})
 			if !e.Yields {
 				// The agent does not (or no longer: it restarted, and
 				// took the lease over outside its shared read ticket)
 				// say when a writer waits: a lent lease goes once idle.
-				l.yieldOnce.Do(func() { close(l.yielding) })
+				r.yieldOnce.Do(func() { close(r.yielding) })
 			}
 		}
 		// Granted and renewed events do not move the expiry: their send
@@ -660,10 +694,10 @@ func (l *Lease) watchOnce() (int, error) {
 		case "draining":
 			// Yielding first: once Draining is closed, no page view is
 			// lent the lease.
-			l.yieldOnce.Do(func() { close(l.yielding) })
-			l.drainOnce.Do(func() { close(l.draining) })
+			r.yieldOnce.Do(func() { close(r.yielding) })
+			r.drainOnce.Do(func() { close(r.draining) })
 		case "yield":
-			l.yieldOnce.Do(func() { close(l.yielding) })
+			r.yieldOnce.Do(func() { close(r.yielding) })
 		case "renew-failed":
 			if errors.Is(sentinel(e.Code), semaphore.ErrLost) {
 				l.end(l.lost("was dropped by the leaders (renewal refused)"))

@@ -185,13 +185,16 @@ func (ll *lentLease) keep(closed <-chan struct{}) {
 	ctx := context.Background()
 	l.autoRenew()
 	done := l.Done() // starts the watch
-	told := l.told
+	l.mu.Lock()
+	r := l.runLocked()
+	l.mu.Unlock()
+	told := r.told
 	toldBy := time.Now().Add(lendTold)
 	tick := time.NewTicker(lendCheck)
 	defer tick.Stop()
 	for {
 		select {
-		case <-l.yielding:
+		case <-r.yielding:
 			if l.refusesYield() {
 				ll.refuse(ctx)
 				return
@@ -232,7 +235,10 @@ func (ll *lentLease) refuse(ctx context.Context) {
 
 // refusesYield reports whether the watch's first event said that the
 // agent does not send yield for l.
-func (l *Lease) refusesYield() bool { return closedNow(l.told) && !l.tellsYield }
+func (l *Lease) refusesYield() bool {
+	r := l.run.Load()
+	return r != nil && closedNow(r.told) && !r.tellsYield
+}
 
 // endedNow reports whether the lease was released or lost, without
 // watching.
@@ -240,7 +246,10 @@ func (l *Lease) endedNow() bool { return closedNow(l.done) }
 
 // yieldingNow reports whether the agent said the lease should go once
 // idle (yield or draining).
-func (l *Lease) yieldingNow() bool { return closedNow(l.yielding) }
+func (l *Lease) yieldingNow() bool {
+	r := l.run.Load()
+	return r != nil && closedNow(r.yielding)
+}
 
 // goUntilClosed runs fn on a goroutine that Close waits for, with a
 // channel that closes when Close begins; false, and fn does not run, once

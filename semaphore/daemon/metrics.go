@@ -44,6 +44,7 @@ type metrics struct {
 	changesRefused, foreign, stale prometheus.Counter
 	lastLeaders                    string
 	lastPhase                      map[wire.RequestID]phaseMark
+	phaseSeries                    map[string]prometheus.Observer // phases' series, by phase (the loop's)
 	handoffSeen                    uint64
 }
 
@@ -57,7 +58,8 @@ type phaseMark struct {
 var latencyBuckets = prometheus.ExponentialBucketsRange(0.00005, 120, 20)
 
 func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry(), lastPhase: map[wire.RequestID]phaseMark{}}
+	m := &metrics{reg: prometheus.NewRegistry(), lastPhase: map[wire.RequestID]phaseMark{},
+		phaseSeries: map[string]prometheus.Observer{}}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
@@ -146,7 +148,7 @@ func (n *Node) observePhases(changes []core.PhaseChange, now time.Time) {
 	for _, c := range changes {
 		last, ok := m.lastPhase[c.Handle]
 		if ok && last.phase != c.Phase {
-			m.phases.WithLabelValues(last.phase).Observe(now.Sub(last.at).Seconds())
+			m.phaseObserver(last.phase).Observe(now.Sub(last.at).Seconds())
 		}
 		switch {
 		case c.Phase == "":
@@ -155,6 +157,17 @@ func (n *Node) observePhases(changes []core.PhaseChange, now time.Time) {
 			m.lastPhase[c.Handle] = phaseMark{c.Phase, now}
 		}
 	}
+}
+
+// phaseObserver is the phase histogram's series of phase, looked up once:
+// a page view changes phase twice.
+func (m *metrics) phaseObserver(phase string) prometheus.Observer {
+	o, ok := m.phaseSeries[phase]
+	if !ok {
+		o = m.phases.WithLabelValues(phase)
+		m.phaseSeries[phase] = o
+	}
+	return o
 }
 
 // stateCollector reports the node's state at each scrape, from one Status
