@@ -23,16 +23,9 @@ func ReleasesNoReply(c *Client) bool { return c.compactPool.speaksNoReply() }
 
 // Yielding is closed once the agent said that l should go when idle
 // (yield, or draining): a writer of any kind waits, or it stops.
-func Yielding(l *Lease) <-chan struct{} { return leaseRunOf(l).yielding }
+func Yielding(l *Lease) <-chan struct{} { return l.running().yielding }
 
 // Told is closed at the first event of l's watch; TellsYield then says
 // whether the agent sends yield for l.
-func Told(l *Lease) <-chan struct{} { return leaseRunOf(l).told }
-func TellsYield(l *Lease) bool      { return leaseRunOf(l).tellsYield }
-
-// leaseRunOf is l's run, made if need be.
-func leaseRunOf(l *Lease) *leaseRun {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.runLocked()
-}
+func Told(l *Lease) <-chan struct{} { return l.running().told }
+func TellsYield(l *Lease) bool      { return l.running().tellsYield }

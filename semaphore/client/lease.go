@@ -234,6 +234,13 @@ func (l *Lease) runLocked() *leaseRun {
 	return r
 }
 
+// running is runLocked, for a caller without l.mu.
+func (l *Lease) running() *leaseRun {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.runLocked()
+}
+
 func (c *Client) newLease(lj api.LeaseJSON, expires instant, mode semaphore.Mode, o Options, clk clock) *Lease {
 	l := &Lease{c: c, id: lj.Lease, name: lj.Name, mode: mode, token: lj.Token, duration: o.Duration, grace: o.Grace,
 		done: make(chan struct{}), clock: clk, expires: expires}
@@ -329,9 +336,7 @@ func (l *Lease) Done() <-chan struct{} {
 // lease. A writer's lease never hears it.
 func (l *Lease) Draining() <-chan struct{} {
 	l.Done()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.runLocked().draining
+	return l.running().draining
 }
 
 // drainingNow reports whether Draining is closed, without watching.

@@ -185,9 +185,7 @@ func (ll *lentLease) keep(closed <-chan struct{}) {
 	ctx := context.Background()
 	l.autoRenew()
 	done := l.Done() // starts the watch
-	l.mu.Lock()
-	r := l.runLocked()
-	l.mu.Unlock()
+	r := l.running()
 	told := r.told
 	toldBy := time.Now().Add(lendTold)
 	tick := time.NewTicker(lendCheck)
