@@ -257,6 +257,10 @@ const (
 	// and the leaders' word that the drain is over are ignored), so its
 	// page views are refused with draining long after the writer left.
 	MutantStuckDrainMemo
+	// MutantAnswersBeforeWrites: MessageScope puts every message outside
+	// its name's scope, so a caller sends an answer (an ADD_TICKET's ack, a
+	// renewal's) before the write it rests on is durable.
+	MutantAnswersBeforeWrites
 )
 
 func (c *Config) withDefaults() (Config, error) {

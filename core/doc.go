@@ -10,7 +10,11 @@
 //     Ready.Persist durable, then send Ready.Messages, then deliver
 //     Ready.Events, then call Advance. A replica acknowledges a durable step
 //     only in a message of a Ready whose Persist already holds that step, so
-//     the order above is what makes acknowledgements mean "on disk".
+//     the order above is what makes acknowledgements mean "on disk". A
+//     caller whose store makes writes durable in order may send a message
+//     once the earlier writes of its scope are durable (Write.Scope,
+//     Node.MessageScope: a name, or everything), before other names'
+//     writes, and deliver events at once (they rest on no write).
 //   - Every node plays two roles. As a master it runs the phases of its own
 //     requests against the view's leaders; as a replica (when it is a leader)
 //     it keeps its part of the lock table and answers masters.

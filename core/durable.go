@@ -65,6 +65,58 @@ type Write struct {
 	Lazy bool
 }
 
+// Scopes let a caller send a Ready's answers before writes of earlier
+// Readys that they do not rest on are durable. Everything a message of
+// one name says (its table, its high-water mark, whether a ticket is
+// there, its tombstones) comes from writes of that name, from writes of
+// no name (a fence, a floor, a view led or completed) and from memory
+// that no write holds (choosing flags, watches, incarnations, the
+// Lamport clock, which receivers only take as a maximum). So a message
+// whose scope is a name may leave once every earlier write of that name
+// and every earlier write of no name is durable, before the writes of
+// other names are; a message or event of no scope waits for every
+// earlier write, as the Ready contract says. Stores make writes durable
+// in order, so a crash that loses a write loses every later one too:
+// after it, the node never said anything about the lost writes' names,
+// and what it said about others rests on what it kept. Per name, the
+// order of messages stays the order of the Readys.
+//
+// Events rest on no write of their node: they are its own clients'
+// requests (the master's side), which keep nothing on disk (a client's
+// lease outlives its agent by its own timer) and learn everything from
+// messages, the local replica's too, which came through the same gate.
+// They may be delivered before messages of their Ready that still wait:
+// a crash then is a crash after those messages were lost on the way.
+
+// Scope is the name a write is about, or "" for a write about the whole
+// table (a fence, a completion, a view led, a floor): every message waits
+// for those.
+func (w Write) Scope() string {
+	switch w.Kind {
+	case WriteTicket, WriteLifetime, WriteDelete, WriteHighWater, WriteTomb, WriteForget:
+		return w.Name
+	}
+	return ""
+}
+
+// MessageScope is the name whose writes m rests on, or "" when m may rest
+// on any write (the handoff's and membership's messages): see Scope.
+func (n *Node) MessageScope(m wire.Message) string {
+	switch m.Kind {
+	case wire.KindEnter, wire.KindEnterAck, wire.KindGetMax, wire.KindGetMaxAck,
+		wire.KindAddTicket, wire.KindAddTicketAck, wire.KindWatch, wire.KindUnwatch,
+		wire.KindReport, wire.KindRelease, wire.KindReleaseAck, wire.KindRenew,
+		wire.KindRenewAck, wire.KindExit, wire.KindActivate, wire.KindActivateAck,
+		wire.KindRevoked, wire.KindFormer, wire.KindHolds, wire.KindHoldsAck,
+		wire.KindConfirm, wire.KindConfirmAck, wire.KindYield:
+		if n.cfg.Mutant.on(MutantAnswersBeforeWrites) && m.Name != "" {
+			return "\x00" + m.Name // a scope no write has: nothing waits
+		}
+		return m.Name
+	}
+	return ""
+}
+
 // DurableTicket is a ticket as stored, or a tombstone: a released request,
 // in StateReleased, with ticket 0.
 type DurableTicket struct {

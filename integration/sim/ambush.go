@@ -135,13 +135,17 @@ type rates struct {
 	crash, crashSending, partition, pause, agentRestart, force float64
 	loss, dup, reportLoss                                      float64
 	release                                                    float64
+	// slowDisk: a Ready's writes are not yet durable when the node goes
+	// on (answers of other names leave before them); crashUnsynced: a
+	// node that sent something while writes were on their way crashes.
+	slowDisk, crashUnsynced float64
 	// loseRevocations: every KindRevoked is lost (Options.LoseRevocations).
 	loseRevocations bool
 }
 
 // defaultRates are the rates of every world but a swarm's.
 var defaultRates = rates{crash: 0.006, crashSending: 0.002, partition: 0.004, pause: 0.003, agentRestart: 0.004, force: 0.004,
-	loss: 0.03, dup: 0.03, reportLoss: 0.1, release: 0.06}
+	loss: 0.03, dup: 0.03, reportLoss: 0.1, release: 0.06, slowDisk: 0.3, crashUnsynced: 0.003}
 
 // swarmRates draws a swarm's rates: each fault off in half of the seeds,
 // and at a half to three times its usual rate in the others; force-unlocks
@@ -159,7 +163,7 @@ func (s *Sim) swarmRates() rates {
 	}
 	r := rates{crash: some(0.006), crashSending: some(0.002), partition: some(0.004), pause: some(0.003),
 		agentRestart: some(0.004), force: some(0.04), loss: some(0.03), dup: some(0.03), reportLoss: some(0.1),
-		release: 0.01 + 0.05*s.rng.Float64(), loseRevocations: s.chance(0.25)}
+		release: 0.01 + 0.05*s.rng.Float64(), loseRevocations: s.chance(0.25), slowDisk: some(0.3), crashUnsynced: some(0.003)}
 	s.tracef("swarm: %+v", r)
 	return r
 }

@@ -50,7 +50,7 @@ func TestCheckInMutantIsCaught(t *testing.T) {
 		t.Skip("runs under -tags sluicemutants, after the others (core/mutation)")
 	}
 	requireCaught(t, "nodes serving without a check-in", Options{Elect: true, Operators: true, LeaderDiskFaults: true,
-		ElectionMutant: election.MutantNoCheckIn}, 158)
+		ElectionMutant: election.MutantNoCheckIn}, 84)
 }
 
 // TestStoreAgeMutantIsCaught: members that ignore the age of a store told
@@ -67,5 +67,5 @@ func TestStoreAgeMutantIsCaught(t *testing.T) {
 		ElectionMutant: election.MutantNoWriteMarks, LeaveOut: KnownGaps &^ GapNewestLifeRollbacks,
 		// Tickets at a bare quorum of leaders (see TestMutantsAreCaught):
 		// a third copy hides most rolled-back stores' losses.
-		Mutant: core.MutantNumberlessChoosing}, 712)
+		Mutant: core.MutantNumberlessChoosing}, 154)
 }

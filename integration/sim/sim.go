@@ -109,6 +109,10 @@ type Options struct {
 	// a force-unlock) may spring an ambush around its node, whose links
 	// then go late or lost in their own ways for a while (see ambush).
 	Ambush bool
+	// SlowDisk keeps a Ready's writes on their way to disk most of the
+	// time while the node goes on (answers of other names leave before
+	// them, core.Write.Scope), and machines often die in that window.
+	SlowDisk bool
 	// Swarm draws the world's make-up from the seed (swarm testing): each
 	// kind of fault is on or off, at a rate of its own, and holders keep
 	// their leases longer or shorter. A fault that is always on can keep
@@ -207,6 +211,9 @@ type Result struct {
 	// LazyLost: crashes that lost lazy writes (core.Write.Lazy): released
 	// tickets that came back, and names not forgotten.
 	LazyLost int
+	// OvertakenLost: crashes that lost writes of a Ready while answers of
+	// other names, made after it, had left (core.Write.Scope).
+	OvertakenLost int
 	// With Nested: NestedGrants made while a client held a name above or
 	// below the one granted (readers both); SideBySide writer grants made
 	// while a writer held another name of the same site (one that does
@@ -229,6 +236,7 @@ func (r *Result) add(o Result) {
 	r.Ambushes += o.Ambushes
 	r.LimitedGrants += o.LimitedGrants
 	r.LazyLost += o.LazyLost
+	r.OvertakenLost += o.OvertakenLost
 	r.NestedGrants += o.NestedGrants
 	r.SideBySide += o.SideBySide
 	r.Failures += o.Failures
@@ -292,38 +300,86 @@ type disk struct {
 	incarnation uint32
 	durable     *core.Durable
 	elected     *election.Persisted
-	// age counts the Readys whose writes the disk holds, as the store's
-	// age does: hellos tell it, and it is what a copy is older by.
+	// age counts the batches the disk holds, as the store's age does:
+	// hellos tell it, and it is what a copy is older by.
 	age uint64
-	// lazy are writes on their way to disk whose Ready was sent without
-	// waiting for them (core.Write.Lazy): durable at the next commit, the
-	// next strict write or the node's next tick, lost in a crash before.
-	lazy []core.Write
+	// queue are batches on their way to disk, in order, as the agent's
+	// store takes them: a Ready's writes, whose answers in their scopes
+	// wait for them (core.Write.Scope), or lazy ones (core.Write.Lazy),
+	// whose Ready went out without waiting. A commit makes a prefix of
+	// them durable, in order; a crash loses the rest.
+	queue []batch
 }
 
-// commit makes the lazy writes durable, and says whether there were any.
-func (d *disk) commit() bool {
-	if len(d.lazy) == 0 {
-		return false
+// batch is one Ready's writes on their way to disk; ready is the Ready
+// whose answers wait for them (nil when they are lazy).
+type batch struct {
+	ws    []core.Write
+	ready *heldReady
+}
+
+// commit makes the first k batches durable (all of them for k < 0), and
+// says whether there were any.
+func (d *disk) commit(k int) bool {
+	if k < 0 || k > len(d.queue) {
+		k = len(d.queue)
 	}
-	d.durable.Apply(d.lazy)
-	d.lazy = nil
-	d.age++
-	return true
+	for _, b := range d.queue[:k] {
+		d.durable.Apply(b.ws)
+		d.age++
+		if b.ready != nil {
+			b.ready.durable = true
+		}
+	}
+	d.queue = slices.Delete(d.queue, 0, k)
+	return k > 0
 }
 
-// write makes a Ready's writes durable before its messages go, or, when
-// every one of them is lazy, queues them for the next commit. It says
-// whether the disk's age grew.
-func (d *disk) write(ws []core.Write) bool {
+// unsynced says whether writes on their way to disk are lazy ones, and
+// whether some are a Ready's that waits for them.
+func (d *disk) unsynced() (lazy, strict bool) {
+	for _, b := range d.queue {
+		lazy = lazy || b.ready == nil
+		strict = strict || b.ready != nil
+	}
+	return lazy, strict
+}
+
+// write queues a Ready's writes: when one of them is not lazy, h's
+// answers in their scopes wait until they are durable.
+func (d *disk) write(ws []core.Write, h *heldReady) {
+	if len(ws) == 0 {
+		return
+	}
 	if !slices.ContainsFunc(ws, func(w core.Write) bool { return !w.Lazy }) {
-		d.lazy = append(d.lazy, ws...)
-		return false
+		d.queue = append(d.queue, batch{ws: ws})
+		return
 	}
-	d.commit()
-	d.durable.Apply(ws)
-	d.age++
-	return true
+	h.durable = false
+	for _, w := range ws {
+		switch sc := w.Scope(); {
+		case sc == "":
+			h.whole = true
+		case !slices.Contains(h.written, sc):
+			h.written = append(h.written, sc)
+		}
+	}
+	d.queue = append(d.queue, batch{ws: ws, ready: h})
+}
+
+// heldReady is a Ready of a node's lock core whose messages have not
+// all left: each leaves, in the order of the Readys per scope, once no
+// earlier write of its scope is on its way to disk (the agent's flush).
+// Its events go when it is taken.
+type heldReady struct {
+	durable bool
+	written []string
+	whole   bool
+	msgs    []wire.Message
+	events  []core.Event
+	// sentAfter: answers of other scopes left while these writes were on
+	// their way (what a crash then shows).
+	sentAfter bool
 }
 
 type simNode struct {
@@ -331,6 +387,8 @@ type simNode struct {
 	core  *core.Node // nil while down
 	elect *election.Election
 	disk  disk
+	// held are the Readys whose answers wait for writes of their scope.
+	held []*heldReady
 	// complete is the last handoff this node finished, as last checked.
 	complete uint64
 	// bootstrap is the node's configured initial members: the first
@@ -632,6 +690,9 @@ func newSim(o Options) *Sim {
 	if o.Swarm {
 		s.rates = s.swarmRates()
 	}
+	if o.SlowDisk {
+		s.rates.slowDisk, s.rates.crashUnsynced = 0.9, 0.05
+	}
 	return s
 }
 
@@ -706,7 +767,7 @@ func (s *Sim) advanceClock(i int) {
 		}
 		if n.core != nil {
 			// A group commit lands within a tick.
-			if n.disk.commit() && n.elect != nil {
+			if n.disk.commit(-1) && n.elect != nil {
 				n.elect.SetStoreAge(n.disk.age)
 			}
 			n.core.Tick()
@@ -825,6 +886,7 @@ func (s *Sim) handleElection(i int) {
 	for n.core != nil && n.elect.HasReady() {
 		rd := n.elect.Ready()
 		if rd.Persist != nil {
+			n.disk.commit(-1) // the store's batches are durable in order
 			n.disk.elected = rd.Persist
 			n.disk.age++
 		}
@@ -875,10 +937,15 @@ func (s *Sim) crash(i int) {
 		return
 	}
 	n.core, n.stepped = nil, 0 // what it stepped and did not hand out dies with it
-	if len(n.disk.lazy) > 0 {
+	lazy, strict := n.disk.unsynced()
+	if lazy {
 		s.res.LazyLost++
-		n.disk.lazy = nil // written, not yet durable
 	}
+	if strict && slices.ContainsFunc(n.held, func(h *heldReady) bool { return !h.durable && h.sentAfter }) {
+		s.res.OvertakenLost++
+	}
+	n.disk.queue, n.held = nil, nil // written, not yet durable; answers waiting for them
+
 	s.res.Crashes++
 	s.tracef("node %d crashes", n.id)
 	s.orphanClients(i, "its node crashed")
@@ -903,8 +970,12 @@ func (s *Sim) orphanClients(i int, why string) {
 	}
 }
 
-// handle applies node i's Ready: persist, send, deliver events, advance. With
-// faults on, the node may crash after persisting and sending only a prefix.
+// handle takes node i's Readys as the agent does: it queues their writes
+// for the disk, advances, and sends and delivers whatever no write on its
+// way holds back (sendHeld). The disk commits a Ready's writes at once, or
+// (slowDisk) at a later step or the node's next tick, while answers of
+// other names leave. With faults on, the node may crash after sending
+// only a prefix, or while writes are on their way.
 func (s *Sim) handle(i int) {
 	if s.nodes[i].stepped > 1 {
 		s.res.Batched++
@@ -916,39 +987,117 @@ func (s *Sim) handle(i int) {
 		}
 		delete(s.drainNext, i)
 	}()
-	for n := s.nodes[i]; n.core != nil && n.core.HasReady(); {
+	n := s.nodes[i]
+	for n.core != nil && n.core.HasReady() {
 		rd := n.core.Ready()
 		if missed := n.core.Stats().MissedDecisions; missed > 0 {
 			s.failf("node %d: %d waiters slept through a report they had to decide on (tick %d)", n.id, missed, s.tick)
 			return
 		}
-		if n.disk.write(rd.Persist) && n.elect != nil {
-			n.elect.SetStoreAge(n.disk.age)
+		h := &heldReady{durable: true, msgs: rd.Messages, events: rd.Events}
+		n.disk.write(rd.Persist, h)
+		n.held = append(n.held, h)
+		n.core.Advance()
+		if !h.durable && !s.chance(s.rates.slowDisk) {
+			s.commit(i, -1)
 		}
-		msgs := rd.Messages
-		faulty := !s.o.NoFaults && s.tick <= s.o.FaultTicks
-		crashing := faulty && len(msgs) > 0 && s.chance(s.rates.crashSending) && s.downCount() < 2
-		if crashing {
-			msgs = msgs[:s.rng.IntN(len(msgs))]
-		}
-		// Hostile: a machine that dies in the millisecond after its
-		// answers left and before its store writer committed the lazy
-		// writes they did not wait for.
-		crashing = crashing || faulty && s.o.Hostile && len(n.disk.lazy) > 0 && len(msgs) > 0 && s.chance(0.01) && s.downCount() < 2
-		for _, m := range msgs {
-			s.post(m)
-		}
-		if crashing {
-			s.tracef("node %d crashes while sending (%d of %d sent)", n.id, len(msgs), len(rd.Messages))
-			s.crash(i)
+		if !s.sendHeld(i) {
 			return
 		}
-		for _, e := range rd.Events {
-			s.onEvent(i, e)
+	}
+	if n.core != nil && len(n.held) > 0 {
+		// The store's writer goes on while the loop waits.
+		if _, strict := n.disk.unsynced(); strict && s.chance(0.5) {
+			s.commit(i, 1+s.rng.IntN(len(n.disk.queue)))
 		}
-		n.core.Advance()
+		if !s.sendHeld(i) {
+			return
+		}
 	}
 	s.checkHandoff(i)
+}
+
+// commit makes node i's first k batches durable (all for k < 0).
+func (s *Sim) commit(i, k int) {
+	if n := s.nodes[i]; n.disk.commit(k) && n.elect != nil {
+		n.elect.SetStoreAge(n.disk.age)
+	}
+}
+
+// sendHeld sends and delivers node i's held answers that no write on its
+// way holds back, in the agent's order (see daemon's flush), and says
+// whether the node is still up: with faults on it may crash after a
+// prefix of a Ready's messages, or after answers left while writes of
+// other names (or lazy ones) were still on their way.
+func (s *Sim) sendHeld(i int) bool {
+	n := s.nodes[i]
+	faulty := !s.o.NoFaults && s.tick <= s.o.FaultTicks
+	held := map[string]bool{}
+	whole, sent := false, 0
+	kept := n.held[:0]
+	for _, h := range n.held {
+		if !h.durable {
+			whole = whole || h.whole
+			for _, name := range h.written {
+				held[name] = true
+			}
+		}
+		free := func(scope string) bool { return !whole && (len(held) == 0 || scope != "" && !held[scope]) }
+		var out []wire.Message
+		msgs := h.msgs[:0:0]
+		for _, m := range h.msgs {
+			if free(n.core.MessageScope(m)) {
+				out = append(out, m)
+			} else {
+				msgs = append(msgs, m)
+			}
+		}
+		h.msgs = msgs
+		crashing := faulty && len(out) > 0 && s.chance(s.rates.crashSending) && s.downCount() < 2
+		if crashing {
+			out = out[:s.rng.IntN(len(out))]
+		}
+		for _, m := range out {
+			s.post(m)
+		}
+		sent += len(out)
+		if len(out) > 0 && len(held) > 0 {
+			for _, o := range n.held {
+				o.sentAfter = o.sentAfter || !o.durable
+			}
+		}
+		if crashing {
+			s.tracef("node %d crashes while sending (%d sent)", n.id, len(out))
+			s.crash(i)
+			return false
+		}
+		// Events rest on no write (core.Write.Scope): they go now.
+		events := h.events
+		h.events = nil
+		for _, e := range events {
+			s.onEvent(i, e)
+			if n.core == nil {
+				return false
+			}
+		}
+		if !h.durable || len(h.msgs) > 0 {
+			kept = append(kept, h)
+		}
+	}
+	clear(n.held[len(kept):])
+	n.held = kept
+	// A machine that dies in the millisecond after answers left and
+	// before its store's writer committed the writes they did not wait
+	// for: lazy ones, or another name's.
+	lazy, strict := n.disk.unsynced()
+	crash := faulty && sent > 0 && s.downCount() < 2 &&
+		(strict && s.chance(s.rates.crashUnsynced) || s.o.Hostile && (lazy || strict) && s.chance(0.01))
+	if crash {
+		s.tracef("node %d crashes with writes on their way to disk", n.id)
+		s.crash(i)
+		return false
+	}
+	return true
 }
 
 // checkHandoff: when a leader has just taken a view's table over from the
@@ -1432,6 +1581,20 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 		s.handle(to)
 	}
 	if crash && s.nodes[to].core != nil {
+		// Its answer leaves first: the writes it waits for are
+		// committed, lazy ones after them are not.
+		k := 0
+		for j, b := range s.nodes[to].disk.queue {
+			if b.ready != nil {
+				k = j + 1
+			}
+		}
+		if k > 0 {
+			s.commit(to, k)
+		}
+		if !s.sendHeld(to) {
+			return true
+		}
 		s.tracef("node %d crashes after a force-unlock's answer left", to+1)
 		s.crash(to)
 		return true
@@ -2279,7 +2442,7 @@ func (s *Sim) machineFaults() bool {
 	if s.chance(0.05) {
 		if n := s.nodes[s.rng.IntN(len(s.nodes))]; n.core != nil {
 			b := n.disk
-			b.durable, b.lazy = b.durable.Clone(), nil // a copy holds what is durable
+			b.durable, b.queue = b.durable.Clone(), nil // a copy holds what is durable
 			n.backup, n.backupAt = &b, s.tick
 		}
 	}

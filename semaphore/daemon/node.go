@@ -172,10 +172,17 @@ type NodeConfig struct {
 	Broken core.Mutant
 }
 
-// pendingReady is one Ready whose writes are on their way to disk: nothing
-// of it leaves the node before they are durable (the Ready contract).
+// pendingReady is one Ready whose writes are on their way to disk, or
+// whose messages wait for earlier ones: a message leaves once every
+// earlier write of its scope (core.Write.Scope, MessageScope) is durable,
+// so answers about one name do not wait for another name's fsync.
+// Snapshots wait for every earlier write; events wait for none.
 type pendingReady struct {
-	durable   <-chan error // nil: nothing to write, only the order to keep
+	durable <-chan error // nil: durable, or nothing to write
+	// written are the scopes of its writes while they are not durable;
+	// whole: one of them is about no name (or it is the election's).
+	written   []string
+	whole     bool
 	msgs      []wire.Message
 	events    []core.Event
 	snapshots []core.SnapshotDue
@@ -206,6 +213,8 @@ type Node struct {
 	failed error
 
 	pending []pendingReady
+	// heldScopes is flush's scratch set of the scopes still on their way.
+	heldScopes map[string]struct{}
 	// lazy are the answers of batches of lazy writes (core.Write.Lazy)
 	// whose Ready went out without waiting: a failure still stops the node.
 	lazy    []<-chan error
@@ -290,7 +299,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, watchedReaders: map[wire.RequestID]*lease{}, releases: map[releaseCall]chan error{},
 		changed:       make(chan election.ChangeResult, 1),
 		foreignLogged: map[wire.NodeID]time.Time{}, belowLogged: map[wire.NodeID]time.Time{},
-		sending: map[[2]uint64]*snapshotSend{}, metrics: newMetrics()}, nil
+		sending: map[[2]uint64]*snapshotSend{}, heldScopes: map[string]struct{}{}, metrics: newMetrics()}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -316,10 +325,8 @@ func (n *Node) Run(ctx context.Context) error {
 			n.period = p
 			ticker.Reset(p)
 		}
-		var durable, lazy <-chan error
-		if len(n.pending) > 0 {
-			durable = n.pending[0].durable
-		}
+		durable := n.firstDurable()
+		var lazy <-chan error
 		if len(n.lazy) > 0 {
 			lazy = n.lazy[0]
 		}
@@ -341,11 +348,16 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 			n.elect.SetStoreAge(n.cfg.Store.Age())
 		case err := <-durable:
-			n.pending[0].durable = nil
+			for i := range n.pending {
+				if n.pending[i].durable == durable {
+					n.pending[i].durable = nil
+				}
+			}
 			if err != nil {
 				n.fail(err)
 				continue
 			}
+			n.elect.SetStoreAge(n.cfg.Store.Age())
 		case <-ticker.C:
 		case m = <-n.cfg.Transport.Inbox():
 			gotMsg = true
@@ -575,7 +587,7 @@ func (n *Node) collect() {
 			rd := n.elect.Ready()
 			p := pendingReady{msgs: rd.Messages}
 			if rd.Persist != nil {
-				p.durable = n.cfg.Store.Submit(store.Batch{Election: (*store.ElectionRecord)(rd.Persist)})
+				p.durable, p.whole = n.cfg.Store.Submit(store.Batch{Election: (*store.ElectionRecord)(rd.Persist)}), true
 				n.stats.Persists++
 				n.metrics.persists.Inc()
 			}
@@ -609,6 +621,7 @@ func (n *Node) collect() {
 				durable := n.cfg.Store.Submit(store.Batch{Writes: rd.Persist, Lazy: lazy})
 				if !lazy {
 					p.durable = durable
+					p.written, p.whole = scopes(rd.Persist)
 				} else {
 					// Nothing sent rests on these writes: they go with the
 					// next commit, and only a failure matters.
@@ -660,10 +673,21 @@ func (n *Node) tellRestarted(id wire.NodeID) {
 	n.told[id] = true
 }
 
-// flush sends and delivers, in order, every Ready whose writes are durable.
+// flush sends and delivers what no write on its way to disk holds back:
+// walking the Readys in order, a message leaves when no earlier write of
+// its scope, nor of no name, is still on its way; events go at once. Per
+// scope that keeps the Readys' order; a Ready is dropped once all of it
+// is out.
 func (n *Node) flush(ctx context.Context) {
-	for len(n.pending) > 0 && n.failed == nil {
-		p := &n.pending[0]
+	held := n.heldScopes
+	clear(held)
+	whole := false
+	kept := n.pending[:0]
+	for i := range n.pending {
+		if n.failed != nil {
+			return
+		}
+		p := &n.pending[i]
 		if p.durable != nil {
 			select {
 			case err := <-p.durable:
@@ -672,15 +696,30 @@ func (n *Node) flush(ctx context.Context) {
 					n.fail(err)
 					return
 				}
+				// Hellos tell how far the store got, so a copy restored
+				// from an older backup is refused at its next check-in.
+				n.elect.SetStoreAge(n.cfg.Store.Age())
 			default:
-				return
+				whole = whole || p.whole
+				for _, name := range p.written {
+					held[name] = struct{}{}
+				}
 			}
-			// Hellos tell how far the store got, so a copy restored from
-			// an older backup is refused at its next check-in.
-			n.elect.SetStoreAge(n.cfg.Store.Age())
+		}
+		free := func(scope string) bool {
+			if whole || scope == "" {
+				return !whole && len(held) == 0
+			}
+			_, waits := held[scope]
+			return !waits
 		}
 		out := n.outbox[:0]
+		msgs := p.msgs[:0]
 		for _, m := range p.msgs {
+			if !free(n.core.MessageScope(m)) {
+				msgs = append(msgs, m)
+				continue
+			}
 			n.stats.MessagesOut++
 			n.metrics.msgOut.Inc()
 			if m.Kind == wire.KindPrepare || m.Kind == wire.KindCommit {
@@ -692,23 +731,58 @@ func (n *Node) flush(ctx context.Context) {
 			}
 			out = append(out, m)
 		}
-		// One entry per peer for the whole Ready, before its events and
-		// snapshots, as if each were sent in turn.
+		clear(p.msgs[len(msgs):])
+		p.msgs = msgs
+		// One entry per peer for what leaves of the Ready, before its
+		// events and snapshots, as if each were sent in turn.
 		if dropped := n.cfg.Transport.SendAll(out); dropped > 0 {
 			n.stats.Dropped += uint64(dropped)
 			n.metrics.dropped.Add(float64(dropped))
 		}
 		clear(out)
 		n.outbox = out
+		// Events rest on no write (core.Write.Scope): they go now.
 		for _, e := range p.events {
 			n.onEvent(e)
 		}
-		for _, due := range p.snapshots {
-			n.sendSnapshot(ctx, due)
+		p.events = nil
+		if free("") {
+			for _, due := range p.snapshots {
+				n.sendSnapshot(ctx, due)
+			}
+			p.snapshots = nil
 		}
-		n.pending[0] = pendingReady{}
-		n.pending = n.pending[1:]
+		if p.durable != nil || len(p.msgs) > 0 || len(p.snapshots) > 0 {
+			kept = append(kept, *p)
+		}
 	}
+	clear(n.pending[len(kept):])
+	n.pending = kept
+}
+
+// scopes are the scopes of a Ready's writes (core.Write.Scope): the names,
+// and whether one is about no name.
+func scopes(ws []core.Write) (names []string, whole bool) {
+	for _, w := range ws {
+		switch s := w.Scope(); {
+		case s == "":
+			whole = true
+		case !slices.Contains(names, s):
+			names = append(names, s)
+		}
+	}
+	return names, whole
+}
+
+// firstDurable is the answer of the first Ready still on its way to disk:
+// batches become durable in order, so it is the next to come.
+func (n *Node) firstDurable() <-chan error {
+	for i := range n.pending {
+		if d := n.pending[i].durable; d != nil {
+			return d
+		}
+	}
+	return nil
 }
 
 // snapshotSend is a snapshot on its way to a new leader: the request it

@@ -333,3 +333,100 @@ func TestSnapshotFromStoreCarriesTombstones(t *testing.T) {
 		t.Fatalf("answer: %+v", answer)
 	}
 }
+
+// An answer about one name does not wait for another name's write on its
+// way to disk (core.Write.Scope): while /slow's ticket is not durable,
+// /fast's ENTERING is answered and it goes on to ADD_TICKET, and nothing
+// of /slow's that rests on its ticket leaves; once the disk catches up,
+// both are granted.
+func TestAnswersDoNotWaitForOtherNamesWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := &nameGate{twin: &diskTwin{durable: core.NewDurable()}, name: "/slow"}
+		n, _ := startLone(t, d)
+		waitStatus(t, n, "ready", func(s api.Status) bool { return s.Ready })
+		ctx := context.Background()
+		granted := make(chan error, 2)
+		acquire := func(name string) {
+			_, err := n.Acquire(ctx, daemon.Request{Name: name, Mode: wire.ModeExclusive, Duration: time.Minute, Timeout: time.Hour})
+			granted <- err
+		}
+		phase := func(name string) string {
+			tab, err := n.Locks(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range tab.Requests {
+				return r.Phase
+			}
+			return "none"
+		}
+		go acquire("/slow")
+		synctest.Wait()
+		if p := phase("/slow"); p != "add-ticket" {
+			t.Fatalf("/slow is %s, want add-ticket: its ticket is on its way to disk", p)
+		}
+		go acquire("/fast")
+		synctest.Wait()
+		// The store is in order: /fast's ticket waits behind /slow's, but
+		// its ENTERING needed no write.
+		if p := phase("/fast"); p != "add-ticket" {
+			t.Fatalf("/fast is %s, want add-ticket: its ENTERING waited for /slow's write", p)
+		}
+		if p := phase("/slow"); p != "add-ticket" {
+			t.Fatalf("/slow is %s before its ticket is durable", p)
+		}
+		d.open()
+		for range 2 {
+			if err := <-granted; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// nameGate holds, from the first batch that writes name (not lazily) on,
+// every batch until open: a disk whose fsync of that batch takes long.
+// Batches stay in order, as the store's do.
+type nameGate struct {
+	twin *diskTwin
+	name string
+	mu   sync.Mutex
+	shut bool
+	held []gatedBatch
+	done bool
+}
+
+type gatedBatch struct {
+	b  store.Batch
+	ch chan error
+}
+
+func (g *nameGate) Submit(b store.Batch) <-chan error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.done && !g.shut && slices.ContainsFunc(b.Writes, func(w core.Write) bool { return w.Name == g.name && !w.Lazy }) {
+		g.shut = true
+	}
+	if !g.shut {
+		return g.twin.Submit(b)
+	}
+	ch := make(chan error, 1)
+	g.held = append(g.held, gatedBatch{b: b, ch: ch})
+	return ch
+}
+
+// open makes the held batches durable, in order, and every later one at once.
+func (g *nameGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, h := range g.held {
+		h.ch <- <-g.twin.Submit(h.b)
+	}
+	g.held, g.shut, g.done = nil, false, true
+}
+
+func (g *nameGate) Age() uint64 { return g.twin.Age() }
+
+func (g *nameGate) Snapshot(fn func(string, uint64, []core.DurableTicket) error) (uint64, error) {
+	return g.twin.Snapshot(fn)
+}
