@@ -1,11 +1,16 @@
 // Package sim is a deterministic simulator of a whole sluice cluster: five
 // lock cores (three of them leaders) on an in-memory network, each with an
-// in-memory "disk" that holds exactly what its Ready.Persist returned.
+// in-memory "disk" that holds what its Readys' Persist returned, once
+// committed. As the agent's store, the disk commits batches in order,
+// while the node goes on; a message leaves once the earlier writes of its
+// scope are durable (core.Write.Scope), so other names' answers overtake
+// a write on its way (the agent's flush, handle and sendHeld here).
 //
 // One seeded PRNG drives everything: delivery order and delay, loss,
 // duplication, partitions and healing, crashes (also in the middle of
-// handling a Ready: after Persist, with only some Messages sent) and restarts
-// from the disk, and clients that acquire, hold, renew, release, abandon and
+// handling a Ready: with only some Messages sent, or with writes on their
+// way to disk after other names' answers left) and restarts from the
+// disk, and clients that acquire, hold, renew, release, abandon and
 // time out. After every step Run checks the safety invariants; at the end it
 // stops the faults, checks that every request resolves within a bound, that
 // an exclusive probe of every name is granted and, with the semaphore's
