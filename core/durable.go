@@ -74,7 +74,7 @@ type Write struct {
 // Lamport clock, which receivers only take as a maximum). So a message
 // whose scope is a name may leave once every earlier write of that name
 // and every earlier write of no name is durable, before the writes of
-// other names are; a message or event of no scope waits for every
+// other names are; a message of no scope waits for every
 // earlier write, as the Ready contract says. Stores make writes durable
 // in order, so a crash that loses a write loses every later one too:
 // after it, the node never said anything about the lost writes' names,
@@ -97,6 +97,20 @@ func (w Write) Scope() string {
 		return w.Name
 	}
 	return ""
+}
+
+// Scopes are the scopes of a Ready's writes: the names they are about,
+// once each in order, and whether one is about the whole table.
+func Scopes(ws []Write) (names []string, whole bool) {
+	for _, w := range ws {
+		switch s := w.Scope(); {
+		case s == "":
+			whole = true
+		case !slices.Contains(names, s):
+			names = append(names, s)
+		}
+	}
+	return names, whole
 }
 
 // MessageScope is the name whose writes m rests on, or "" when m may rest

@@ -356,14 +356,7 @@ func (d *disk) write(ws []core.Write, h *heldReady) {
 		return
 	}
 	h.durable = false
-	for _, w := range ws {
-		switch sc := w.Scope(); {
-		case sc == "":
-			h.whole = true
-		case !slices.Contains(h.written, sc):
-			h.written = append(h.written, sc)
-		}
-	}
+	h.written, h.whole = core.Scopes(ws)
 	d.queue = append(d.queue, batch{ws: ws, ready: h})
 }
 
@@ -1062,9 +1055,12 @@ func (s *Sim) sendHeld(i int) bool {
 		}
 		sent += len(out)
 		if len(out) > 0 && len(held) > 0 {
-			for _, o := range n.held {
+			// Overtaken: the writes on their way of this Ready and the
+			// ones before it (kept holds every one not yet durable).
+			for _, o := range kept {
 				o.sentAfter = o.sentAfter || !o.durable
 			}
+			h.sentAfter = h.sentAfter || !h.durable
 		}
 		if crashing {
 			s.tracef("node %d crashes while sending (%d sent)", n.id, len(out))

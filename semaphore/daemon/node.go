@@ -621,7 +621,7 @@ func (n *Node) collect() {
 				durable := n.cfg.Store.Submit(store.Batch{Writes: rd.Persist, Lazy: lazy})
 				if !lazy {
 					p.durable = durable
-					p.written, p.whole = scopes(rd.Persist)
+					p.written, p.whole = core.Scopes(rd.Persist)
 				} else {
 					// Nothing sent rests on these writes: they go with the
 					// next commit, and only a failure matters.
@@ -758,20 +758,6 @@ func (n *Node) flush(ctx context.Context) {
 	}
 	clear(n.pending[len(kept):])
 	n.pending = kept
-}
-
-// scopes are the scopes of a Ready's writes (core.Write.Scope): the names,
-// and whether one is about no name.
-func scopes(ws []core.Write) (names []string, whole bool) {
-	for _, w := range ws {
-		switch s := w.Scope(); {
-		case s == "":
-			whole = true
-		case !slices.Contains(names, s):
-			names = append(names, s)
-		}
-	}
-	return names, whole
 }
 
 // firstDurable is the answer of the first Ready still on its way to disk:
