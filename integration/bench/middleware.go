@@ -34,9 +34,13 @@ const crowdClients = 200
 // the middleware, and through `sluice proxy` (the real binary, on n1's
 // socket) in front of the plain handler.
 type middlewareResult struct {
-	Plain       *latency `json:"plain_ms"`
-	Wrapped     *latency `json:"middleware_ms"`
-	Proxied     *latency `json:"proxy_ms,omitempty"`
+	Plain   *latency `json:"plain_ms"`
+	Wrapped *latency `json:"middleware_ms"`
+	Proxied *latency `json:"proxy_ms,omitempty"`
+	// BareProxied is through a bare reverse proxy (the floor's, in a
+	// process of its own) under the same clients: the hop any proxy
+	// costs at this load, beside which sluice proxy's is read.
+	BareProxied *latency `json:"bare_proxy_ms,omitempty"`
 	PlainRate   float64  `json:"plain_rate"`
 	WrappedRate float64  `json:"middleware_rate"`
 	ProxiedRate float64  `json:"proxy_rate,omitempty"`
@@ -64,7 +68,7 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 	defer plain.Close()
 	wrapped := httptest.NewServer(c.clients[0].Middleware(prefix+"/site", client.MiddlewareOptions{})(handler))
 	defer wrapped.Close()
-	for _, phase := range []string{"plain", "middleware", "proxy", "crowd plain", "crowd middleware"} {
+	for _, phase := range []string{"plain", "middleware", "proxy", "bare proxy", "crowd plain", "crowd middleware"} {
 		url, clients := plain.URL, middlewareClients
 		switch phase {
 		case "middleware":
@@ -80,6 +84,13 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 			}
 			defer proxy.stop()
 			url = proxy.url
+		case "bare proxy":
+			bare, stop, err := startEcho(ctx, "proxy", upstreamEnv+"="+plain.URL)
+			if err != nil {
+				return nil, err
+			}
+			defer stop()
+			url = bare
 		}
 		win, tallies := runRequests(ctx, url, clients, b.cfg.warmup, b.cfg.window)
 		var lat []time.Duration
@@ -97,6 +108,8 @@ func runMiddleware(ctx context.Context, b *bench, sys system, prefix string) (*r
 			r.Middleware.Wrapped, r.Middleware.WrappedRate = summarizeLatency(lat), rate
 		case "proxy":
 			r.Middleware.Proxied, r.Middleware.ProxiedRate = summarizeLatency(lat), rate
+		case "bare proxy":
+			r.Middleware.BareProxied = summarizeLatency(lat)
 		case "crowd plain":
 			r.Middleware.CrowdPlainRate = rate
 		default:

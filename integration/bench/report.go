@@ -369,6 +369,15 @@ func metrics(w string, st storage) []metric {
 				})
 			}}
 		}
+		bareAdded := metric{name: "bare reverse proxy added latency p50, same clients (Go's httputil.ReverseProxy, no lock)", format: fmtUS,
+			value: func(runs []*runResult) *float64 {
+				return medianOf(runs, func(r *runResult) (float64, bool) {
+					if m := r.Middleware; m != nil && m.Plain != nil && m.BareProxied != nil {
+						return m.BareProxied.P50 - m.Plain.P50, true
+					}
+					return 0, false
+				})
+			}}
 		proxyP50 := withFloor(proxyAdded("sluice proxy added latency p50 (vs the handler hit directly)", p50),
 			floorModel{hops: 1, what: "a bare reverse proxy's hop; no call to the agent on the lent lease"}, true)
 		proxyP50.target = sluiceTarget("≤100 µs", func(v float64) bool { return v <= 0.1 })
@@ -415,7 +424,7 @@ func metrics(w string, st storage) []metric {
 			added, rates, crowdRates, kept,
 			lat("request latency p50, through sluice proxy", proxied, p50),
 			lat("request latency p99, through sluice proxy", proxied, p99),
-			proxyP50, proxyAdded("sluice proxy added latency p99", p99),
+			proxyP50, proxyAdded("sluice proxy added latency p99", p99), bareAdded,
 		}
 	case "churn":
 		rate := metric{name: "names/s overall", format: fmtRate, value: func(runs []*runResult) *float64 {

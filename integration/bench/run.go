@@ -307,6 +307,9 @@ func (r *runResult) line() string {
 			fmt.Fprintf(&sb, "; sluice proxy %.0f/s p50 %.0f µs p99 %.0f µs (added p50 %.0f µs, p99 %.0f µs)",
 				m.ProxiedRate, 1000*m.Proxied.P50, 1000*m.Proxied.P99, 1000*(m.Proxied.P50-m.Plain.P50), 1000*(m.Proxied.P99-m.Plain.P99))
 		}
+		if m.BareProxied != nil {
+			fmt.Fprintf(&sb, "; bare reverse proxy p50 %.0f µs (added %.0f µs)", 1000*m.BareProxied.P50, 1000*(m.BareProxied.P50-m.Plain.P50))
+		}
 		if m.CrowdPlainRate > 0 {
 			fmt.Fprintf(&sb, "; %d clients: plain %.0f/s, middleware %.0f/s (%.0f%% kept)",
 				crowdClients, m.CrowdPlainRate, m.CrowdWrappedRate, 100*m.CrowdWrappedRate/m.CrowdPlainRate)

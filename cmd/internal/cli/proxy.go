@@ -178,8 +178,9 @@ func (f *proxyFlags) run(cmd *cobra.Command) error {
 // a reverse proxy of up.
 func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]string, page *template.Template,
 	log *slog.Logger) http.Handler {
+	dialer := &net.Dialer{Timeout: f.dialTimeout, KeepAlive: 30 * time.Second}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: f.dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.DialContext = dialer.DialContext
 	tr.ResponseHeaderTimeout = f.headerTimeout
 	tr.MaxIdleConnsPerHost = 256
 	rp := &httputil.ReverseProxy{
@@ -191,7 +192,8 @@ func (f *proxyFlags) handler(c *client.Client, up *url.URL, hosts map[string]str
 			}
 			pr.SetXForwarded()
 		},
-		Transport:  tr,
+		// Page views on the request's goroutine, the rest through tr.
+		Transport:  newUpstreamTransport(up, tr, dialer, f.headerTimeout),
 		BufferPool: copyBuffers{},
 		// Zero: a response of unknown length or an event stream is
 		// flushed at every write (ReverseProxy's rule), so streams go out
