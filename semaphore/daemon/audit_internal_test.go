@@ -17,8 +17,8 @@ type gatedHandler struct {
 }
 
 func (h *gatedHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *gatedHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *gatedHandler) WithGroup(string) slog.Handler           { return h }
+func (h *gatedHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *gatedHandler) WithGroup(string) slog.Handler            { return h }
 func (h *gatedHandler) Handle(_ context.Context, r slog.Record) error {
 	<-h.open
 	r.Attrs(func(a slog.Attr) bool {
