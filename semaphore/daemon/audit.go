@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -36,38 +35,19 @@ type AuditNote struct {
 	Node string `json:"node,omitempty"`
 }
 
-// auditLog keeps the last notes, in a ring, and writes their log lines.
+// auditLog keeps the last notes, in a ring: a busy lock loop's audit
+// must not copy the whole log at every note.
 type auditLog struct {
 	mu    sync.Mutex
 	notes [auditLogLen]AuditNote
 	next  int // where the next note goes
 	count int // notes kept, up to auditLogLen
-
-	// lines are log lines not yet written, in order; writing says a
-	// goroutine writes them. A write lock's answer does not wait for
-	// its line: the log is a file or a pipe (journald) whose writes a
-	// busy lock loop would otherwise wait for, twice a lock.
-	lines   []auditLine
-	writing bool
-	// written wakes callers that wait for room, or for every line.
-	written sync.Cond
-}
-
-// auditLine is one log line of the audit and where it goes.
-type auditLine struct {
-	h   slog.Handler
-	rec slog.Record
 }
 
 const auditLogLen = 50
 
-// auditQueueLen is how many lines may wait for the writer before an
-// audited call waits for room: a flood slows down, no line is lost.
-const auditQueueLen = 4096
-
 // audit logs one action of ctx's caller as one structured line, and keeps
-// it for the operator's page. err is the action's outcome. The line is
-// stamped now and written in order, shortly after.
+// it for the operator's page. err is the action's outcome.
 func (n *Node) audit(ctx context.Context, action, name string, err error, said, detail string) {
 	note := AuditNote{At: time.Now(), Action: action, Name: name, Outcome: "ok", By: "this process", Said: said,
 		Detail: detail}
@@ -91,56 +71,12 @@ func (n *Node) audit(ctx context.Context, action, name string, err error, said, 
 	if detail != "" {
 		attrs = append(attrs, "detail", detail)
 	}
+	n.log.Warn("audit", attrs...)
 	a := &n.audits
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.notes[a.next] = note
 	a.next, a.count = (a.next+1)%auditLogLen, min(a.count+1, auditLogLen)
-	h := n.log.Handler()
-	if !h.Enabled(ctx, slog.LevelWarn) {
-		return
-	}
-	rec := slog.NewRecord(note.At, slog.LevelWarn, "audit", 0)
-	rec.Add(attrs...)
-	for len(a.lines) >= auditQueueLen {
-		a.written.Wait()
-	}
-	a.lines = append(a.lines, auditLine{h: h, rec: rec})
-	if !a.writing {
-		a.writing = true
-		go a.write()
-	}
-}
-
-// write writes the lines waiting, in order, until there are none.
-func (a *auditLog) write() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for len(a.lines) > 0 {
-		lines := a.lines
-		a.lines = nil
-		a.mu.Unlock()
-		for _, l := range lines {
-			_ = l.h.Handle(context.Background(), l.rec)
-		}
-		clear(lines)
-		a.mu.Lock()
-		if a.lines == nil {
-			a.lines = lines[:0] // the next lines reuse the array
-		}
-		a.written.Broadcast()
-	}
-	a.writing = false
-	a.written.Broadcast()
-}
-
-// flush waits until every audit line is written.
-func (a *auditLog) flush() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for a.writing {
-		a.written.Wait()
-	}
 }
 
 // Audit is the last audit notes, newest first.

@@ -295,13 +295,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		}
 		return nil, fmt.Errorf("daemon: start the election: %w", err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
+	return &Node{cfg: cfg, log: cfg.Logger, core: c, elect: e, ops: make(chan func(), opQueue),
 		done: make(chan struct{}), leases: map[wire.RequestID]*lease{}, watchedReaders: map[wire.RequestID]*lease{}, releases: map[releaseCall]chan error{},
 		changed:       make(chan election.ChangeResult, 1),
 		foreignLogged: map[wire.NodeID]time.Time{}, belowLogged: map[wire.NodeID]time.Time{},
-		sending: map[[2]uint64]*snapshotSend{}, heldScopes: map[string]struct{}{}, metrics: newMetrics()}
-	n.audits.written.L = &n.audits.mu
-	return n, nil
+		sending: map[[2]uint64]*snapshotSend{}, heldScopes: map[string]struct{}{}, metrics: newMetrics()}, nil
 }
 
 // Run is the node's loop. It returns when ctx ends (nil) and never blocks
@@ -309,7 +307,6 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 // are submitted to the store and waited for in the same select.
 func (n *Node) Run(ctx context.Context) error {
 	defer close(n.done)
-	defer n.audits.flush() // the lines of the last calls are written before the agent goes
 	defer n.failAll(ErrStopped)
 	defer n.senders.Wait() // they stop with ctx
 	n.origin, n.now = n.cfg.Clock(), time.Now()
