@@ -456,19 +456,17 @@ func (h *Host) handleStream(s network.Stream) {
 	}
 	br := bufio.NewReaderSize(s, writerBatch)
 	var buf []byte
+	msg := new(wire.Message) // decoded into frame after frame, and copied out
 	for {
-		var (
-			msg wire.Message
-			ok  bool
-		)
-		msg, buf, ok = h.readFrame(s, br, buf)
+		var ok bool
+		buf, ok = h.readFrame(s, br, buf, msg)
 		if !ok {
 			return
 		}
 		msg.From = from // the authenticated sender, whatever the frame says
 		h.stats.framesIn.Add(1)
 		select {
-		case h.inbox <- msg:
+		case h.inbox <- *msg:
 		case <-h.ctx.Done():
 			_ = s.Reset()
 			return
@@ -476,27 +474,27 @@ func (h *Host) handleStream(s network.Stream) {
 	}
 }
 
-// readFrame reads and decodes the next frame of s that this build
-// understands, in buf (grown when it is too small; the grown one is
-// returned for the next frame). A frame of another release that it does
+// readFrame reads the next frame of s that this build understands, in
+// buf (grown when it is too small; the grown one is returned for the
+// next frame), and decodes it into msg. A frame of another release that it does
 // not understand is refused alone. When the stream ends or a frame is bad it
 // closes or resets s and returns false.
-func (h *Host) readFrame(s network.Stream, br *bufio.Reader, buf []byte) (wire.Message, []byte, bool) {
+func (h *Host) readFrame(s network.Stream, br *bufio.Reader, buf []byte, msg *wire.Message) ([]byte, bool) {
 	for {
-		msg, grown, ok, refused := h.readOne(s, br, buf)
+		grown, ok, refused := h.readOne(s, br, buf, msg)
 		if buf = grown; !refused {
-			return msg, buf, ok
+			return buf, ok
 		}
 	}
 }
 
 // readOne is readFrame for one frame; refused says it was another
 // release's frame this build does not understand.
-func (h *Host) readOne(s network.Stream, br *bufio.Reader, buf []byte) (_ wire.Message, _ []byte, ok, refused bool) {
+func (h *Host) readOne(s network.Stream, br *bufio.Reader, buf []byte, msg *wire.Message) (_ []byte, ok, refused bool) {
 	n, err := h.readLen(br)
 	if err != nil {
 		h.endOnLength(s, err)
-		return wire.Message{}, buf, false, false
+		return buf, false, false
 	}
 	if cap(buf) < n {
 		buf = make([]byte, n)
@@ -510,12 +508,12 @@ func (h *Host) readOne(s network.Stream, br *bufio.Reader, buf []byte) (_ wire.M
 	}
 	if _, err := io.ReadFull(br, buf); err != nil {
 		_ = s.Reset()
-		return wire.Message{}, buf, false, false
+		return buf, false, false
 	}
 	if timed {
 		_ = s.SetReadDeadline(time.Time{})
 	}
-	msg, err := wire.Decode(buf)
+	err = wire.DecodeInto(buf, msg)
 	if n > 0 && buf[0] > h.codec {
 		err = fmt.Errorf("%w: %d, over this host's %d", wire.ErrVersion, buf[0], h.codec)
 	}
@@ -527,13 +525,13 @@ func (h *Host) readOne(s network.Stream, br *bufio.Reader, buf []byte) (_ wire.M
 		if n := h.stats.refused.Add(1); n&(n-1) == 0 {
 			h.refused(s.Conn().RemotePeer(), err, n)
 		}
-		return wire.Message{}, buf, true, true
+		return buf, true, true
 	case err != nil:
 		h.stats.malformed.Add(1)
 		h.reset(s, "malformed frame", s.Conn().RemotePeer())
-		return wire.Message{}, buf, false, false
+		return buf, false, false
 	}
-	return msg, buf, true, false
+	return buf, true, false
 }
 
 // endOnLength ends s after readLen failed with err: a clean end of the

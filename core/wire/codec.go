@@ -536,21 +536,38 @@ func (d *decoder) req(what string) RequestID {
 // understand, of a newer writer, is skipped.
 func Decode(b []byte) (Message, error) {
 	var m Message
-	if len(b) > MaxFrameSize {
-		return m, fmt.Errorf("%w: frame of %d bytes", ErrTooLarge, len(b))
+	err := DecodeInto(b, &m)
+	return m, err
+}
+
+// DecodeInto is Decode into *m, which it sets first to the zero Message
+// and leaves so on an error: a reader that decodes frame after frame into
+// one Message of its own spares the heap one message a frame.
+func DecodeInto(b []byte, m *Message) error {
+	*m = Message{}
+	fail := func(err error) error {
+		*m = Message{}
+		return err
 	}
-	d := decoder{b: b}
+	if len(b) > MaxFrameSize {
+		return fmt.Errorf("%w: frame of %d bytes", ErrTooLarge, len(b))
+	}
+	// Both decoders escape (the fields' getters are func values): made
+	// once a frame, not once a field.
+	ds := new([2]decoder)
+	d, inner := &ds[0], &ds[1]
+	d.b = b
 	v := d.byte("version")
 	d.v = v
 	if d.err == nil && v == 0 {
-		return m, fmt.Errorf("%w: codec 0, which no release wrote", ErrMalformed) // garbage, not another release
+		return fmt.Errorf("%w: codec 0, which no release wrote", ErrMalformed) // garbage, not another release
 	}
 	if d.err == nil && (v < MinVersion || v > Version) {
-		return m, fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, v, MinVersion, Version)
+		return fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, v, MinVersion, Version)
 	}
 	m.Kind = Kind(d.byte("kind"))
 	if d.err == nil && !m.Kind.Valid() {
-		return m, fmt.Errorf("%w: %d, in a frame of codec %d (this build reads %d to %d)", ErrKind, uint8(m.Kind), v, MinVersion, Version)
+		return fmt.Errorf("%w: %d, in a frame of codec %d (this build reads %d to %d)", ErrKind, uint8(m.Kind), v, MinVersion, Version)
 	}
 	last := uint64(0)
 	for d.err == nil && len(d.b) > 0 {
@@ -563,12 +580,12 @@ func Decode(b []byte) (Message, error) {
 			tag, typ = key>>keyShift, byte(key&3)
 		}
 		if tag <= last || (v == 3 && tag > uint64(len(fields))) || typ > typeBytes {
-			return Message{}, fmt.Errorf("%w: field key %d after tag %d", ErrMalformed, key, last)
+			return fail(fmt.Errorf("%w: field key %d after tag %d", ErrMalformed, key, last))
 		}
 		last = tag
 		if tag > uint64(len(fields)) {
 			if key&mustUnderstand != 0 {
-				return Message{}, fmt.Errorf("%w: tag %d, in a frame of codec %d (this build knows %d tags)", ErrMustUnderstand, tag, v, len(fields))
+				return fail(fmt.Errorf("%w: tag %d, in a frame of codec %d (this build knows %d tags)", ErrMustUnderstand, tag, v, len(fields)))
 			}
 			d.skip(typ)
 			continue
@@ -576,34 +593,39 @@ func Decode(b []byte) (Message, error) {
 		f := &fields[tag-1]
 		switch {
 		case v == 3:
-			f.get(&d, &m)
+			f.get(d, m)
 		case typ != f.typ:
-			return Message{}, fmt.Errorf("%w: %s of wire type %d", ErrMalformed, f.name, typ)
+			return fail(fmt.Errorf("%w: %s of wire type %d", ErrMalformed, f.name, typ))
 		case typ == typeBytes:
-			inner := decoder{b: d.value(f.name), v: v}
+			*inner = decoder{b: d.value(f.name), v: v}
 			if d.err == nil {
-				f.get(&inner, &m)
+				f.get(inner, m)
 				if inner.err == nil && len(inner.b) > 0 {
 					inner.fail(f.name)
 				}
 				d.failWith(inner.err)
 			}
 		default:
-			f.get(&d, &m)
+			f.get(d, m)
 		}
 	}
 	if d.err != nil {
-		return Message{}, d.err
+		return fail(d.err)
 	}
-	return m, nil
+	return nil
 }
 
 // value reads a typeBytes field's length and takes that many bytes.
 func (d *decoder) value(what string) []byte {
-	n := d.uvarint(what + " length")
 	if d.err != nil {
 		return nil
 	}
+	n, k := binary.Uvarint(d.b)
+	if k <= 0 {
+		d.fail(what + " length") // named only here: a frame's every field would pay for the string
+		return nil
+	}
+	d.b = d.b[k:]
 	if n > uint64(len(d.b)) {
 		d.fail(what)
 		return nil

@@ -69,6 +69,28 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// DecodeInto one Message, frame after frame, gives what Decode gives: a
+// field the last frame set and this one does not is zero, and a bad
+// frame leaves nothing of the one before.
+func TestDecodeIntoReusesOneMessage(t *testing.T) {
+	full, _ := Encode(nil, ptr(sample()))
+	small, _ := Encode(nil, &Message{Kind: KindEnter, Name: "/a"})
+	var m Message
+	for i, frame := range [][]byte{full, small, full, {Version, 200}, small} {
+		want, wantErr := Decode(frame)
+		err := DecodeInto(frame, &m)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("frame %d: %v, Decode says %v", i, err, wantErr)
+		}
+		if err == nil && !reflect.DeepEqual(m, want) {
+			t.Fatalf("frame %d:\n got %+v\nwant %+v", i, m, want)
+		}
+		if err != nil && (m.Name != "" || m.Entries != nil || m.View.Leaders != nil) {
+			t.Fatalf("frame %d, bad: the frame before shows through: %+v", i, m)
+		}
+	}
+}
+
 // A frame holds only the fields that are set, in both codecs.
 func TestFrameHoldsOnlyWhatIsSet(t *testing.T) {
 	m := Message{Kind: KindRestarted, From: 1, Incarnation: 2}

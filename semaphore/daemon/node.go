@@ -232,8 +232,11 @@ type Node struct {
 	// loopback holds released messages addressed to this node itself (a
 	// leader is its own replica; the election counts its own vote).
 	loopback []wire.Message
-	outbox   []wire.Message // flush's buffer of one Ready's messages to peers, reused
-	leases   map[wire.RequestID]*lease
+	// loopbackSpare is the array of the loopback stepped last, cleared:
+	// the next one fills it, not a new array every turn of drive.
+	loopbackSpare []wire.Message
+	outbox        []wire.Message // flush's buffer of one Ready's messages to peers, reused
+	leases        map[wire.RequestID]*lease
 	// watchedReaders are the readers' leases with watchers, told when a
 	// writer waits (tellDraining).
 	watchedReaders map[wire.RequestID]*lease
@@ -574,10 +577,12 @@ func (n *Node) drive(ctx context.Context) {
 			return
 		}
 		msgs := n.loopback
-		n.loopback = nil
+		n.loopback = n.loopbackSpare[:0]
 		for _, m := range msgs {
 			n.step(m)
 		}
+		clear(msgs)
+		n.loopbackSpare = msgs
 	}
 }
 
