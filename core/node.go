@@ -209,11 +209,6 @@ type Node struct {
 	snapshots []SnapshotDue
 	phases    []PhaseChange
 	handed    [5]int // lengths handed out by the last Ready
-	// msgsHint and persistsHint are how many messages and writes the
-	// last Ready with any handed out: the next Ready's are made room for
-	// at once, not grown by doubling (a message is 480 bytes, and a busy
-	// leader's Ready has dozens).
-	msgsHint, persistsHint int
 }
 
 // New starts a node from what it persisted (nil for a first start). Its first
@@ -273,18 +268,10 @@ func (n *Node) SetView(v wire.View) {
 func (n *Node) send(m wire.Message) {
 	n.clock++
 	m.From, m.Epoch, m.Clock = n.cfg.ID, n.cfg.View.Epoch, n.clock
-	if n.msgs == nil {
-		n.msgs = make([]wire.Message, 0, max(n.msgsHint, 4))
-	}
 	n.msgs = append(n.msgs, m)
 }
 
-func (n *Node) persist(w Write) {
-	if n.persists == nil {
-		n.persists = make([]Write, 0, max(n.persistsHint, 4))
-	}
-	n.persists = append(n.persists, w)
-}
+func (n *Node) persist(w Write) { n.persists = append(n.persists, w) }
 
 // Acquire starts a lock request for a local client.
 func (n *Node) Acquire(a Acquire) (wire.RequestID, error) {
@@ -585,12 +572,6 @@ func (n *Node) Ready() Ready {
 	n.decideReported()
 	n.flushReports()
 	n.handed = [5]int{len(n.persists), len(n.msgs), len(n.events), len(n.snapshots), len(n.phases)}
-	if len(n.msgs) > 0 {
-		n.msgsHint = min(len(n.msgs), 256)
-	}
-	if len(n.persists) > 0 {
-		n.persistsHint = min(len(n.persists), 256)
-	}
 	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],
 		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)],
 		Snapshots: n.snapshots[:len(n.snapshots):len(n.snapshots)], Phases: n.phases[:len(n.phases):len(n.phases)]}
