@@ -540,9 +540,10 @@ func Decode(b []byte) (Message, error) {
 	return m, err
 }
 
-// DecodeInto is Decode into *m, which it sets first to the zero Message
-// and leaves so on an error: a reader that decodes frame after frame into
-// one Message of its own spares the heap one message a frame.
+// DecodeInto is Decode into *m, which it sets first to the zero Message:
+// after an error *m is what Decode would return with it, nothing of an
+// earlier frame. A reader that decodes frame after frame into one
+// Message of its own spares the heap one message a frame.
 func DecodeInto(b []byte, m *Message) error {
 	*m = Message{}
 	fail := func(err error) error {
