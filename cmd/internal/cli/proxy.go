@@ -151,14 +151,18 @@ func (f *proxyFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usageErrorf("proxy: --listen: %v", err)
 	}
-	srv := &http.Server{Handler: f.handler(c, up, hosts, page, log), ReadHeaderTimeout: 10 * time.Second,
+	h := f.handler(c, up, hosts, page, log)
+	// Page views are read and answered by the front end; Go's server
+	// gets the rest (bodies, upgrades, what does not parse).
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: proxyIdleTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	front := newPageFront(h, srv, log)
 	fmt.Fprintf(cmd.OutOrStdout(), "proxying http://%s to %s under the lock %q (agent: %s)\n", lis.Addr(), up, f.name, c.Addr())
 
 	ctx, stop := signalContext(cmd)
 	defer stop()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	go func() { served <- front.Serve(lis) }()
 	select {
 	case err := <-served:
 		return err
@@ -167,12 +171,16 @@ func (f *proxyFlags) run(cmd *cobra.Command) error {
 	// The requests in flight finish, so that their locks are released.
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
+	if err := front.Shutdown(sctx); err != nil {
+		_ = front.Close()
 		return fmt.Errorf("proxy: requests still running after %s: %w", f.shutdown, err)
 	}
 	return nil
 }
+
+// proxyIdleTimeout is how long a visitor's kept-alive connection may
+// wait for its next request (nginx keeps one 75 s).
+const proxyIdleTimeout = 2 * time.Minute
 
 // handler is the proxy: the middleware of the request's lock name around
 // a reverse proxy of up.

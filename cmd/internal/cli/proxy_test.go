@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -55,8 +56,21 @@ func BenchmarkProxyAddedLatency(b *testing.B) {
 	u, _ := url.Parse(up.URL)
 	f := proxyFlags{name: "/site", retryAfter: 30 * time.Second, duration: time.Minute, dialTimeout: 5 * time.Second,
 		headerTimeout: time.Minute, pageType: "text/html"}
-	proxy := httptest.NewServer(f.handler(c, u, nil, nil, log))
-	defer proxy.Close()
+	// Served as `sluice proxy` serves it: the page front, Go's server
+	// behind it.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := f.handler(c, u, nil, nil, log)
+	front := newPageFront(h, &http.Server{Handler: h}, log)
+	served := make(chan error, 1)
+	go func() { served <- front.Serve(lis) }()
+	defer func() {
+		_ = front.Close()
+		<-served
+	}()
+	proxy := struct{ URL string }{"http://" + lis.Addr().String()}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	measure := func(base string) (p50, p99 time.Duration) {
 		lat := make([]time.Duration, 0, b.N)
