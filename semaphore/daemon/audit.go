@@ -42,9 +42,47 @@ type auditLog struct {
 	notes [auditLogLen]AuditNote
 	next  int // where the next note goes
 	count int // notes kept, up to auditLogLen
+
+	// The write locks' lines: budget lines may go out now (up to
+	// auditBurst), as of budgetAt on the node's Clock; leftOut were not
+	// written since the last that was.
+	budget   float64
+	budgetAt time.Duration
+	started  bool
+	leftOut  int
 }
 
 const auditLogLen = 50
+
+// An application's lock loop takes thousands of write locks a second,
+// two audit lines each: the write locks' lines are bounded to a burst of
+// auditBurst, then auditLinesPerSecond, and the next line written after
+// some were left out says how many (left_out). Every note still goes to
+// the ring, and operators' actions are always written.
+const (
+	auditBurst          = 100
+	auditLinesPerSecond = 20
+)
+
+// line says whether a write lock's line may be written at now, and how
+// many were left out before it.
+func (a *auditLog) line(now time.Duration) (bool, int) {
+	if !a.started {
+		a.started, a.budget, a.budgetAt = true, auditBurst, now
+	}
+	if now > a.budgetAt {
+		a.budget = min(auditBurst, a.budget+(now-a.budgetAt).Seconds()*auditLinesPerSecond)
+		a.budgetAt = now
+	}
+	if a.budget < 1 {
+		a.leftOut++
+		return false, 0
+	}
+	a.budget--
+	left := a.leftOut
+	a.leftOut = 0
+	return true, left
+}
 
 // audit logs one action of ctx's caller as one structured line, and keeps
 // it for the operator's page. err is the action's outcome.
@@ -54,11 +92,28 @@ func (n *Node) audit(ctx context.Context, action, name string, err error, said, 
 	if err != nil {
 		note.Outcome = codes.Of(err).Code
 	}
-	attrs := []any{"action", action, "name", name, "outcome", note.Outcome}
-	if c, ok := callerFrom(ctx); ok {
+	c, known := callerFrom(ctx)
+	if known {
 		note.By = c.describe()
 		if c.Cred {
 			note.Command = c.commandLine()
+		}
+	}
+	write, leftOut := true, 0
+	a := &n.audits
+	a.mu.Lock()
+	a.notes[a.next] = note
+	a.next, a.count = (a.next+1)%auditLogLen, min(a.count+1, auditLogLen)
+	if clock := n.cfg.Clock; clock != nil && (action == "write_lock" || action == "write_lock_released") {
+		write, leftOut = a.line(clock())
+	}
+	a.mu.Unlock()
+	if !write {
+		return
+	}
+	attrs := []any{"action", action, "name", name, "outcome", note.Outcome}
+	if known {
+		if c.Cred {
 			attrs = append(attrs, "uid", c.UID, "pid", c.PID, "command", note.Command)
 		} else {
 			attrs = append(attrs, "token", c.Token)
@@ -71,12 +126,10 @@ func (n *Node) audit(ctx context.Context, action, name string, err error, said, 
 	if detail != "" {
 		attrs = append(attrs, "detail", detail)
 	}
+	if leftOut > 0 {
+		attrs = append(attrs, "left_out", leftOut)
+	}
 	n.log.Warn("audit", attrs...)
-	a := &n.audits
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.notes[a.next] = note
-	a.next, a.count = (a.next+1)%auditLogLen, min(a.count+1, auditLogLen)
 }
 
 // Audit is the last audit notes, newest first.
