@@ -26,7 +26,7 @@ type frontUnderTest struct {
 	shutdown sync.Once
 }
 
-func startFront(t *testing.T, h http.Handler) *frontUnderTest {
+func startFront(t testing.TB, h http.Handler) *frontUnderTest {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,7 +45,7 @@ func startFront(t *testing.T, h http.Handler) *frontUnderTest {
 	return ft
 }
 
-func (ft *frontUnderTest) stop(t *testing.T) {
+func (ft *frontUnderTest) stop(t testing.TB) {
 	ft.shutdown.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -435,4 +435,56 @@ func TestFrontShutdown(t *testing.T) {
 		c.Close()
 		t.Fatal("a new connection after Shutdown")
 	}
+}
+
+// FuzzFrontRequests: whatever a visitor sends, the front end neither
+// panics nor stops serving: the connection is answered or handed over,
+// and closed at its end; a page view on a new connection is answered
+// after it.
+//
+//	go test ./cmd/internal/cli -run '^$' -fuzz FuzzFrontRequests -fuzztime 20000x
+func FuzzFrontRequests(f *testing.F) {
+	for _, seed := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /b HTTP/1.1\r\nHost: a\r\n\r\nPOST /c HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx",
+		"HEAD / HTTP/1.0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"GET http://other/ HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX: \x00\r\n\r\n",
+		"GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHo",
+		"\r\n\r\n",
+		"",
+	} {
+		f.Add([]byte(seed))
+	}
+	ft := startFront(f, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))
+	}))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c, err := net.Dial("tcp", ft.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		_, _ = c.Write(in)
+		_ = c.(*net.TCPConn).CloseWrite()
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the connection stayed open after %q", in)
+			}
+		}
+		rc := dialFront(t, ft.addr)
+		rc.send("GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
+		if _, body := rc.answer("GET"); body != "GET /after 0" {
+			t.Fatalf("after %q: %q", in, body)
+		}
+	})
 }
