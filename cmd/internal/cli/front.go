@@ -376,6 +376,9 @@ func (r *frontReader) Read(p []byte) (int, error) {
 // read from now on.
 func (r *frontReader) record(br *bufio.Reader) {
 	buffered, _ := br.Peek(br.Buffered())
+	if cap(r.rec) > 64<<10 {
+		r.rec = nil // one large head is not kept for the connection's life
+	}
 	r.rec = append(r.rec[:0], buffered...)
 	r.recording = true
 }
