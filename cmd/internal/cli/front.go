@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -46,10 +47,12 @@ type pageFront struct {
 
 	handoff *handoffListener
 
-	mu      sync.Mutex
-	lis     net.Listener
-	conns   map[*frontConn]bool // true: a request is being read or served
-	closing bool
+	mu    sync.Mutex
+	lis   net.Listener
+	conns map[*frontConn]bool // true: a request is being read or served
+	// closing is set under mu; every answer reads it (Connection: close),
+	// so it is read without mu.
+	closing atomic.Bool
 	wg      sync.WaitGroup // the connections' goroutines
 }
 
@@ -77,7 +80,7 @@ func newPageFront(handler http.Handler, srv *http.Server, log *slog.Logger) *pag
 // returns http.ErrServerClosed) or until lis fails for good.
 func (f *pageFront) Serve(lis net.Listener) error {
 	f.mu.Lock()
-	if f.closing {
+	if f.closing.Load() {
 		f.mu.Unlock()
 		return http.ErrServerClosed
 	}
@@ -117,7 +120,7 @@ func (f *pageFront) Serve(lis net.Listener) error {
 		backoff = 0
 		fc := &frontConn{f: f, c: c}
 		f.mu.Lock()
-		if f.closing {
+		if f.closing.Load() {
 			f.mu.Unlock()
 			c.Close()
 			return http.ErrServerClosed
@@ -129,11 +132,7 @@ func (f *pageFront) Serve(lis net.Listener) error {
 	}
 }
 
-func (f *pageFront) isClosing() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.closing
-}
+func (f *pageFront) isClosing() bool { return f.closing.Load() }
 
 // Shutdown stops accepting, closes the connections that wait for a
 // request, and waits for the requests in flight (its own and srv's)
@@ -166,7 +165,7 @@ func (f *pageFront) Close() error {
 func (f *pageFront) stop(all bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.closing = true
+	f.closing.Store(true)
 	if f.lis != nil {
 		f.lis.Close()
 	}
@@ -185,7 +184,7 @@ func (f *pageFront) stop(all bool) {
 func (f *pageFront) busy(fc *frontConn, b bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closing && !b {
+	if f.closing.Load() && !b {
 		return false
 	}
 	f.conns[fc] = b
