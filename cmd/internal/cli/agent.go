@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,6 +64,7 @@ type agentFlags struct {
 	httpAllow, roles                                                                 []string
 	listen, peers, allow, initial                                                    []string
 	size, holdCodec                                                                  int
+	memoryTarget                                                                     string
 	inMemory, join, insecure, nestedNames                                            bool
 	electionTimeout, shareLease, shareLinger                                         time.Duration
 	// cpuProfile is the hidden --cpu-profile: the benchmark harness
@@ -96,6 +98,10 @@ func newAgentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			memory, err := f.memoryGovernor(cmd, log)
+			if err != nil {
+				return err
+			}
 			stopProfile, err := startCPUProfile(f.cpuProfile)
 			if err != nil {
 				return err
@@ -105,7 +111,7 @@ func newAgentCmd() *cobra.Command {
 			if f.cpuProfile != "" {
 				heapProfile = f.cpuProfile + ".heap"
 			}
-			return runAgent(cmd, cfg, heapProfile)
+			return runAgent(cmd, cfg, heapProfile, memory)
 		},
 	}
 	f.add(cmd)
@@ -141,6 +147,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key, made by 'sluice id --data DIR'), so that --initial-members can name the node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.memoryTarget, "memory-target", defaultMemoryTarget, "memory the agent keeps itself near: Go's soft limit, set to this or to twice the live heap when that is more, so a large lock table is never collected more often than by Go's default (0: off; off too when GOMEMLIMIT is set and this flag is not)")
 	addBrokenFlag(cmd, &f.broken)
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "")
 	_ = fl.MarkHidden("cpu-profile")
@@ -285,14 +292,56 @@ func writeHeapProfile(cmd *cobra.Command, path string) {
 	}
 }
 
+// memoryTick is how often the agent's soft memory limit follows its live
+// heap: the heap a lock table holds changes over minutes, not seconds.
+const memoryTick = 2 * time.Second
+
+// memoryGovernor is what --memory-target asks for: nil when it is off
+// (0, or GOMEMLIMIT set in the environment and the flag not given).
+func (f *agentFlags) memoryGovernor(cmd *cobra.Command, log *slog.Logger) (*memoryGovernor, error) {
+	target, err := parseBytes(f.memoryTarget)
+	if err != nil {
+		return nil, usageErrorf("agent: --memory-target: %v", err)
+	}
+	if target == 0 {
+		return nil, nil
+	}
+	given := cmd.Flags().Changed("memory-target") || f.memoryTarget != defaultMemoryTarget // or SLUICE_MEMORY_TARGET, --config
+	if os.Getenv("GOMEMLIMIT") != "" && !given {
+		log.Info("memory target off: GOMEMLIMIT is set", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
+		return nil, nil
+	}
+	return &memoryGovernor{target: target, log: log}, nil
+}
+
+// memoryGoverned says a memoryGovernor runs in this process.
+var memoryGoverned atomic.Bool
+
 // runAgent runs the agent of cfg until SIGINT or SIGTERM, then stops it.
 // A heap profile goes to heapProfile first, when it is not empty.
-func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig, heapProfile string) error {
+func runAgent(cmd *cobra.Command, cfg daemon.AgentConfig, heapProfile string, memory *memoryGovernor) error {
 	ctx, stop := signalContext(cmd)
 	defer stop()
 	a, err := daemon.StartAgent(ctx, cfg)
 	if err != nil {
 		return startError(err)
+	}
+	// The soft limit is the process's: with several agents in one
+	// process (tests), the first one started keeps it.
+	if memory != nil && memoryGoverned.CompareAndSwap(false, true) {
+		defer memoryGoverned.Store(false)
+		mctx, cancel := context.WithCancel(ctx)
+		ticker := time.NewTicker(memoryTick)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			memory.run(mctx, ticker.C)
+		}()
+		defer func() {
+			cancel()
+			ticker.Stop()
+			<-done
+		}()
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "sluice agent: node %s, peer id %s\n  listening on %s\n  API on %s\n",
 		cfg.Name, a.Host().PeerID(), strings.Join(a.Host().Addrs(), " "), a.APIAddr())

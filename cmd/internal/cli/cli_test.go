@@ -56,6 +56,8 @@ func TestUsageErrors(t *testing.T) {
 		{"agent", "--in-memory", "--hold-codec", "2"},
 		{"agent", "--in-memory", "--hold-codec", "5"},
 		{"agent", "--in-memory", "--hold-codec", "four"},
+		{"agent", "--in-memory", "--memory-target", "lots"},
+		{"agent", "--in-memory", "--memory-target=-1MiB"},
 		{"agent", "--in-memory", "--psk-file", "/nonexistent/psk"},
 		{"agent", "--in-memory", "--api-token-file", "/nonexistent/token"},
 		{"agent", "--in-memory", "--peers", "/ip4/127.0.0.1/tcp/1"},
