@@ -345,7 +345,10 @@ func TestInMemory(t *testing.T) {
 	dir := t.TempDir()
 	cwd, _ := os.ReadDir(".")
 	for range 2 {
-		s, st := open(t, Config{InMemory: true, Dir: dir})
+		// The commit's time is observed once per transaction that
+		// changed something, before its batches are answered.
+		var observed []time.Duration
+		s, st := open(t, Config{InMemory: true, Dir: dir, ObserveCommit: func(d time.Duration) { observed = append(observed, d) }})
 		checkState(t, "open", st, core.NewDurable(), nil, 1)
 		w := []core.Write{{Kind: core.WriteTicket, Name: "x", Entry: wire.Entry{Ticket: 3}}}
 		if err := wait(t, s.Submit(Batch{Writes: w})); err != nil {
@@ -365,6 +368,9 @@ func TestInMemory(t *testing.T) {
 		}
 		if st := s.Stats(); st.Syncs != 1 || st.Batches != 2 || st.Writes != 3 {
 			t.Fatalf("stats %+v", st)
+		}
+		if len(observed) != 1 || observed[0] < 0 {
+			t.Fatalf("commits observed %v, want one", observed)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)

@@ -133,12 +133,15 @@ type AgentConfig struct {
 
 // Agent is a running node: mesh, store, state machines and API.
 type Agent struct {
-	host   *p2p.Host
-	store  *store.Store
-	node   *Node
-	server *http.Server
-	lis    net.Listener
-	apiURL string
+	host  *p2p.Host
+	store *store.Store
+	// commitSeconds is the store's commit histogram, made before the
+	// store opens and registered with the node's series.
+	commitSeconds prometheus.Histogram
+	node          *Node
+	server        *http.Server
+	lis           net.Listener
+	apiURL        string
 	// operator is the operator's listener (--http-listen), nil when off.
 	operator     *http.Server
 	operatorAddr string
@@ -304,8 +307,11 @@ func (a *Agent) openStore(ctx context.Context, cfg AgentConfig, key p2p.PrivKey,
 		// opening it.
 		return store.State{}, nil, notListed(pid)
 	}
+	a.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_store_commit_seconds",
+		Help:    "Time the store took to make a transaction durable (Badger's write and its fsync; no fsync in memory).",
+		Buckets: commitBuckets})
 	st, state, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, InMemory: cfg.InMemory, Logger: cfg.Logger,
-		Identity: uint64(self), Fresh: fresh})
+		Identity: uint64(self), Fresh: fresh, ObserveCommit: func(d time.Duration) { a.commitSeconds.Observe(d.Seconds()) }})
 	if err != nil {
 		return store.State{}, nil, err
 	}
@@ -516,6 +522,10 @@ func (a *Agent) serveAPI(cfg AgentConfig) error {
 	return nil
 }
 
+// commitBuckets are sluice_store_commit_seconds's: 20 µs (in memory) to
+// 2 s (a disk that stalls).
+var commitBuckets = prometheus.ExponentialBucketsRange(0.00002, 2, 18)
+
 // registerMetrics adds the mesh's, the store's, the node's state and the
 // process's series to the node's registry, which the API and the
 // operator's listener serve.
@@ -567,6 +577,7 @@ func (a *Agent) registerMetrics() {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_mesh_frames_rejected_total",
 			Help:        frameRejectedHelp,
 			ConstLabels: prometheus.Labels{"reason": "other_release"}}, func() float64 { return float64(a.host.Stats().Refused) }),
+		a.commitSeconds,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_syncs_total",
 			Help: "Store transactions made durable (one fsync each on disk)."}, func() float64 { return float64(a.store.Stats().Syncs) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_failures_total",

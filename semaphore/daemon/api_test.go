@@ -365,6 +365,7 @@ func TestAPIMetrics(t *testing.T) {
 		"sluice_leader_changes_total 1",
 		"sluice_peers_known 0",
 		"sluice_store_syncs_total",
+		"sluice_store_commit_seconds_count",
 		"go_goroutines",
 		// Worth alerting on: the node's state, its build, its process.
 		"sluice_ready 1",
