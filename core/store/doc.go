@@ -16,8 +16,12 @@
 //   - Submit queues a Batch and never blocks. A single writer goroutine takes
 //     the oldest queued batch plus every batch queued behind it (up to
 //     Config.MaxBatch writes), applies them in order to one Badger
-//     transaction and commits it with SyncWrites: one fsync for the whole
-//     group (group commit). Each batch's channel then receives nil, in Submit
+//     transaction, commits it and syncs it: one sync for the whole group
+//     (group commit). On Linux that sync is the writer's fdatasync of
+//     Badger's active memtable log, the only file a commit writes (walSync:
+//     Badger's own synced writes also sync its value log, which the store
+//     never writes to, at every commit); elsewhere it is Badger's
+//     SyncWrites. Each batch's channel then receives nil, in Submit
 //     order. A batch too large for one Badger transaction (ErrTxnTooBig) is
 //     split at batch boundaries first, and only a single oversized batch is
 //     split between its writes; a crash can then leave a prefix of that

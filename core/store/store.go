@@ -174,6 +174,9 @@ type Store struct {
 	lazyDelay time.Duration
 	// observe: Config.ObserveCommit.
 	observe func(time.Duration)
+	// wal syncs Badger's log after each commit (nil in memory, and where
+	// Badger syncs its own writes).
+	wal *walSync
 
 	minFree int64 // 0: no check (in memory, or turned off)
 	// freeSpace reports the bytes available under path; tests replace it.
@@ -228,11 +231,24 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 	if err != nil {
 		return nil, State{}, err
 	}
+	var wal *walSync
+	if !cfg.InMemory {
+		if wal, err = openWALSync(path); err != nil {
+			_ = db.Close()
+			return nil, State{}, err
+		}
+	}
 	st, err := bump(db, cfg.Identity, cfg.Fresh || cfg.InMemory)
+	if err == nil && wal != nil {
+		err = wal.sync()
+	}
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err != nil {
+		if wal != nil {
+			_ = wal.close()
+		}
 		_ = db.Close()
 		return nil, State{}, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -243,6 +259,7 @@ func Open(ctx context.Context, cfg Config) (*Store, State, error) {
 		maxBatch:  cfg.MaxBatch,
 		lazyDelay: cfg.LazyDelay,
 		observe:   cfg.ObserveCommit,
+		wal:       wal,
 		minFree:   cfg.MinFree,
 		freeSpace: freeSpace,
 		wake:      make(chan struct{}, 1),
@@ -309,7 +326,8 @@ func badgerOptions(cfg Config, path string) badger.Options {
 	if cfg.InMemory {
 		opts = badger.DefaultOptions("").WithInMemory(true)
 	} else {
-		opts = badger.DefaultOptions(path).WithSyncWrites(true)
+		// On Linux the writer syncs Badger's log itself (walSync).
+		opts = badger.DefaultOptions(path).WithSyncWrites(!walSyncSupported)
 	}
 	return opts.WithLogger(badgerLogger{cfg.Logger}).
 		// One writer goroutine does every update: nothing can conflict.
@@ -815,6 +833,11 @@ func (s *Store) commit(t *writeTxn) error {
 	if err := t.Commit(); err != nil {
 		return err
 	}
+	if s.wal != nil {
+		if err := s.wal.sync(); err != nil {
+			return err
+		}
+	}
 	if s.observe != nil {
 		s.observe(time.Since(start))
 	}
@@ -938,6 +961,9 @@ func (s *Store) Close() error {
 		s.dbClosed = true
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("store: close %s: %w", s.path, err)
+		}
+		if s.wal != nil {
+			_ = s.wal.close()
 		}
 		s.dbMu.Unlock()
 	})
