@@ -147,7 +147,7 @@ func (f *agentFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep everything in memory, with a new identity at every start (dev and tests)")
 	fl.StringVar(&f.keyFile, "key-file", "", "with --in-memory: keep the identity of this key file (DIR/identity.key, made by 'sluice id --data DIR'), so that --initial-members can name the node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fl.StringVar(&f.memoryTarget, "memory-target", defaultMemoryTarget, "memory the agent keeps itself near: Go's soft limit, set to this or to twice the live heap when that is more, so a large lock table is never collected more often than by Go's default (0: off; off too when GOMEMLIMIT is set and this flag is not)")
+	fl.StringVar(&f.memoryTarget, "memory-target", defaultMemoryTarget, "memory the agent keeps itself near: Go's soft limit, set to this or to twice the live heap when that is more, so a large lock table is collected about as often as by Go's default (0: off; off too when GOMEMLIMIT is set and this flag is not)")
 	addBrokenFlag(cmd, &f.broken)
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "")
 	_ = fl.MarkHidden("cpu-profile")

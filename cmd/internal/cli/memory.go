@@ -20,9 +20,10 @@ const defaultMemoryTarget = "128MiB"
 // memoryLimit is Go's soft memory limit for a memory target and a live
 // heap: the target, or twice the live heap when that is more. Twice the
 // live heap is where Go's collector (GOGC=100) would let the heap grow
-// anyway, so the limit never makes it collect more often than by
-// default: it caps the rest (memory freed and not yet given back, the
-// overshoot of a burst) instead of turning a large table into a
+// anyway, so a large table is collected about as often as by default
+// (a little sooner: the limit also counts stacks and the runtime's own
+// memory): the limit caps the rest (memory freed and not yet given back,
+// the overshoot of a burst) instead of turning a large table into a
 // collector that never stops.
 func memoryLimit(target, live uint64) int64 {
 	l := max(target, 2*live)
