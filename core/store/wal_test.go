@@ -38,8 +38,8 @@ func TestWALSyncFollowsBadgersLog(t *testing.T) {
 	}
 	defer func(n int64) { memTableSize = n }(memTableSize)
 	memTableSize = 8 << 20 // Badger's least with its value threshold
-	s, _ := open(t, Config{Dir: t.TempDir()})
-	defer s.Close()
+	dir := t.TempDir()
+	s, _ := open(t, Config{Dir: dir})
 	first := s.wal.fid
 	pad := strings.Repeat("p", 400)
 	for i := range 1000 {
@@ -65,6 +65,23 @@ func TestWALSyncFollowsBadgersLog(t *testing.T) {
 	}
 	if s.wal.fid < first+2 {
 		t.Fatalf("Badger replaced its log %d times, want 2 or more for this test to mean anything", s.wal.fid-first)
+	}
+	// Opened again, Badger replays the logs left and writes a new one:
+	// the syncer takes that one.
+	must(t, s.Close())
+	s, _ = open(t, Config{Dir: dir})
+	defer s.Close()
+	name := pad + "-after-reopen"
+	must(t, wait(t, s.Submit(Batch{Writes: []core.Write{{Kind: core.WriteHighWater, Name: name, Entry: wire.Entry{Ticket: 2}}}})))
+	if newest := newestLog(t, s.path); s.wal.fid != newest {
+		t.Fatalf("after a reopen: synced log %d, Badger's newest is %d", s.wal.fid, newest)
+	}
+	data, err := os.ReadFile(walName(s.path, s.wal.fid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(name)) {
+		t.Fatalf("after a reopen: the synced log %d does not hold the write", s.wal.fid)
 	}
 }
 
