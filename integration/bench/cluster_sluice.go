@@ -217,6 +217,9 @@ var agentCounters = map[string]string{
 	"fsyncs":   "sluice_store_syncs_total",
 	"batches":  "sluice_store_submits_total",
 	"messages": `sluice_messages_total{direction="out"}`,
+	// The seconds the store's commits took; over the fsyncs (one
+	// observation each), a commit's mean time.
+	"commit_seconds": "sluice_store_commit_seconds_sum",
 }
 
 // counters sums agentCounters over the agents, read from each one's

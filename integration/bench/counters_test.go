@@ -13,6 +13,7 @@ func TestAgentCounters(t *testing.T) {
 	var socks []string
 	for _, body := range []string{
 		"# HELP sluice_store_syncs_total x\nsluice_store_syncs_total 10\nsluice_store_submits_total 12\n" +
+			"sluice_store_commit_seconds_sum 0.002\nsluice_store_commit_seconds_count 10\n" +
 			"sluice_messages_total{direction=\"in\"} 99\nsluice_messages_total{direction=\"out\"} 40\n",
 		"sluice_store_syncs_total 5\nsluice_store_submits_total 6\nsluice_messages_total{direction=\"out\"} 20\n",
 	} {
@@ -37,7 +38,7 @@ func TestAgentCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"fsyncs": 15, "batches": 18, "messages": 60}
+	want := map[string]float64{"fsyncs": 15, "batches": 18, "messages": 60, "commit_seconds": 0.002}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], v, got)
@@ -49,5 +50,16 @@ func TestAgentCounters(t *testing.T) {
 	}
 	if perCycle(nil, got, 5) != nil || perCycle(got, got, 0) != nil {
 		t.Error("per cycle without a reading or cycles is not nil")
+	}
+	// A commit's mean: the seconds' growth over the fsyncs' (10 commits
+	// took 1 ms here).
+	per = perCycle(map[string]float64{"fsyncs": 5, "commit_seconds": 0.001}, got, 5)
+	ms := perCycleMetrics()
+	commit := ms[len(ms)-1]
+	if v := commit.value([]*runResult{{PerCycle: per}}); v == nil || commit.format(*v) != "100 µs" {
+		t.Errorf("commit mean: %v", v)
+	}
+	if v := commit.value([]*runResult{{PerCycle: map[string]float64{"fsyncs": 0}}}); v != nil {
+		t.Errorf("commit mean without commits: %v, want none", *v)
 	}
 }
