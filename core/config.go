@@ -87,6 +87,14 @@ type Config struct {
 	// what the timer heap and the blocked waiters exist to avoid: tests
 	// only.
 	CheckIncremental bool
+	// PlainDoorway makes the node's doorway the one releases before 0.9
+	// had: as a master it never proposes a number with ENTERING, and as a
+	// replica it answers a proposal as a plain ENTERING (the flag and the
+	// mark, the number left for ADD_TICKET). The zero value proposes the
+	// number after the last this node knew of the name, so a quorum that
+	// takes it grants in one round fewer. Tests use it to run an older
+	// agent beside newer ones, and schedules built on the plain doorway.
+	PlainDoorway bool
 	// Mutant deliberately breaks the core. Only the mutation tests set it,
 	// to prove that the simulator catches broken variants. It takes
 	// effect only in builds with the sluicemutants tag (core/mutation);
@@ -261,6 +269,11 @@ const (
 	// its name's scope, so a caller sends an answer (an ADD_TICKET's ack, a
 	// renewal's) before the write it rests on is durable.
 	MutantAnswersBeforeWrites
+	// MutantEnterTicketUnchecked: a leader takes the number ENTERING
+	// proposes even when it is not above the name's high-water mark, so a
+	// request that entered after a waiter's ticket was taken may be ahead
+	// of it.
+	MutantEnterTicketUnchecked
 )
 
 func (c *Config) withDefaults() (Config, error) {

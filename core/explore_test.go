@@ -95,6 +95,9 @@ type exploreOptions struct {
 	patient bool
 	// trace records every action, for a failure's report.
 	trace bool
+	// plain: the nodes with the plain doorway (Config.PlainDoorway), as
+	// the scenario's cluster plain= takes them ("all", "3,5"; "": none).
+	plain string
 }
 
 // exploreHold is a grant a client still holds.
@@ -365,6 +368,7 @@ func (x *explorer) setup(t *testing.T) {
 	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: 20, Mutant: x.o.mutant, CheckIncremental: true,
 		ShareLease: x.o.share, Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly}
 	h.isolated, h.cut = map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
+	h.plain = plainNodes(x.o.plain, len(peers))
 	for i := range peers {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
 		h.start(t, i+1)
@@ -976,7 +980,7 @@ func (x *explorer) nestedMeets(g exploreHold) {
 // exploreWorld is seed's world: the seeds cycle through plain runs,
 // shared read tickets, leader restarts, both, and a web site.
 func exploreWorld(seed int64) exploreOptions {
-	o := exploreOptions{seed: seed}
+	o := exploreOptions{seed: seed, plain: doorways(seed / 5)}
 	switch seed % 5 {
 	case 1:
 		o.share = 40
@@ -990,6 +994,22 @@ func exploreWorld(seed int64) exploreOptions {
 		o.share, o.restarts, o.readers, o.requests = 40, true, true, 6+int(seed%7)
 	}
 	return o
+}
+
+// doorways picks the nodes that run the plain doorway: none, all, or a
+// leader and a client's node (a cluster in the middle of an upgrade).
+func doorways(k int64) string {
+	return [...]string{"", "all", "3,5"}[k%3]
+}
+
+// plainWorld is world with every node on the plain doorway: the mutants
+// of the doorway's reports need the round between flag and number.
+func plainWorld(world func(int64) exploreOptions) func(int64) exploreOptions {
+	return func(seed int64) exploreOptions {
+		o := world(seed)
+		o.plain = "all"
+		return o
+	}
 }
 
 // exploreNestedWorld is seed's world of nested names: plain runs, shared
@@ -1135,7 +1155,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 	}{
 		// A soft writer deciding on reports made before its mark: a
 		// mark race (markRace) lines it up.
-		{"stale reports", core.MutantStaleReports, true, exploreWorld, 0, 3842},
+		{"stale reports", core.MutantStaleReports, true, plainWorld(exploreWorld), 0, 3842},
 		// A limited reader skipping a share's doorway below it, and a
 		// share restored as a plain reader's: the web site's world.
 		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 20000, 17158},
@@ -1147,18 +1167,21 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// leaders their three roles in one draw, among readers and soft
 		// writers only. Rarer than the others: it needs a lost mark, a
 		// late ticket and lost reports at three links in one order.
-		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways, true, soft, 8 * exploreBound, 29683},
+		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways, true, plainWorld(soft), 8 * exploreBound, 29683},
 		// A waiter deciding on a report that echoes its ADD_TICKET's
 		// watch number without its ticket: a watch race (watchRace)
 		// among readers and hard writers on two clients' nodes, so a
 		// master often has a request adding while another watches.
-		{"unchecked ticket reports", core.MutantUncheckedTicketReports, true, watched, 2 * exploreBound, 7342},
+		{"unchecked ticket reports", core.MutantUncheckedTicketReports, true, plainWorld(watched), 2 * exploreBound, 7342},
 		{"soft keeps place", core.MutantSoftKeepsPlace, false, exploreWorld, 0, 8},
 		{"sleep blocked", core.MutantSleepBlocked, false, exploreWorld, 0, 1},
 		// A request's late ENTERING makes a replica take it again after
 		// its master forgot it: held back until the settle, it comes
 		// after the tombstones are gone.
 		{"keep strays", core.MutantKeepStrays, false, exploreWorld, 0, 374},
+		// A number proposed with ENTERING taken at or below the mark: two
+		// holders, one behind the other in line by its request id.
+		{"enter ticket unchecked", core.MutantEnterTicketUnchecked, true, exploreWorld, 0, 3},
 		// A nested name's request without its parents' tickets: a holder
 		// of /s/a beside a drain of /s.
 		{"no parent tickets", core.MutantNoParentTickets, true, nested, 0, 2},
@@ -1278,7 +1301,11 @@ func failureKind(failure string) string {
 
 // clusterCmd is the scenario command that sets up o's cluster.
 func clusterCmd(o exploreOptions) string {
-	return fmt.Sprintf("cluster nodes=5 leaders=1,2,3 admit=semaphore try=20 share=%d", o.share)
+	cmd := fmt.Sprintf("cluster nodes=5 leaders=1,2,3 admit=semaphore try=20 share=%d", o.share)
+	if o.plain != "" {
+		cmd += " plain=" + o.plain
+	}
+	return cmd
 }
 
 // minimize cuts x's script to the commands its failure needs: it drops

@@ -123,6 +123,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"stray_enter_released.txt", core.MutantKeepStrays, 2, ": granted "},
 		{"limit_waits_for_choosing_share.txt", core.MutantIgnoreChoosing, 1, "read-only held ticket=2"},
 		{"rewatch_report_without_ticket.txt", core.MutantUncheckedTicketReports, 1, "exclusive held"},
+		{"enter_ticket_below_mark.txt", core.MutantEnterTicketUnchecked, 0, "granted 4.1.2 "},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			if mutant != 0 && !mutation.Need(t) {

@@ -60,6 +60,8 @@ type harness struct {
 	// quiet: nothing reads the output (an explorer's run without a
 	// trace), so none is made.
 	quiet bool
+	// plain: the nodes that run the plain doorway (cluster plain=...).
+	plain map[int]bool
 }
 
 func (h *harness) lost(m wire.Message) bool {
@@ -269,6 +271,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 			h.cfg.Admit = h.policy
 		}
 	}
+	h.plain = plainNodes(strArg(d, "plain", ""), size)
 	h.nodes, h.inflight, h.isolated, h.cut = nil, nil, map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
 	for i := range size {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
@@ -280,11 +283,27 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	h.printf("%d nodes, leaders %v\n", size, h.view.Leaders)
 }
 
+// plainNodes reads a cluster's plain=: all, or a list of nodes, that run
+// the doorway of releases before 0.9 (core.Config.PlainDoorway).
+func plainNodes(p string, size int) map[int]bool {
+	plain := map[int]bool{}
+	for i := range size {
+		plain[i+1] = p == "all"
+	}
+	for _, s := range strings.Split(p, ",") {
+		if id, err := strconv.Atoi(s); err == nil {
+			plain[id] = true
+		}
+	}
+	return plain
+}
+
 func (h *harness) start(t *testing.T, id int) {
 	n := h.nodes[id-1]
 	n.inc++
 	cfg := h.cfg
 	cfg.ID, cfg.Incarnation = wire.NodeID(id), n.inc
+	cfg.PlainDoorway = h.plain[id]
 	c, err := core.New(cfg, n.disk.Clone())
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,14 @@ type doorway struct {
 	raises   uint64
 	max      uint64
 	ticket   uint64 // the number: the fencing token once granted
+	// guess is the number ENTERING proposed with the choosing flag (0:
+	// none), from the last this node knew of the name (ticketGuess); took
+	// are the leaders that took it with the flag, in one step.
+	guess uint64
+	took  map[wire.NodeID]bool
+	// plainAt: the leader that gets a plain ENTERING all the same (0:
+	// none), Node.slowLeader when the doorway began.
+	plainAt wire.NodeID
 	// heldAt: the leaders whose ack of the current ticket said they hold
 	// it already (they took it with nothing ahead, see holdIfClear); a
 	// quorum of them makes the confirmation round needless.
@@ -410,7 +418,55 @@ func (n *Node) startEnter(r *request) {
 	n.setPhase(r, phaseEnter)
 	r.sentAt, r.resends = n.now, 0
 	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint32{}, nil, nil, 0
+	r.guess, r.took, r.heldAt = 0, nil, nil
+	if g := n.ticketGuesses[r.a.Name]; g > 0 && !n.cfg.PlainDoorway {
+		// The number goes with the choosing flag: a leader whose mark is
+		// below it takes it in the same step, and a quorum of them makes
+		// the doorway one round (onEnterTicketAck). A leader that refuses
+		// it answers as to a plain ENTERING.
+		r.guess, r.ticket, r.took = g+1, g+1, map[wire.NodeID]bool{}
+		n.watchCounter++
+		r.addSeq = n.watchCounter
+		n.masterName(r.a.Name).adding++
+		// A quorum of takers is all the doorway needs: the leader last
+		// seen slowest gets a plain ENTERING, and so takes the number
+		// lazily from EXITING, without a sync of its own. Every
+		// probeDoorways-th doorway proposes to every leader, to see
+		// which is the slowest now.
+		r.plainAt = 0
+		n.proposals++
+		if n.proposals%probeDoorways != 0 && n.cfg.View.IsLeader(n.slowLeader) && len(n.cfg.View.Leaders)-1 >= n.quorum() {
+			r.plainAt = n.slowLeader
+		}
+	}
 	n.sendPhase(r, nil)
+}
+
+// probeDoorways: one doorway in this many that propose a number proposes
+// it to every leader, and the first still silent when it goes on is the
+// slowest (Node.slowLeader).
+const probeDoorways = 16
+
+// proposedTo: ENTERING to leader l carries the proposed number.
+func (r *request) proposedTo(l wire.NodeID) bool {
+	return r.guess != 0 && l != r.plainAt
+}
+
+// maxTicketGuesses bounds the names whose last ticket a node remembers for
+// its next doorway there; past it, they are forgotten all at once, which
+// costs each of those names one plain doorway.
+const maxTicketGuesses = 4096
+
+// noteTicket remembers that name had a ticket as high as t: this node's
+// next doorway there proposes t+1 with its choosing flag.
+func (n *Node) noteTicket(name string, t uint64) {
+	if t <= n.ticketGuesses[name] {
+		return
+	}
+	if n.ticketGuesses == nil || len(n.ticketGuesses) >= maxTicketGuesses {
+		n.ticketGuesses = map[string]uint64{}
+	}
+	n.ticketGuesses[name] = t
 }
 
 // sendPhase sends the current phase's message to every leader skip allows.
@@ -420,6 +476,16 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 	switch r.phase {
 	case phaseEnter:
 		m.Kind, m.Try, m.Shared = wire.KindEnter, r.a.Timeout == 0, r.share != nil
+		for _, l := range n.cfg.View.Leaders {
+			if skip == nil || !skip(l) {
+				m.To, m.Ticket, m.WatchSeq = l, 0, 0
+				if r.proposedTo(l) {
+					m.Ticket, m.WatchSeq = r.guess, r.addSeq
+				}
+				n.send(m)
+			}
+		}
+		return
 	case phaseAddTicket:
 		m.Kind, m.Ticket, m.WatchSeq = wire.KindAddTicket, r.ticket, r.addSeq
 		for _, l := range sortedNodes(r.enterInc) {
@@ -485,6 +551,8 @@ func (n *Node) masterStep(m wire.Message) {
 	switch {
 	case m.Kind == wire.KindEnterAck && r.phase == phaseEnter:
 		n.onEnterAck(r, m)
+	case m.Kind == wire.KindAddTicketAck && r.phase == phaseEnter && r.guess != 0 && m.Ticket == r.guess && !m.Reject:
+		n.onEnterTicketAck(r, m)
 	case m.Kind == wire.KindAddTicketAck && r.phase == phaseAddTicket && m.Ticket == r.ticket:
 		n.onAddTicketAck(r, m)
 	case m.Kind == wire.KindActivateAck && r.phase == phaseWait && r.activating:
@@ -528,22 +596,92 @@ func (n *Node) onEnterAck(r *request, m wire.Message) {
 	}
 	r.acks[m.From] = m.Incarnation
 	r.max = max(r.max, m.HighWater)
-	if len(r.acks) >= n.quorum() {
-		r.enterInc = maps.Clone(r.acks)
-		r.ticket = r.max + 1
-		r.acks, r.rejects, r.tooLow, r.heldAt = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}, nil
-		n.setPhase(r, phaseAddTicket)
-		r.sentAt, r.resends = n.now, 0
+	n.noteTicket(r.a.Name, m.HighWater)
+	n.enterQuorum(r, false)
+}
+
+// onEnterTicketAck counts a leader that took the number ENTERING proposed
+// with the choosing flag. The same argument as onEnterAck's holds, with the
+// mark read and the number checked against it in one step: the leader
+// refuses a number not above its mark, and a number a quorum took with the
+// flag is as final as one ADD_TICKET got there.
+func (n *Node) onEnterTicketAck(r *request, m wire.Message) {
+	r.acks[m.From] = m.Incarnation
+	r.took[m.From] = true
+	if m.Held {
+		r.markedHeldAt(m.From)
+	}
+	n.enterQuorum(r, false)
+}
+
+// enterQuorum moves r on once a quorum answered ENTERING: to its wait when
+// a quorum took the proposed number with the flag, else to ADD_TICKET with
+// a number above every mark read (the proposed one if it still is; the
+// leaders that took it then count as acks of it).
+//
+// While leaders that were proposed the number have not answered and could
+// still make a quorum of takers, it waits for them (their answer comes
+// after a sync, a plain one's without), until the retransmit timer says
+// they are late (late).
+func (n *Node) enterQuorum(r *request, late bool) {
+	if len(r.acks) < n.quorum() {
+		return
+	}
+	if r.guess != 0 && len(r.took) < n.quorum() && !late {
+		pending := 0
+		for _, l := range n.cfg.View.Leaders {
+			if _, answered := r.acks[l]; !answered && r.proposedTo(l) {
+				pending++
+			}
+		}
+		if len(r.took)+pending >= n.quorum() {
+			return
+		}
+	}
+	if r.guess != 0 {
+		// The first leader still silent is the one to spare next time.
+		for _, l := range n.cfg.View.Leaders {
+			if _, answered := r.acks[l]; !answered {
+				n.slowLeader = l
+				break
+			}
+		}
+	}
+	r.enterInc = maps.Clone(r.acks)
+	if r.guess == 0 {
+		n.masterName(r.a.Name).adding++
+	}
+	if r.guess != 0 && len(r.took) >= n.quorum() {
+		n.stats.OneRoundDoorways++
+		n.startWait(r)
+		return
+	}
+	took, held := r.took, r.heldAt
+	r.ticket = max(r.guess, r.max+1)
+	r.acks, r.rejects, r.tooLow, r.heldAt = map[wire.NodeID]uint32{}, map[wire.NodeID]bool{}, map[wire.NodeID]bool{}, nil
+	n.setPhase(r, phaseAddTicket)
+	r.sentAt, r.resends = n.now, 0
+	if r.ticket == r.guess {
+		// Their ticket stands: acked, and marked held as they said.
+		for l := range took {
+			r.acks[l] = 0
+		}
+		r.heldAt = held
+	} else {
 		n.watchCounter++
 		r.addSeq = n.watchCounter
-		n.mnames[r.a.Name].adding++
-		n.sendPhase(r, nil)
 	}
+	n.sendPhase(r, func(l wire.NodeID) bool { _, ok := r.acks[l]; return ok })
 }
 
 func (n *Node) onAddTicketAck(r *request, m wire.Message) {
 	if _, ok := r.enterInc[m.From]; !ok {
-		return
+		if m.Reject || r.guess == 0 || r.ticket != r.guess {
+			return
+		}
+		// A leader that took the number ENTERING proposed after the
+		// quorum of ENTERING was in: flag and number came in one step.
+		r.enterInc[m.From] = m.Incarnation
 	}
 	if m.Reject {
 		if m.HighWater == 0 {
@@ -551,6 +689,7 @@ func (n *Node) onAddTicketAck(r *request, m wire.Message) {
 		} else {
 			r.tooLow[m.From] = true
 			r.max = max(r.max, m.HighWater)
+			n.noteTicket(r.a.Name, m.HighWater)
 		}
 		n.checkTicketQuorum(r)
 		return
@@ -705,6 +844,7 @@ func raiseSpread(id wire.RequestID, raises uint64) uint64 {
 
 func (n *Node) startWait(r *request) {
 	n.mnames[r.a.Name].adding--
+	n.noteTicket(r.a.Name, r.ticket)
 	n.watchCounter++
 	n.setPhase(r, phaseWait)
 	r.sentAt, r.watchSeq = n.now, n.watchCounter
@@ -712,8 +852,34 @@ func (n *Node) startWait(r *request) {
 	r.acks = nil
 	r.firstSeen, r.first = map[wire.NodeID]bool{}, nil
 	n.masterName(r.a.Name).addWaiter(r)
-	n.sendPhase(r, nil)
+	if n.cfg.PlainDoorway {
+		n.sendPhase(r, nil)
+		n.evaluate(r)
+		return
+	}
+	n.arm(r)
+	// EXITING at once; the wait's watch at the Ready (sendWatches), and
+	// only if the reports that came with the acks did not grant by then,
+	// which would unwatch the name in the same breath. The watch is not
+	// for the grant: a report answering it counts for the wait without
+	// the ticket in it (see fresh), so a quorum of them that lacks the
+	// ticket ends a wait that an operator's force-unlock ended.
+	n.toLeaders(wire.Message{Kind: wire.KindExit, Name: r.a.Name, Req: r.id, Mode: r.a.Mode, Lifetime: n.lifetime(r), Ticket: r.ticket}, nil)
+	n.watchesDue = append(n.watchesDue, r)
 	n.evaluate(r)
+}
+
+// sendWatches sends the first watch of the waits that started since the
+// last Ready and still wait on it.
+func (n *Node) sendWatches() {
+	for _, r := range n.watchesDue {
+		if n.reqs[r.id] == r && r.phase == phaseWait && r.watchSeq == r.firstWatch {
+			n.toLeaders(wire.Message{Kind: wire.KindWatch, Name: r.a.Name, Req: r.id, Mode: r.a.Mode, Lifetime: n.lifetime(r),
+				Ticket: r.ticket, WatchSeq: r.watchSeq}, nil)
+		}
+	}
+	clear(n.watchesDue)
+	n.watchesDue = n.watchesDue[:0]
 }
 
 func (n *Node) onReport(m wire.Message) {
@@ -759,6 +925,11 @@ func (n *Node) onReport(m wire.Message) {
 	}
 	mn.reports[m.From] = &report{inc: m.Incarnation, seq: m.ReportSeq, echo: m.WatchSeq, sinceReaders: m.ReadersAgo, entries: entries}
 	mn.merges = nil // merges of the replaced report are dead
+	var top uint64
+	for _, e := range m.Entries {
+		top = max(top, e.Ticket)
+	}
+	n.noteTicket(m.Name, top) // the next doorway here proposes above it
 	n.reported.add(m.Name)
 	n.releaseStrays(m.From, m.Name, entries)
 	n.correctMarks(m.From, entries)
@@ -1146,6 +1317,17 @@ func (n *Node) leaveWait(r *request) {
 		mn.removeWaiter(r)
 	case phaseAddTicket:
 		mn.adding--
+	case phaseEnter:
+		if r.guess == 0 {
+			return
+		}
+		mn.adding--
+		if len(r.took) == 0 {
+			// No leader took the proposed number, so none watches for it
+			// (a drain's readers are refused here by thousands); one that
+			// takes it late stops by the watch's lifetime.
+			return
+		}
 	default:
 		return
 	}
@@ -1336,6 +1518,13 @@ func (n *Node) tickWaiting(r *request) {
 		r.phase != phaseWait && r.phase != phaseQueued && since >= n.cfg.RetransmitTicks {
 		r.sentAt = n.now
 		r.resends++
+		if r.phase == phaseEnter && r.guess != 0 && len(r.acks) >= n.quorum() {
+			// A quorum answered, not one of takers: the leaders that
+			// were proposed the number and are silent are late, and the
+			// doorway goes on with ADD_TICKET.
+			n.enterQuorum(r, true)
+			return
+		}
 		if r.phase == phaseAddTicket && r.resends > addTicketResends {
 			// A leader that acked ENTERING is gone and does not come
 			// back: only a new doorway can use the leaders still up.

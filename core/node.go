@@ -145,6 +145,9 @@ type Stats struct {
 	// StrayReleases counts releases sent again for requests this node had
 	// forgotten, which a late phase message had made a replica take again.
 	StrayReleases uint64
+	// OneRoundDoorways counts doorways a quorum of leaders completed in
+	// one round, taking the number ENTERING proposed with the flag.
+	OneRoundDoorways uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica
@@ -197,6 +200,16 @@ type Node struct {
 	timers  timerHeap                   // requests' next timers (masterTick)
 	handles map[wire.RequestID]*request // by the handle Acquire returned
 	mnames  map[string]*masterName
+	// ticketGuesses: the highest ticket this node knew of each name it
+	// asked for lately, bounded (noteTicket).
+	ticketGuesses map[string]uint64
+	// slowLeader: the leader last seen slowest (or silent) in a doorway
+	// that proposed its number, which the next one spares the proposal.
+	slowLeader wire.NodeID
+	proposals  uint64 // doorways that proposed a number (probeDoorways)
+	// watchesDue: waits that started since the last Ready, whose first
+	// watch goes out with it unless they were granted (startWait).
+	watchesDue []*request
 	// sharesStopped: StopSharing was called; no share is taken any more.
 	sharesStopped bool
 	// drained: the names whose shares saw a drain, by share slot: until
@@ -561,7 +574,7 @@ func masterKind(k wire.Kind) bool {
 
 // HasReady reports whether Ready has anything to handle.
 func (n *Node) HasReady() bool {
-	return len(n.dirty) > 0 || len(n.reported) > 0 || len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0 || len(n.phases) > 0
+	return len(n.dirty) > 0 || len(n.reported) > 0 || len(n.watchesDue) > 0 || len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0 || len(n.phases) > 0
 }
 
 // Ready returns the output accumulated so far; Advance drops exactly what
@@ -570,6 +583,7 @@ func (n *Node) HasReady() bool {
 // reports that came, and watchers get reports of the tables that changed.
 func (n *Node) Ready() Ready {
 	n.decideReported()
+	n.sendWatches()
 	n.flushReports()
 	n.handed = [5]int{len(n.persists), len(n.msgs), len(n.events), len(n.snapshots), len(n.phases)}
 	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],

@@ -198,7 +198,11 @@ func (n *Node) replicaStep(m wire.Message) {
 	}
 	switch m.Kind {
 	case wire.KindEnter:
-		n.onEnter(m)
+		if m.Ticket != 0 && !n.cfg.PlainDoorway {
+			n.onEnterTicket(m)
+		} else {
+			n.onEnter(m)
+		}
 	case wire.KindGetMax:
 		// Masters read the maximum with ENTERING now; an agent of the
 		// version before still asks apart.
@@ -244,16 +248,59 @@ func (n *Node) replyTo(m wire.Message, k wire.Kind) wire.Message {
 // onEnter sets Req's choosing flag (ENTERING), unless the name is full,
 // and answers with the name's high-water mark.
 func (n *Node) onEnter(m wire.Message) {
+	if reply, ok := n.enter(m); ok {
+		reply.HighWater = n.names[m.Name].highWater
+		n.send(reply)
+	}
+}
+
+// onEnterTicket is ENTERING with a number proposed (Message.Ticket): the
+// choosing flag is set and, if the number is above the name's mark, taken
+// as ADD_TICKET would take it, in one step, answered by ADD_TICKET's ack
+// (and the report its watch brings). A number not above the mark is
+// refused as by ADD_TICKET, but the answer is ENTERING's, with the mark:
+// the master proposes a higher one with ADD_TICKET, as after a plain
+// ENTERING. A leader that takes it checks it against the same mark
+// ADD_TICKET does, after the same flag is up: the bakery's order rests on
+// that check, not on the master having read the mark first.
+func (n *Node) onEnterTicket(m wire.Message) {
+	reply, ok := n.enter(m)
+	if !ok {
+		return
+	}
+	t := n.names[m.Name]
+	r := t.recs[m.Req]
+	if r.entry.Ticket == m.Ticket || r.entry.State == wire.StateChoosing && r.entry.Ticket == 0 && n.aboveMark(t, m.Ticket, true) {
+		m.Incarnation = n.cfg.Incarnation // the flag is this life's: set just now, or earlier in it
+		n.addTicket(m, true)
+		return
+	}
+	reply.HighWater = t.highWater
+	n.send(reply)
+}
+
+// aboveMark: ticket may be taken for a request of t: it is above every
+// number t had (tickets, and so fencing tokens, are unique per name).
+// withFlag: proposed with ENTERING.
+func (n *Node) aboveMark(t *replicaName, ticket uint64, withFlag bool) bool {
+	return ticket > t.highWater || n.cfg.Mutant.on(MutantSharedTickets) ||
+		withFlag && n.cfg.Mutant.on(MutantEnterTicketUnchecked)
+}
+
+// enter sets m.Req's choosing flag, unless the request is gone or refused;
+// ok when the flag is up (set now or before), with the answer to complete.
+// A refusal is sent from here; a request gone gets no answer.
+func (n *Node) enter(m wire.Message) (wire.Message, bool) {
 	reply := n.replyTo(m, wire.KindEnterAck)
 	t := n.replicaName(m.Name)
 	if _, gone := t.tombs.get(m.Req); gone {
-		return
+		return reply, false
 	}
 	if t.recs[m.Req] == nil {
 		if len(t.recs) >= n.cfg.MaxWaiters {
 			reply.Reject, reply.Code = true, wire.CodeOverflow
 			n.send(reply)
-			return
+			return reply, false
 		}
 		if code := n.refuseEarly(t, m); code != wire.CodeNone {
 			// Refused before it costs a durable ticket and two rounds:
@@ -263,7 +310,7 @@ func (n *Node) onEnter(m wire.Message) {
 				t.noteDrainTold(m.From, m.Mode)
 			}
 			n.send(reply)
-			return
+			return reply, false
 		}
 		t.putRec(m.Req, &record{
 			since: n.now,
@@ -285,8 +332,7 @@ func (n *Node) onEnter(m wire.Message) {
 			n.askYields(t, t.recs[m.Req])
 		}
 	}
-	reply.HighWater = t.highWater
-	n.send(reply)
+	return reply, true
 }
 
 // ticketOf is the replica's table of m.Name, its record of m.Req, and
@@ -300,6 +346,11 @@ func (n *Node) ticketOf(m wire.Message) (*replicaName, *record, bool) {
 // onAddTicket stores Req's number durably (ADD_TICKET), if the choosing
 // flag it rests on is still here and the number is above every other.
 func (n *Node) onAddTicket(m wire.Message) {
+	n.addTicket(m, false)
+}
+
+// addTicket is onAddTicket's, and onEnterTicket's when withFlag.
+func (n *Node) addTicket(m wire.Message, withFlag bool) {
 	reply := n.replyTo(m, wire.KindAddTicketAck)
 	reply.Ticket = m.Ticket
 	t := n.replicaName(m.Name)
@@ -314,7 +365,7 @@ func (n *Node) onAddTicket(m wire.Message) {
 		// The choosing flag this ticket rests on is not here, or was set
 		// in a previous life of this replica and may have been lost since.
 		reply.Reject = true
-	case m.Ticket <= t.highWater && !n.cfg.Mutant.on(MutantSharedTickets):
+	case !n.aboveMark(t, m.Ticket, withFlag):
 		// Another request holds this number: tickets, and so fencing
 		// tokens, are unique per name. The master raises its number.
 		reply.Reject, reply.HighWater = true, t.highWater

@@ -162,11 +162,17 @@ type Entry struct {
 type Kind uint8
 
 const (
-	// KindEnter (master → replica): set the choosing flag of Req (phase ENTERING).
+	// KindEnter (master → replica): set the choosing flag of Req (phase
+	// ENTERING). With Ticket, the master proposes that number too: a
+	// replica whose mark of Name is below it takes it in the same step,
+	// as KindAddTicket with WatchSeq and Lifetime would, and answers with
+	// KindAddTicketAck (and the report of the watch); otherwise, and in
+	// releases before 0.9, it answers with KindEnterAck.
 	KindEnter Kind = iota + 1
 	// KindEnterAck (replica → master): choosing set; Incarnation is the
 	// replica's, HighWater its high-water ticket of Name, read in the same
-	// step. Reject with Code when the replica refuses the request.
+	// step (a number proposed with KindEnter was not above it). Reject
+	// with Code when the replica refuses the request.
 	KindEnterAck
 	// KindGetMax (master → replica): read the name's high-water ticket
 	// (GET_MAX_TICKET). Masters read it with KindEnter now; replicas still

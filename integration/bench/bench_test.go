@@ -489,7 +489,7 @@ func TestFloor(t *testing.T) {
 	}
 	t.Log(b.floor.line())
 	m, _ := floorModelOf("W1", durable, 1)
-	want := 3**b.floor.P2PRoundTripMS + 2**b.floor.SocketCallMS + *b.floor.FsyncMS
+	want := 2**b.floor.P2PRoundTripMS + 2**b.floor.SocketCallMS + *b.floor.FsyncMS
 	if got := b.floor.latencyMS(m); got == nil || *got != want {
 		t.Errorf("W1's durable floor %v, want %v", got, want)
 	}

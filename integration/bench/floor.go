@@ -92,13 +92,15 @@ type floorModel struct {
 }
 
 // floorModels are the workloads' operations as sluice does them:
-//   - a lock cycle (W1, W3, churn): two round trips to the grant
-//     (ENTERING, ADD_TICKET with the first reports), one for the
-//     release, an fsync of the ticket, two calls (acquire, release);
+//   - a lock cycle on a name the agent used before (W1, W3): one round
+//     trip to the grant (ENTERING with the next number, the leaders'
+//     acks with their first reports), one for the release, an fsync of
+//     the ticket, two calls (acquire, release); a name new to the agent
+//     (churn) costs a round trip more, to read the number first;
 //   - a handoff on one name (W2): the holder's release reaches the
-//     leaders and their report the next waiter (a round trip), its
-//     confirmation (another), and the two calls of a cycle; the next
-//     waiter's ticket is on disk already;
+//     leaders and their report, which marks the next waiter held, the
+//     waiter's agent (a round trip), and the two calls of a cycle; the
+//     next waiter's ticket is on disk already;
 //   - a page view on the agent's shared read ticket (W4, W4n): the try
 //     and the release, two calls, no message; behind the middleware, on
 //     the lease it lends to the page views of its process, no call;
@@ -112,17 +114,17 @@ func floorModelOf(w string, st storage, clients int) (floorModel, bool) {
 	}
 	switch w {
 	case "W1":
-		return floorModel{trips: 3, calls: 2, fsyncs: fs, per: 1, what: "cycle: 3 round trips, 2 calls, " + fsyncWord(fs)}, true
+		return floorModel{trips: 2, calls: 2, fsyncs: fs, per: 1, what: "cycle: 2 round trips, 2 calls, " + fsyncWord(fs)}, true
 	case "W3":
-		return floorModel{trips: 3, calls: 2, fsyncs: fs, per: float64(clients), what: "cycle: 3 round trips, 2 calls, " + fsyncWord(fs) + fmt.Sprintf(", %d at once", clients)}, true
+		return floorModel{trips: 2, calls: 2, fsyncs: fs, per: float64(clients), what: "cycle: 2 round trips, 2 calls, " + fsyncWord(fs) + fmt.Sprintf(", %d at once", clients)}, true
 	case "W2":
-		return floorModel{trips: 2, calls: 2, per: 1, what: "handoff: 2 round trips, 2 calls"}, true
+		return floorModel{trips: 1, calls: 2, per: 1, what: "handoff: 1 round trip, 2 calls"}, true
 	case "W4", "W4n":
 		return floorModel{calls: 2, per: float64(clients), what: fmt.Sprintf("page view: 2 calls, %d at once", clients)}, true
 	case "W5":
 		return floorModel{trips: 1, calls: 1, per: 1, what: "drain: 1 call, 1 round trip"}, true
-	case "grant": // an uncontended acquire alone
-		return floorModel{trips: 2, calls: 1, fsyncs: fs, per: 1, what: "grant: 2 round trips, 1 call, " + fsyncWord(fs)}, true
+	case "grant": // an uncontended acquire alone, on a name its agent used before
+		return floorModel{trips: 1, calls: 1, fsyncs: fs, per: 1, what: "grant: 1 round trip, 1 call, " + fsyncWord(fs)}, true
 	case "call": // a page view's try on a held share
 		return floorModel{calls: 1, per: 1, what: "try: 1 call"}, true
 	}

@@ -38,6 +38,11 @@ type Options struct {
 	Patient bool
 	// Mutant breaks the core on purpose (mutation tests).
 	Mutant core.Mutant
+	// PlainDoorways is how many nodes, from node 1, run the doorway of the
+	// release before (core.Config.PlainDoorway: no number proposed with
+	// ENTERING, none taken with it), as in a cluster in the middle of an
+	// upgrade; 0: none, Nodes or more: all.
+	PlainDoorways int
 	// TraceLines is how many of the last trace lines a failure shows (default 60).
 	TraceLines int
 	// IdleBound, when set, fails the run as soon as a name stays free for
@@ -214,6 +219,9 @@ type Result struct {
 	// OvertakenLost: crashes that lost writes of a Ready while answers of
 	// other names, made after it, had left (core.Write.Scope).
 	OvertakenLost int
+	// OneRoundDoorways: doorways a quorum completed in one round, with the
+	// number proposed with ENTERING (the nodes' last lives only).
+	OneRoundDoorways int
 	// With Nested: NestedGrants made while a client held a name above or
 	// below the one granted (readers both); SideBySide writer grants made
 	// while a writer held another name of the same site (one that does
@@ -237,6 +245,7 @@ func (r *Result) add(o Result) {
 	r.LimitedGrants += o.LimitedGrants
 	r.LazyLost += o.LazyLost
 	r.OvertakenLost += o.OvertakenLost
+	r.OneRoundDoorways += o.OneRoundDoorways
 	r.NestedGrants += o.NestedGrants
 	r.SideBySide += o.SideBySide
 	r.Failures += o.Failures
@@ -611,6 +620,7 @@ func run(o Options) (*Sim, error) {
 	for _, n := range s.nodes {
 		if n.core != nil {
 			s.res.Handoffs += int(n.core.Stats().Handoffs)
+			s.res.OneRoundDoorways += int(n.core.Stats().OneRoundDoorways)
 		}
 	}
 	return s, nil
@@ -849,7 +859,7 @@ func (s *Sim) start(i int) {
 	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
 		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, ShareLease: share,
-		DrainMemo: drainMemoTicks, CheckIncremental: true}, n.disk.durable.Clone())
+		DrainMemo: drainMemoTicks, CheckIncremental: true, PlainDoorway: int(n.id) <= s.o.PlainDoorways}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return
