@@ -38,6 +38,12 @@
 //	             ticket (or marked it held as it took it, with nothing
 //	             ahead: the uncontended grant's two rounds)
 //
+// A master that knows a name's last ticket proposes the next number with
+// ENTERING: a replica whose mark is below it takes it with the flag, as
+// ADD_TICKET would, and a quorum of such answers ends the doorway in one
+// round (the grant in one); else ADD_TICKET follows (Config.PlainDoorway
+// turns this off, as in releases before 0.9).
+//
 // Waiting never polls: replicas push a report of a name to the masters that
 // watch it whenever the name changes. A slow refresh (RefreshTicks) only
 // recovers from lost messages. Reports and the decisions on them are

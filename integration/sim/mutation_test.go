@@ -293,7 +293,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		// strays at once.
 		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true,
 			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 0},
-		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 492},
+		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 212},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil, 0},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil, 0},
 		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
@@ -304,7 +304,7 @@ func TestMutantsAreCaught(t *testing.T) {
 			[]Options{{Modes: true, ReadHeavy: true}}, nil, 0},
 		// A completed renewal must rest on a quorum's answers to it: the
 		// hostile world's late answers meet the next renewal.
-		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 63},
+		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 180},
 		// Answers that leave before the writes they rest on are durable
 		// (every message out of its name's scope): a crash in between
 		// loses a ticket a quorum acknowledged.
