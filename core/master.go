@@ -419,7 +419,7 @@ func (n *Node) startEnter(r *request) {
 	r.sentAt, r.resends = n.now, 0
 	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint32{}, nil, nil, 0
 	r.guess, r.took, r.heldAt = 0, nil, nil
-	if g := n.ticketGuesses[r.a.Name]; g > 0 && !n.cfg.PlainDoorway {
+	if g := n.ticketGuesses[r.a.Name]; g > 0 && !n.cfg.PlainDoorway && !n.crowded(r.a.Name) {
 		// The number goes with the choosing flag: a leader whose mark is
 		// below it takes it in the same step, and a quorum of them makes
 		// the doorway one round (onEnterTicketAck). A leader that refuses
@@ -446,6 +446,15 @@ func (n *Node) startEnter(r *request) {
 // it to every leader, and the first still silent when it goes on is the
 // slowest (Node.slowLeader).
 const probeDoorways = 16
+
+// crowded: this node has other requests on name in their doorway or
+// waiting, so the name is contended and a number proposed from the last
+// one seen would likely meet another's: each such proposal refused at
+// some leaders and taken at others costs a raise and a sync more.
+func (n *Node) crowded(name string) bool {
+	mn := n.mnames[name]
+	return mn != nil && (len(mn.waiters) > 0 || mn.adding > 0)
+}
 
 // proposedTo: ENTERING to leader l carries the proposed number.
 func (r *request) proposedTo(l wire.NodeID) bool {

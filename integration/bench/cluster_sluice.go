@@ -220,6 +220,9 @@ var agentCounters = map[string]string{
 	// The seconds the store's commits took; over the fsyncs (one
 	// observation each), a commit's mean time.
 	"commit_seconds": "sluice_store_commit_seconds_sum",
+	// The agents' processes' CPU (user and system): what a cycle costs
+	// the machine, less moved by other load than a rate is.
+	"cpu_seconds": "process_cpu_seconds_total",
 }
 
 // counters sums agentCounters over the agents, read from each one's

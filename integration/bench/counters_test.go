@@ -13,9 +13,9 @@ func TestAgentCounters(t *testing.T) {
 	var socks []string
 	for _, body := range []string{
 		"# HELP sluice_store_syncs_total x\nsluice_store_syncs_total 10\nsluice_store_submits_total 12\n" +
-			"sluice_store_commit_seconds_sum 0.002\nsluice_store_commit_seconds_count 10\n" +
+			"sluice_store_commit_seconds_sum 0.002\nsluice_store_commit_seconds_count 10\nprocess_cpu_seconds_total 1.5\n" +
 			"sluice_messages_total{direction=\"in\"} 99\nsluice_messages_total{direction=\"out\"} 40\n",
-		"sluice_store_syncs_total 5\nsluice_store_submits_total 6\nsluice_messages_total{direction=\"out\"} 20\n",
+		"sluice_store_syncs_total 5\nsluice_store_submits_total 6\nsluice_messages_total{direction=\"out\"} 20\nprocess_cpu_seconds_total 0.5\n",
 	} {
 		sock := filepath.Join(t.TempDir(), "api.sock")
 		l, err := net.Listen("unix", sock)
@@ -38,7 +38,7 @@ func TestAgentCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"fsyncs": 15, "batches": 18, "messages": 60, "commit_seconds": 0.002}
+	want := map[string]float64{"fsyncs": 15, "batches": 18, "messages": 60, "commit_seconds": 0.002, "cpu_seconds": 2}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], v, got)
@@ -61,5 +61,11 @@ func TestAgentCounters(t *testing.T) {
 	}
 	if v := commit.value([]*runResult{{PerCycle: map[string]float64{"fsyncs": 0}}}); v != nil {
 		t.Errorf("commit mean without commits: %v, want none", *v)
+	}
+	// The agents' CPU a cycle: 1.5 s over 5 cycles.
+	cpu := ms[len(ms)-2]
+	per = perCycle(map[string]float64{"cpu_seconds": 0.5}, got, 5)
+	if v := cpu.value([]*runResult{{PerCycle: per}}); v == nil || cpu.format(*v) != "300000 µs" {
+		t.Errorf("CPU per cycle: %v", v)
 	}
 }

@@ -209,8 +209,15 @@ func perCycleMetrics() []metric {
 				return 1000 * sec / syncs, true // ms
 			})
 		}}
+	cpu := metric{name: "CPU per cycle (3 agents)", noRatio: true, format: fmtUS,
+		value: func(runs []*runResult) *float64 {
+			return medianOf(runs, func(r *runResult) (float64, bool) {
+				sec, ok := r.PerCycle["cpu_seconds"]
+				return 1000 * sec, ok // ms
+			})
+		}}
 	return []metric{m("fsyncs per cycle (3 agents)", "fsyncs"), m("store batches per cycle (3 agents)", "batches"),
-		m("messages sent per cycle (3 agents)", "messages"), commit}
+		m("messages sent per cycle (3 agents)", "messages"), cpu, commit}
 }
 
 func acquireMetric(name string, p func(*latency) float64) metric {
