@@ -280,7 +280,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		// with that copy off (MutantNumberlessChoosing, which is safe: the
 		// behaviour of every run before EXITING carried the number), so the harm shows.
 		{"renewal counted from the confirmation", core.MutantRenewFromDecision | core.MutantNumberlessChoosing, true, Options{Names: 1},
-			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}, nil, 82},
+			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}, nil, 44},
 		{"drops a restarted agent's granted tickets", core.MutantDropFormerTickets, true, Options{}, nil, nil, 0},
 		{"grants without its own ticket", core.MutantNoOwnTicket, true, Options{LoseRevocations: true}, nil, nil, 0},
 		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil, nil, 0},
@@ -293,7 +293,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		// strays at once.
 		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true,
 			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 0},
-		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 212},
+		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 4},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil, 0},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil, 0},
 		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
@@ -304,7 +304,7 @@ func TestMutantsAreCaught(t *testing.T) {
 			[]Options{{Modes: true, ReadHeavy: true}}, nil, 0},
 		// A completed renewal must rest on a quorum's answers to it: the
 		// hostile world's late answers meet the next renewal.
-		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 180},
+		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 193},
 		// Answers that leave before the writes they rest on are durable
 		// (every message out of its name's scope): a crash in between
 		// loses a ticket a quorum acknowledged.
