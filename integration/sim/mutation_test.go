@@ -308,15 +308,10 @@ func TestMutantsAreCaught(t *testing.T) {
 		// Answers that leave before the writes they rest on are durable
 		// (every message out of its name's scope): a crash in between
 		// loses a ticket a quorum acknowledged.
-		// These two run on the two-round doorway (every node
-		// PlainDoorway), where they were found. On the one-round
-		// doorway the windows are narrower: searched from seed 1201
-		// with the bound raised to 6,000, the simulator caught them at
-		// seeds 1772 and 2024.
 		{"answers before its writes are durable", core.MutantAnswersBeforeWrites | core.MutantNumberlessChoosing, true,
-			Options{Names: 1, SlowDisk: true, PlainDoorways: 99}, []Options{{Names: 2, ClientsPerNode: 2, SlowDisk: true, PlainDoorways: 99}}, nil, 263},
+			Options{Names: 1, SlowDisk: true}, []Options{{Names: 2, ClientsPerNode: 2, SlowDisk: true}}, nil, 494},
 		{"writes a force-unlock's tombstone lazily", core.MutantLazyForcedTomb, true,
-			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2, PlainDoorways: 99}, nil, nil, 1168},
+			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 129},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {
