@@ -562,6 +562,12 @@ type Sim struct {
 	// each name in the settle.
 	readerUnprobed []string
 	busyAt         map[string]int64
+	// readerRetries counts each name's reader probes refused as draining
+	// (readerProbeTries).
+	readerRetries map[string]int
+	// readerRetryNode is the node whose reader was refused: the next try
+	// of the name is made there.
+	readerRetryNode map[string]int
 	// conflicting are the two holders the nested check failed on.
 	conflicting [2]*client
 
@@ -1864,6 +1870,23 @@ func (s *Sim) onEvent(node int, e core.Event) {
 			s.failf("client %d failed while %v", c.id, c.state)
 			return
 		}
+		if c.probe && c.mode == semaphore.ReadOnly && e.Code == wire.CodeDraining && s.readerRetries[c.name] < readerProbeTries-1 {
+			// A reader's try refused as draining tries again once the
+			// name is quiet again, as a site's next page view does: a
+			// copy of a writer's ENTERING that a slow link of the faults
+			// delivers only now sets a choosing flag at a leader (a
+			// stray), until its master, told by that leader's answer,
+			// releases it. A drain word, memo or share that stays stuck
+			// refuses every try.
+			s.readerRetries[c.name]++
+			s.readerRetryNode[c.name] = c.node // a memo stuck at a node refuses there
+			s.tracef("settle probe of client %d on %s refused as draining; tries again when the name is quiet", c.id, c.name)
+			s.readerUnprobed = append(s.readerUnprobed, c.name)
+			s.busyAt[c.name] = s.tick
+			s.finishOp(c, false, 0)
+			c.state, c.probe = idle, false
+			return
+		}
 		if c.probe {
 			s.failf("settle probe of client %d on %s failed with %s after faults stopped; the leaders' tables: %s",
 				c.id, c.name, e.Code, s.tables(c.name))
@@ -2250,6 +2273,10 @@ func (s *Sim) settle() {
 	}
 }
 
+// readerProbeTries is how many reader probes of a name may be refused as
+// draining before the last one fails the run.
+const readerProbeTries = 3
+
 // probeReaders: with semaphore modes, once the exclusive probes are done
 // and a name has been quiet longer than a drain memo and a round trip, a
 // READ_ONLY try on it (through a share, when the nodes share) must be
@@ -2258,7 +2285,8 @@ func (s *Sim) settle() {
 // settle goes on until every name was probed so (probing).
 func (s *Sim) probeReaders(since int64) {
 	if since == 200 {
-		s.readerUnprobed, s.busyAt = slices.Clone(s.names), map[string]int64{}
+		s.readerUnprobed, s.busyAt, s.readerRetries = slices.Clone(s.names), map[string]int64{}, map[string]int{}
+		s.readerRetryNode = map[string]int{}
 	}
 	for _, c := range s.clients {
 		if c.state == waiting || c.state == holding {
@@ -2269,15 +2297,18 @@ func (s *Sim) probeReaders(since int64) {
 		if s.tick-s.busyAt[name] <= drainMemoTicks+2*tryTicks {
 			continue
 		}
+		retryAt, retry := s.readerRetryNode[name]
 		i := slices.IndexFunc(s.clients, func(c *client) bool {
 			n := s.nodes[c.node]
-			return c.state == idle && n.core != nil && !n.paused(s.tick)
+			return c.state == idle && n.core != nil && !n.paused(s.tick) && (!retry || c.node == retryAt)
 		})
 		if i < 0 {
 			return // every client busy: they let go soon
 		}
-		s.acquireAs(s.clients[i], name, probeReader)
+		// Out of the list first: a try refused at once (a memo at the
+		// node) puts the name back to be tried again.
 		s.readerUnprobed = slices.DeleteFunc(s.readerUnprobed, func(n string) bool { return n == name })
+		s.acquireAs(s.clients[i], name, probeReader)
 		if s.fail != nil {
 			return
 		}
