@@ -217,6 +217,12 @@ var agentCounters = map[string]string{
 	"fsyncs":   "sluice_store_syncs_total",
 	"batches":  "sluice_store_submits_total",
 	"messages": `sluice_messages_total{direction="out"}`,
+	// Reports (a leader's word on a name to a waiting master): most of
+	// a contended name's traffic.
+	"reports": `sluice_peer_messages_total{kind="report"}`,
+	// Doorways done in one round (the master knew the name's last
+	// ticket and proposed the next number).
+	"one_round": "sluice_one_round_doorways_total",
 	// The seconds the store's commits took; over the fsyncs (one
 	// observation each), a commit's mean time.
 	"commit_seconds": "sluice_store_commit_seconds_sum",

@@ -217,7 +217,9 @@ func perCycleMetrics() []metric {
 			})
 		}}
 	return []metric{m("fsyncs per cycle (3 agents)", "fsyncs"), m("store batches per cycle (3 agents)", "batches"),
-		m("messages sent per cycle (3 agents)", "messages"), cpu, commit}
+		m("messages sent per cycle (3 agents)", "messages"),
+		m("of them, reports to other agents", "reports"),
+		m("doorways done in one round per cycle", "one_round"), cpu, commit}
 }
 
 func acquireMetric(name string, p func(*latency) float64) metric {

@@ -211,6 +211,10 @@ type CoreStats struct {
 	Retransmits      uint64 `json:"retransmits"`
 	DoorwayRestarts  uint64 `json:"doorway_restarts"`
 	TicketRaises     uint64 `json:"ticket_raises"`
+	// OneRoundDoorways counts doorways done in one round: the node
+	// proposed the name's next number with its choosing flag, and a
+	// quorum of leaders took it.
+	OneRoundDoorways uint64 `json:"one_round_doorways"`
 	NotServing       uint64 `json:"not_serving"`
 	Handoffs         uint64 `json:"handoffs"`
 	// RestoredDropped counts tickets restored from the store that fewer

@@ -381,6 +381,8 @@ func TestAPIMetrics(t *testing.T) {
 		`sluice_failures_total{reason="overflow"} 0`,
 		`sluice_wait_seconds_bucket{mode="read-only",le="5e-05"} 0`,
 		`sluice_messages_total{direction="in"}`,
+		`sluice_peer_messages_total{kind="report"} 0`,
+		"sluice_one_round_doorways_total",
 		"sluice_messages_dropped_total 0",
 	} {
 		if !strings.Contains(m.raw, want) {

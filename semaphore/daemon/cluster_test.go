@@ -15,6 +15,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/sluicehq/sluice/core/codes"
 	"github.com/sluicehq/sluice/core/store"
 	"github.com/sluicehq/sluice/core/wire"
@@ -693,6 +695,58 @@ func TestLocksAcrossAgents(t *testing.T) {
 	if l.Token <= held.Token {
 		t.Fatalf("token %d after %d: fencing tokens must grow", l.Token, held.Token)
 	}
+	// The name's next locks on the same node propose the next number
+	// with the choosing flag: a doorway in one round, unless a leader's
+	// answer was later than the node's retransmit timer (40 ms), which a
+	// few more locks get past. /metrics counts them as the core does,
+	// and counts the messages to the peers by kind.
+	n := c.node(2)
+	for i := 0; c.status(2).Core.OneRoundDoorways == 0; i++ {
+		if i == 20 {
+			t.Fatal("20 locks of a name the node had locked, none in one round")
+		}
+		if err := n.Release(context.Background(), l.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		next := mustAcquire(t, n, "/site", "exclusive", time.Minute)
+		if next.Token <= l.Token {
+			t.Fatalf("token %d after %d: fencing tokens must grow", next.Token, l.Token)
+		}
+		l = next
+	}
+	want := c.status(2).Core.OneRoundDoorways
+	if got := metricValue(t, n, "sluice_one_round_doorways_total", ""); got != float64(want) {
+		t.Errorf("sluice_one_round_doorways_total %v, status says %d", got, want)
+	}
+	if got := metricValue(t, n, "sluice_peer_messages_total", "enter"); got < 2 {
+		t.Errorf(`sluice_peer_messages_total{kind="enter"} %v: each lock sends ENTERING to both other leaders`, got)
+	}
+	if got := metricValue(t, c.node(0), "sluice_peer_messages_total", "enter-ack"); got < 1 {
+		t.Errorf(`sluice_peer_messages_total{kind="enter-ack"} %v at a leader that answered ENTERING`, got)
+	}
+}
+
+// metricValue is the value of the counter name of n's /metrics registry
+// (its child of label kind, when kind is not empty); the test fails
+// without it.
+func metricValue(t *testing.T, n *daemon.Node, name, kind string) float64 {
+	t.Helper()
+	fams, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if kind == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "kind" && l.GetValue() == kind }) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s{kind=%q} in the metrics", name, kind)
+	return 0
 }
 
 // logSignal is a slog.Handler that signals every record with one of the

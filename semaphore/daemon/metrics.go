@@ -31,9 +31,17 @@ type metrics struct {
 	// msgIn, msgOut: messages' children, resolved once (one per message
 	// otherwise); dropped counts what the transport could not queue.
 	msgIn, msgOut, dropped prometheus.Counter
-	persists               prometheus.Counter
-	rejected               prometheus.Counter
-	forced                 prometheus.Counter
+	// peerMessages: messages sent to other nodes, by kind; peerOut its
+	// children by wire.Kind, resolved once.
+	peerMessages *prometheus.CounterVec
+	peerOut      [256]prometheus.Counter
+	// oneRound: doorways done in one round (core.Stats.OneRoundDoorways),
+	// oneRoundSeen the count already added.
+	oneRound     prometheus.Counter
+	oneRoundSeen uint64
+	persists     prometheus.Counter
+	rejected     prometheus.Counter
+	forced       prometheus.Counter
 	// forbidden: API calls refused by the caller's role, by action.
 	forbidden *prometheus.CounterVec
 	// releasesUnanswered: releases of the compact protocol's version 2
@@ -103,6 +111,15 @@ func newMetrics() *metrics {
 	m.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_messages_total",
 		Help: "Lock and election messages, by direction (in, out)."}, []string{"direction"})
 	m.msgIn, m.msgOut = m.messages.WithLabelValues("in"), m.messages.WithLabelValues("out")
+	m.peerMessages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_peer_messages_total",
+		Help: "Lock and election messages sent to other nodes, by kind (enter, add-ticket, report, ...): where a workload's traffic goes."}, []string{"kind"})
+	for k := range m.peerOut {
+		if wire.Kind(k).Valid() {
+			m.peerOut[k] = m.peerMessages.WithLabelValues(wire.Kind(k).String())
+		}
+	}
+	m.oneRound = counter("sluice_one_round_doorways_total",
+		"Doorways of this node's requests that a quorum of leaders completed in one round (the node proposed the name's next number with its choosing flag).")
 	m.dropped = counter("sluice_messages_dropped_total",
 		"Lock and election messages the transport could not queue for their peer (its queue full, or no such peer).")
 	m.persists = counter("sluice_store_submits_total",
@@ -112,7 +129,7 @@ func newMetrics() *metrics {
 	m.forced = counter("sluice_force_unlocks_total",
 		"Operator force-unlocks sent from this node.")
 	for _, c := range []prometheus.Collector{m.grants, m.failures, m.wait, m.hold, m.active, m.waiters,
-		m.phases, m.messages} {
+		m.phases, m.messages, m.peerMessages} {
 		f(c)
 	}
 	// Every label a series can have, at zero from the start: a rate or an
@@ -235,4 +252,11 @@ func buildInfoGauge(version, revision, goVersion string) prometheus.Collector {
 		Help:        "1, labelled with the version, commit and Go version of this agent's build.",
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion}},
 		func() float64 { return 1 })
+}
+
+// sentToPeer counts m, a message to another node, by its kind.
+func (m *metrics) sentToPeer(k wire.Kind) {
+	if c := m.peerOut[k]; c != nil {
+		c.Inc()
+	}
 }

@@ -639,9 +639,14 @@ func (n *Node) collect() {
 			n.core.Advance()
 		}
 	}
-	if h := n.core.Stats().Handoffs; h > n.metrics.handoffSeen {
+	st := n.core.Stats()
+	if h := st.Handoffs; h > n.metrics.handoffSeen {
 		n.metrics.handoffs.Add(float64(h - n.metrics.handoffSeen))
 		n.metrics.handoffSeen = h
+	}
+	if d := st.OneRoundDoorways; d > n.metrics.oneRoundSeen {
+		n.metrics.oneRound.Add(float64(d - n.metrics.oneRoundSeen))
+		n.metrics.oneRoundSeen = d
 	}
 	n.keepVoters()
 }
@@ -734,6 +739,7 @@ func (n *Node) flush(ctx context.Context) {
 				n.loopback = append(n.loopback, m)
 				continue
 			}
+			n.metrics.sentToPeer(m.Kind)
 			out = append(out, m)
 		}
 		clear(p.msgs[len(msgs):])

@@ -41,7 +41,8 @@ func coreStats(s core.Stats) api.CoreStats {
 	return api.CoreStats{BadMessages: s.BadMessages, WrongTarget: s.WrongTarget, StaleEpoch: s.StaleEpoch,
 		StaleIncarnation: s.StaleIncarnation, StaleReplies: s.StaleReplies, Granted: s.Granted, Failed: s.Failed,
 		Expired: s.Expired, Retransmits: s.Retransmits, DoorwayRestarts: s.DoorwayRestarts, TicketRaises: s.TicketRaises,
-		NotServing: s.NotServing, Handoffs: s.Handoffs, RestoredDropped: s.RestoredDropped}
+		OneRoundDoorways: s.OneRoundDoorways,
+		NotServing:       s.NotServing, Handoffs: s.Handoffs, RestoredDropped: s.RestoredDropped}
 }
 
 // Status reports readiness: LOCK_READY when the election knows a valid
