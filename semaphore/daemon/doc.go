@@ -14,6 +14,10 @@
 // Time: the core counts ticks (10 ms by default). The loop catches its tick
 // count up with the wall clock, so a paused node's ticks do not run slower
 // than time: a master's lease must never outlast the replicas' count of it.
+// It does so after it takes each message or call, before stepping it, also
+// within one turn's batch: what arrived while the process was stopped is
+// stepped on a clock read after the stop, so a replica never counts a
+// ticket's lifetime from before the ticket was sent.
 // A node with no request of its own (core.Node.Quiet) wakes ten ticks
 // apart and runs the ticks due at once: its hellos and a leader's expiries
 // of others' tickets run up to 100 ms late, which only keeps those tickets

@@ -34,3 +34,25 @@ func TickPeriods(ctx context.Context, node *Node) (now, tick time.Duration, err 
 	err = node.do(ctx, func() { now, tick = node.period, node.cfg.Tick })
 	return now, tick, err
 }
+
+// TicksAcrossStop runs an op on node's loop that calls jump (a clock
+// moved on while the process was stopped, as it finds it when it runs on)
+// and queues a second op, which the loop takes in the same batch; it
+// returns the ticks the loop had counted when each of the two ran.
+func TicksAcrossStop(ctx context.Context, node *Node, jump func()) (before, after int64, err error) {
+	ran := make(chan struct{})
+	err = node.do(ctx, func() {
+		before = node.ticks
+		jump()
+		node.ops <- func() { after = node.ticks; close(ran) }
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	select {
+	case <-ran:
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+	return before, after, nil
+}

@@ -379,10 +379,18 @@ func (n *Node) Run(ctx context.Context) error {
 		case gotMsg:
 			n.step(m)
 			// Take what else is already there before driving, so one Ready
-			// (one disk write) serves many messages under load.
+			// (one disk write) serves many messages under load. Each is
+			// stepped on a clock read after it was taken: the process may
+			// have stopped (SIGSTOP, a frozen VM) since the last read, and
+			// a leader that counted a ticket's lifetime from a clock read
+			// before the ticket arrived would forget it while its holder's
+			// lease still runs.
 			for i := 0; i < inboxBatchPerRun; i++ {
 				select {
 				case m := <-n.cfg.Transport.Inbox():
+					if !n.catchUp(ctx) {
+						return nil
+					}
 					n.step(m)
 					continue
 				default:
@@ -407,6 +415,9 @@ func (n *Node) Run(ctx context.Context) error {
 			for i := 0; i < opsBatchPerRun; i++ {
 				select {
 				case op := <-n.ops:
+					if !n.catchUp(ctx) {
+						return nil
+					}
 					op()
 					continue
 				default:

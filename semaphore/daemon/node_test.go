@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -147,6 +148,36 @@ func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 	go func() { defer close(done); _ = n.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return n, tr
+}
+
+// A call taken in the same turn as another is run on a clock read after
+// it was taken: the process may have stopped in between (SIGSTOP, a
+// frozen VM), and on the clock of before the stop a leader would count a
+// ticket's lifetime from before the ticket arrived, and a node would
+// grant a page view on a shared read ticket whose lease ran out.
+func TestBatchedCallsSeeTheClockCaughtUp(t *testing.T) {
+	var clk atomic.Int64 // nanoseconds
+	tr := &loneTransport{in: make(chan wire.Message)}
+	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, Bootstrap: []wire.NodeID{1}, Transport: tr, Store: &diskTwin{durable: core.NewDurable()},
+		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
+		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond,
+		Clock: func() time.Duration { return time.Duration(clk.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wait, stop := context.WithTimeout(context.Background(), settle)
+	defer stop()
+	before, after, err := daemon.TicksAcrossStop(wait, n, func() { clk.Add(int64(5 * time.Second)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before != 5000 {
+		t.Fatalf("the second call ran at tick %d, the first at %d: want the 5,000 ticks of the stop counted between them", after, before)
+	}
 }
 
 // waitStatus waits, at most settle, until cond holds for n's status.
