@@ -135,11 +135,16 @@ func (g *gatedDisk) Snapshot(func(string, uint64, []core.DurableTicket) error) (
 }
 
 func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
+	return startLoneClock(t, d, nil)
+}
+
+// startLoneClock is startLone on clock (nil: the boot clock).
+func startLoneClock(t *testing.T, d daemon.Store, clock func() time.Duration) (*daemon.Node, *loneTransport) {
 	t.Helper()
 	tr := &loneTransport{in: make(chan wire.Message)}
 	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, Bootstrap: []wire.NodeID{1}, Transport: tr, Store: d,
 		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
-		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond})
+		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,18 +162,7 @@ func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 // grant a page view on a shared read ticket whose lease ran out.
 func TestBatchedCallsSeeTheClockCaughtUp(t *testing.T) {
 	var clk atomic.Int64 // nanoseconds
-	tr := &loneTransport{in: make(chan wire.Message)}
-	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, Bootstrap: []wire.NodeID{1}, Transport: tr, Store: &diskTwin{durable: core.NewDurable()},
-		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
-		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond,
-		Clock: func() time.Duration { return time.Duration(clk.Load()) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	n, _ := startLoneClock(t, &diskTwin{durable: core.NewDurable()}, func() time.Duration { return time.Duration(clk.Load()) })
 	wait, stop := context.WithTimeout(context.Background(), settle)
 	defer stop()
 	before, after, err := daemon.TicksAcrossStop(wait, n, func() { clk.Add(int64(5 * time.Second)) })
