@@ -254,7 +254,7 @@ func buildInfoGauge(version, revision, goVersion string) prometheus.Collector {
 		func() float64 { return 1 })
 }
 
-// sentToPeer counts m, a message to another node, by its kind.
+// sentToPeer counts a message of kind k sent to another node.
 func (m *metrics) sentToPeer(k wire.Kind) {
 	if c := m.peerOut[k]; c != nil {
 		c.Inc()
