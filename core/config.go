@@ -95,6 +95,13 @@ type Config struct {
 	// takes it grants in one round fewer. Tests use it to run an older
 	// agent beside newer ones, and schedules built on the plain doorway.
 	PlainDoorway bool
+	// EagerReports makes the node, as a replica, send every watcher a
+	// report at each change of the name, as releases before 0.9 did. The
+	// zero value holds back a report from a master waiting with hard
+	// writers only when all it would carry are newcomers' flags and
+	// tickets, which cannot matter to it (see holdsBack). Tests use it for
+	// schedules built on every report.
+	EagerReports bool
 	// Mutant deliberately breaks the core. Only the mutation tests set it,
 	// to prove that the simulator catches broken variants. It takes
 	// effect only in builds with the sluicemutants tag (core/mutation);
@@ -274,6 +281,10 @@ const (
 	// request that entered after a waiter's ticket was taken may be ahead
 	// of it.
 	MutantEnterTicketUnchecked
+	// MutantHoldBackAny: a leader holds back a report from a master that
+	// waits with hard writers whatever changed, a holder's release
+	// included, so the next waiter waits for its own watch to come round.
+	MutantHoldBackAny
 )
 
 func (c *Config) withDefaults() (Config, error) {

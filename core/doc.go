@@ -45,8 +45,10 @@
 // turns this off, as in releases before 0.9).
 //
 // Waiting never polls: replicas push a report of a name to the masters that
-// watch it whenever the name changes. A slow refresh (RefreshTicks) only
-// recovers from lost messages. Reports and the decisions on them are
+// watch it whenever the name changes in a way that may matter to them (a
+// master waiting with hard writers only is not told of newcomers' doorways
+// until something else changes: holdsBack; Config.EagerReports turns that
+// off). A slow refresh (RefreshTicks) only recovers from lost messages. Reports and the decisions on them are
 // settled in Ready, once for all the input since the last one: a runtime
 // that steps what its inbox holds before it calls Ready sends one report
 // per watcher of a busy name, and each waiter decides once, on the newest

@@ -124,6 +124,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"limit_waits_for_choosing_share.txt", core.MutantIgnoreChoosing, 1, "read-only held ticket=2"},
 		{"rewatch_report_without_ticket.txt", core.MutantUncheckedTicketReports, 1, "exclusive held"},
 		{"enter_ticket_below_mark.txt", core.MutantEnterTicketUnchecked, 0, "granted 4.1.2 "},
+		{"report_waits_for_turn.txt", core.MutantHoldBackAny, 1, "granted 5.1.1 "},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			if mutant != 0 && !mutation.Need(t) {

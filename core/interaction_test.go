@@ -62,6 +62,9 @@ type harness struct {
 	quiet bool
 	// plain: the nodes that run the plain doorway (cluster plain=...).
 	plain map[int]bool
+	// eager: the nodes that send a report at every change (cluster
+	// eager=...: core.Config.EagerReports).
+	eager map[int]bool
 }
 
 func (h *harness) lost(m wire.Message) bool {
@@ -240,6 +243,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if st.StrayReleases > 0 {
 			h.printf("stray-releases=%d\n", st.StrayReleases)
 		}
+		if st.HeldBackReports > 0 {
+			h.printf("held-back-reports=%d\n", st.HeldBackReports)
+		}
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
@@ -272,6 +278,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 		}
 	}
 	h.plain = plainNodes(strArg(d, "plain", ""), size)
+	h.eager = plainNodes(strArg(d, "eager", ""), size)
 	h.nodes, h.inflight, h.isolated, h.cut = nil, nil, map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
 	for i := range size {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
@@ -283,8 +290,9 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	h.printf("%d nodes, leaders %v\n", size, h.view.Leaders)
 }
 
-// plainNodes reads a cluster's plain=: all, or a list of nodes, that run
-// the doorway of releases before 0.9 (core.Config.PlainDoorway).
+// plainNodes reads a cluster's plain= or eager=: all, or a list of nodes,
+// that run the doorway of releases before 0.9 (core.Config.PlainDoorway),
+// or send every report as those did (core.Config.EagerReports).
 func plainNodes(p string, size int) map[int]bool {
 	plain := map[int]bool{}
 	for i := range size {
@@ -304,6 +312,7 @@ func (h *harness) start(t *testing.T, id int) {
 	cfg := h.cfg
 	cfg.ID, cfg.Incarnation = wire.NodeID(id), n.inc
 	cfg.PlainDoorway = h.plain[id]
+	cfg.EagerReports = h.eager[id]
 	c, err := core.New(cfg, n.disk.Clone())
 	if err != nil {
 		t.Fatal(err)

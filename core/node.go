@@ -148,6 +148,10 @@ type Stats struct {
 	// OneRoundDoorways counts doorways a quorum of leaders completed in
 	// one round, taking the number ENTERING proposed with the flag.
 	OneRoundDoorways uint64
+	// HeldBackReports counts reports a leader held back from a master
+	// because nothing they would carry could matter to its requests
+	// (holdsBack); a later report carries those changes.
+	HeldBackReports uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica

@@ -26,6 +26,10 @@ type record struct {
 	held       bool
 	notAt      map[wire.NodeID]bool
 	notAtEpoch uint64
+	// flagVer is the table's version when this life of the replica set
+	// the request's choosing flag (0: restored or taken over): reports
+	// made before it cannot list the request (see holdsBack).
+	flagVer uint64
 	// try: a writer's try (its ENTER said so). It asks shared read
 	// tickets to go when idle, never to turn readers away: it runs only
 	// if nobody holds the name now, and must not put a site's frontends
@@ -324,6 +328,7 @@ func (n *Node) enter(m wire.Message) (wire.Message, bool) {
 		})
 		n.schedule(t, t.recs[m.Req].deadline)
 		n.changedReq(t, m.Req, m.Mode)
+		t.recs[m.Req].flagVer = t.ver
 		if !m.Mode.Shared() {
 			// A drain's readers are turned away from here, a round and a
 			// durable ticket before the writer's ticket is taken (asked
@@ -925,7 +930,7 @@ func (n *Node) flushReports() {
 		var deltas map[uint64][]wire.Entry // by the version they start after
 		for _, id := range sortedNodes(t.watchers) {
 			w := t.watchers[id]
-			if !all && !w.due {
+			if !all && !w.due || !w.due && n.holdsBack(t, id, w) {
 				continue
 			}
 			w.due = false
@@ -962,6 +967,57 @@ func (n *Node) flushReports() {
 			n.send(m)
 		}
 	}
+}
+
+// holdsBack: the changes of t since master's last report cannot matter
+// to master's requests there, so the report waits until one that does
+// (a release, a change of its own requests or of a request it has seen,
+// its watch) and then carries them all. Under a queue of writers on one
+// name this saves a report per leader and waiter for each newcomer's flag
+// and ticket: a third of a handoff's messages.
+//
+// They cannot matter when every request of master in t is a hard writer
+// (exclusive or read-write-priority) with its ticket, taken in this life,
+// and every change since is of another node's request that master's last
+// report did not list: its flag was set here after that report, so after
+// master's tickets were taken here, and the number it gets is above them
+// wherever it is taken (a taker checks it above a mark at least as high,
+// and every quorum it may be taken at shares a leader with the quorum that
+// reported our tickets). A hard writer waits only for earlier tickets and
+// for a soft writer marked active; soft writers' changes are sent at once.
+//
+// Safety does not rest on any of this: a report held back is a report
+// late on the wire, which the masters' freshness rules already allow
+// (fresh). What rests on it is that no waiter waits for it.
+func (n *Node) holdsBack(t *replicaName, master wire.NodeID, w *watcher) bool {
+	if n.cfg.EagerReports || w.sentSeq == 0 || len(t.recs) > clearScan || w.sentVer+1 < t.journalFrom {
+		return false
+	}
+	mine := 0
+	for req, r := range t.recs {
+		if req.Node != master {
+			continue
+		}
+		m := r.entry.Mode
+		if !m.Writer() || m.Soft() || r.entry.Ticket == 0 || r.restored {
+			return false
+		}
+		mine++
+	}
+	if mine == 0 {
+		return false
+	}
+	for _, j := range t.journal {
+		if j.ver <= w.sentVer || n.cfg.Mutant.on(MutantHoldBackAny) {
+			continue
+		}
+		r := t.recs[j.req]
+		if j.req.Node == master || r == nil || r.flagVer <= w.sentVer || r.entry.Mode.Soft() {
+			return false
+		}
+	}
+	n.stats.HeldBackReports++
+	return true
 }
 
 // refuseEarly asks Config.RefuseEarly about a try entering t.

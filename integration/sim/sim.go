@@ -40,7 +40,8 @@ type Options struct {
 	Mutant core.Mutant
 	// PlainDoorways is how many nodes, from node 1, run the doorway of the
 	// release before (core.Config.PlainDoorway: no number proposed with
-	// ENTERING, none taken with it), as in a cluster in the middle of an
+	// ENTERING, none taken with it) and send a report at every change of a
+	// name (core.Config.EagerReports), as in a cluster in the middle of an
 	// upgrade; 0: none, Nodes or more: all.
 	PlainDoorways int
 	// TraceLines is how many of the last trace lines a failure shows (default 60).
@@ -869,7 +870,8 @@ func (s *Sim) start(i int) {
 	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
 		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, ShareLease: share,
-		DrainMemo: drainMemoTicks, CheckIncremental: true, PlainDoorway: int(n.id) <= s.o.PlainDoorways}, n.disk.durable.Clone())
+		DrainMemo: drainMemoTicks, CheckIncremental: true, PlainDoorway: int(n.id) <= s.o.PlainDoorways,
+		EagerReports: int(n.id) <= s.o.PlainDoorways}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)
 		return
