@@ -972,7 +972,8 @@ func (n *Node) flushReports() {
 // holdsBack: the changes of t since master's last report cannot matter
 // to master's requests there, so the report waits until one that does
 // (a release, a change of its own requests or of a request it has seen,
-// its watch) and then carries them all. Under a queue of writers on one
+// a request of its own that the report would mark held, its watch) and
+// then carries them all. Under a queue of writers on one
 // name this saves a report per leader and waiter for each newcomer's flag
 // and ticket: a third of a handoff's messages.
 //
@@ -1001,6 +1002,9 @@ func (n *Node) holdsBack(t *replicaName, master wire.NodeID, w *watcher) bool {
 		m := r.entry.Mode
 		if !m.Writer() || m.Soft() || r.entry.Ticket == 0 || r.restored {
 			return false
+		}
+		if !r.held && t.clear(r) && !n.cfg.Mutant.on(MutantHoldBackAny) {
+			return false // the report marks it held (heldForReport): a grant without a confirmation
 		}
 		mine++
 	}
