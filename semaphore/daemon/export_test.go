@@ -35,6 +35,9 @@ func TickPeriods(ctx context.Context, node *Node) (now, tick time.Duration, err 
 	return now, tick, err
 }
 
+// OnLoop runs fn on node's loop, as one of its calls.
+func OnLoop(ctx context.Context, node *Node, fn func()) error { return node.do(ctx, fn) }
+
 // TicksAcrossStop runs an op on node's loop that calls jump (a clock
 // moved on while the process was stopped, as it finds it when it runs on)
 // and queues a second op, which the loop takes in the same batch; it

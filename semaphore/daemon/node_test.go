@@ -140,8 +140,13 @@ func startLone(t *testing.T, d daemon.Store) (*daemon.Node, *loneTransport) {
 
 // startLoneClock is startLone on clock (nil: the boot clock).
 func startLoneClock(t *testing.T, d daemon.Store, clock func() time.Duration) (*daemon.Node, *loneTransport) {
-	t.Helper()
 	tr := &loneTransport{in: make(chan wire.Message)}
+	return startLoneOn(t, d, clock, tr), tr
+}
+
+// startLoneOn is startLoneClock with the transport tr.
+func startLoneOn(t *testing.T, d daemon.Store, clock func() time.Duration, tr *loneTransport) *daemon.Node {
+	t.Helper()
 	n, err := daemon.NewNode(daemon.NodeConfig{Self: 1, Bootstrap: []wire.NodeID{1}, Transport: tr, Store: d,
 		ID:    election.ID{Priority: 1, Address: "mem", Name: "n1"},
 		State: store.State{Durable: core.NewDurable(), Incarnation: 1}, Tick: time.Millisecond, Clock: clock})
@@ -152,7 +157,7 @@ func startLoneClock(t *testing.T, d daemon.Store, clock func() time.Duration) (*
 	done := make(chan struct{})
 	go func() { defer close(done); _ = n.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return n, tr
+	return n
 }
 
 // A call taken in the same turn as another is run on a clock read after
@@ -171,6 +176,80 @@ func TestBatchedCallsSeeTheClockCaughtUp(t *testing.T) {
 	}
 	if after-before != 5000 {
 		t.Fatalf("the second call ran at tick %d, the first at %d: want the 5,000 ticks of the stop counted between them", after, before)
+	}
+}
+
+// A message taken in the same turn as another is stepped on a clock read
+// after it was taken, as a call is (above): the leader's record of the
+// second ENTERING must count from after the stop that came between the
+// two, or it would count a ticket's lifetime from before it arrived and
+// forget it while its holder's lease still ran. Both messages are in the
+// inbox before the loop takes either, so they are one turn's batch, and
+// each clock read from then on finds the clock 100 ms on.
+func TestBatchedMessagesSeeTheClockCaughtUp(t *testing.T) {
+	start := time.Now()
+	var (
+		offset atomic.Int64 // nanoseconds the stops added
+		jumps  atomic.Int32 // reads left that find a stop before them
+	)
+	clock := func() time.Duration {
+		for j := jumps.Load(); j > 0; j = jumps.Load() {
+			if jumps.CompareAndSwap(j, j-1) {
+				offset.Add(int64(100 * time.Millisecond))
+				break
+			}
+		}
+		return time.Since(start) + time.Duration(offset.Load())
+	}
+	tr := &loneTransport{in: make(chan wire.Message, 2), wake: make(chan struct{}, 1)}
+	n := startLoneOn(t, &diskTwin{durable: core.NewDurable()}, clock, tr)
+	s := waitStatus(t, n, "ready", func(s api.Status) bool { return s.Ready })
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	enter := func(name string, seq uint64) wire.Message {
+		return wire.Message{Kind: wire.KindEnter, From: 2, To: 1, Epoch: s.View.Epoch, Name: name,
+			Req: wire.RequestID{Node: 2, Seq: 1<<32 | seq}, Mode: wire.ModeExclusive, Lifetime: 60_000}
+	}
+	err := daemon.OnLoop(ctx, n, func() {
+		// Enough for the reads of any turns before the two messages' and
+		// for both of theirs; afterwards the clock runs on as time does.
+		jumps.Store(10)
+		tr.in <- enter("/a", 1)
+		tr.in <- enter("/b", 2)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for acks := 0; acks < 2; {
+		select {
+		case <-tr.wake:
+		case <-ctx.Done():
+			t.Fatalf("the two ENTERINGs were not answered: %v", ctx.Err())
+		}
+		tr.mu.Lock()
+		acks = 0
+		for _, m := range tr.sent {
+			if m.Kind == wire.KindEnterAck && m.To == 2 {
+				acks++
+			}
+		}
+		tr.mu.Unlock()
+	}
+	table, err := n.Locks(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := map[string]time.Time{}
+	for _, l := range table.Locks {
+		for _, e := range l.Entries {
+			since[l.Name] = e.Since
+		}
+	}
+	if len(since) != 2 {
+		t.Fatalf("the leader's table: %+v, want /a and /b", table.Locks)
+	}
+	if gap := since["/b"].Sub(since["/a"]); gap < 100*time.Millisecond {
+		t.Fatalf("the second ENTERING was recorded %v after the first, want the 100 ms of the stop between them", gap)
 	}
 }
 
