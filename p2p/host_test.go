@@ -528,9 +528,9 @@ func TestSendAllGroupsByPeer(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, "frames counted one by one", func() bool {
+	eventually(t, "frames counted one by one, in one write a peer", func() bool {
 		s := a.Stats()
-		return s.FramesOut-before.FramesOut == 2*n && s.Dropped-before.Dropped == 3
+		return s.FramesOut-before.FramesOut == 2*n && s.Dropped-before.Dropped == 3 && s.Writes-before.Writes == 2
 	})
 }
 

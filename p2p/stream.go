@@ -327,6 +327,7 @@ func (h *Host) writeLoop(m *member) {
 		h.stats.dropped.Add(stale)
 		if err == nil {
 			h.stats.framesOut.Add(n)
+			h.stats.writes.Add(1)
 			bo.reset()
 			continue
 		}

@@ -220,6 +220,9 @@ var agentCounters = map[string]string{
 	// Reports (a leader's word on a name to a waiting master): most of
 	// a contended name's traffic.
 	"reports": `sluice_peer_messages_total{kind="report"}`,
+	// Writes to other agents' streams: a loop turn's messages to one
+	// agent go in one.
+	"writes": "sluice_mesh_writes_total",
 	// Doorways done in one round (the master knew the name's last
 	// ticket and proposed the next number).
 	"one_round": "sluice_one_round_doorways_total",

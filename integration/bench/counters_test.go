@@ -15,9 +15,10 @@ func TestAgentCounters(t *testing.T) {
 		"# HELP sluice_store_syncs_total x\nsluice_store_syncs_total 10\nsluice_store_submits_total 12\n" +
 			"sluice_store_commit_seconds_sum 0.002\nsluice_store_commit_seconds_count 10\nprocess_cpu_seconds_total 1.5\n" +
 			"sluice_messages_total{direction=\"in\"} 99\nsluice_messages_total{direction=\"out\"} 40\n" +
-			"sluice_peer_messages_total{kind=\"report\"} 7\nsluice_peer_messages_total{kind=\"enter\"} 3\nsluice_one_round_doorways_total 4\n",
+			"sluice_peer_messages_total{kind=\"report\"} 7\nsluice_peer_messages_total{kind=\"enter\"} 3\nsluice_one_round_doorways_total 4\n" +
+			"sluice_mesh_writes_total 6\n",
 		"sluice_store_syncs_total 5\nsluice_store_submits_total 6\nsluice_messages_total{direction=\"out\"} 20\nprocess_cpu_seconds_total 0.5\n" +
-			"sluice_peer_messages_total{kind=\"report\"} 3\n",
+			"sluice_peer_messages_total{kind=\"report\"} 3\nsluice_mesh_writes_total 2\n",
 	} {
 		sock := filepath.Join(t.TempDir(), "api.sock")
 		l, err := net.Listen("unix", sock)
@@ -41,7 +42,7 @@ func TestAgentCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{"fsyncs": 15, "batches": 18, "messages": 60, "commit_seconds": 0.002, "cpu_seconds": 2,
-		"reports": 10, "one_round": 4}
+		"reports": 10, "one_round": 4, "writes": 8}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s: %v, want %v (all: %v)", k, got[k], v, got)

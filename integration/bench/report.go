@@ -219,6 +219,7 @@ func perCycleMetrics() []metric {
 	return []metric{m("fsyncs per cycle (3 agents)", "fsyncs"), m("store batches per cycle (3 agents)", "batches"),
 		m("messages sent per cycle (3 agents)", "messages"),
 		m("of them, reports to other agents", "reports"),
+		m("network writes to other agents per cycle", "writes"),
 		m("doorways done in one round per cycle", "one_round"), cpu, commit}
 }
 

@@ -364,6 +364,7 @@ func TestAPIMetrics(t *testing.T) {
 		"sluice_views_total 1",
 		"sluice_leader_changes_total 1",
 		"sluice_peers_known 0",
+		"sluice_mesh_writes_total 0",
 		"sluice_store_syncs_total",
 		"sluice_store_commit_seconds_count",
 		"go_goroutines",
