@@ -163,15 +163,16 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 
 // holdLong has a client of node hold name in mode for hold (with a lease
 // of duration, renewed), as part of the workload's history; the channel
-// says, when it stopped, whether the lease was granted and lasted the
-// whole hold.
-func (r *faultRun) holdLong(node int, name string, mode semaphore.Mode, duration, hold time.Duration) <-chan bool {
-	done := make(chan bool, 1)
+// says, when it stopped, why it did not last the whole hold ("" when it
+// was granted and did).
+func (r *faultRun) holdLong(node int, name string, mode semaphore.Mode, duration, hold time.Duration) <-chan string {
+	done := make(chan string, 1)
 	id := r.w.clients
 	r.w.clients++
 	go func() {
 		o := client.Options{Timeout: 5 * time.Second, Duration: duration, AutoRenew: true}
-		done <- r.w.holdOnce(context.Background(), id, r.c.nodes[node], name, mode, o, hold)
+		_, why := r.w.holdOnce(context.Background(), id, r.c.nodes[node], name, mode, o, hold)
+		done <- why
 	}()
 	return done
 }
@@ -179,17 +180,17 @@ func (r *faultRun) holdLong(node int, name string, mode semaphore.Mode, duration
 // keptDrain has a client of a node that leads nothing hold a drain of /a
 // for hold, with a 10 s lease it renews: faults that spare the holder's
 // agent must not take it away (see wasKept).
-func (r *faultRun) keptDrain(hold time.Duration) <-chan bool {
+func (r *faultRun) keptDrain(hold time.Duration) <-chan string {
 	r.t.Helper()
 	return r.holdLong(r.c.others(r.c.leaders(0)...)[0], "/a", semaphore.ReadWritePriority, 10*time.Second, hold)
 }
 
 // wasKept waits for a keptDrain and fails unless it was granted and
 // lasted its whole hold.
-func (r *faultRun) wasKept(held <-chan bool) {
+func (r *faultRun) wasKept(held <-chan string) {
 	r.t.Helper()
-	if !<-held {
-		r.t.Fatal("the drain held through an agent the fault spared was not granted or not kept throughout")
+	if why := <-held; why != "" {
+		r.t.Fatalf("the drain held through an agent the fault spared was not granted or not kept throughout: %s", why)
 	}
 }
 

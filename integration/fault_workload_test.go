@@ -156,7 +156,7 @@ func (w *workload) goClient(ctx context.Context, id int, n *faultNode) {
 // (Done: lost, or its own expiry timer), then releases it. It says
 // whether the lease was granted and lasted the whole hold.
 func (w *workload) holdOnce(ctx context.Context, id int, n *faultNode, name string, mode semaphore.Mode,
-	o client.Options, hold time.Duration) (kept bool) {
+	o client.Options, hold time.Duration) (kept bool, why string) {
 	op := histOp{client: id, name: name, mode: mode, via: "go", exactUse: true, call: w.rec.now()}
 	// The call has its own deadline beyond the agent's timeout: a paused or
 	// killed agent must not hold the client for ever. Ending the workload
@@ -179,13 +179,14 @@ func (w *workload) holdOnce(ctx context.Context, id int, n *faultNode, name stri
 		if op.outcome == unknown || op.why == "not_ready" {
 			sleepCtx(ctx, 50*time.Millisecond) // the agent is gone, paused or not serving: do not spin
 		}
-		return false
+		return false, fmt.Sprintf("not granted (%s at %v after %v): %v", op.outcome, op.ret, op.ret-op.call, err)
 	}
 	timer := time.NewTimer(hold)
 	select {
 	case <-timer.C:
 		kept = true
 	case <-l.Done():
+		why = fmt.Sprintf("granted at %v, token %d, ended at %v: %v", op.ret, op.token, w.rec.now(), l.Err())
 	}
 	timer.Stop()
 	// From here on the client no longer acts under the lease.
@@ -195,7 +196,7 @@ func (w *workload) holdOnce(ctx context.Context, id int, n *faultNode, name stri
 	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	_ = l.Release(rctx) // its outcome does not matter to safety: the client stopped
 	cancel()
-	return kept
+	return kept, why
 }
 
 // cliClient runs `sluice lock` with a child that prints when it starts and
