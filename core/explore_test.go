@@ -1193,6 +1193,9 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// restarted from its disk keeps taking its ticket as active once
 		// the correction is lost, and readers behind it stall.
 		{"stale restored mark", core.MutantStaleRestoredMark, false, nested, 0, 584},
+		// A holder's release held back from the next waiter's master:
+		// it waits for its watch's refresh, past the settle's bound.
+		{"hold back any report", core.MutantHoldBackAny, false, exploreWorld, 0, 1},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()

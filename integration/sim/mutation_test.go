@@ -254,7 +254,8 @@ func TestMutantsAreCaught(t *testing.T) {
 	// own agents, nor change views). A leader holding back the report
 	// of a holder's release (MutantHoldBackAny, report_waits_for_turn.txt)
 	// delays the next waiter until its watch's refresh, within the idle
-	// bound: not caught in 1,200 seeds of one name.
+	// bound: not caught in 1,200 seeds of one name (the explorer's settle
+	// bound catches it).
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant
