@@ -154,7 +154,8 @@ func (w *workload) goClient(ctx context.Context, id int, n *faultNode) {
 
 // holdOnce acquires name and holds it for hold, or until the lease ends
 // (Done: lost, or its own expiry timer), then releases it. It says
-// whether the lease was granted and lasted the whole hold.
+// whether the lease was granted and lasted the whole hold, and if not,
+// why (refused or unanswered, or ended early: when, and the lease's error).
 func (w *workload) holdOnce(ctx context.Context, id int, n *faultNode, name string, mode semaphore.Mode,
 	o client.Options, hold time.Duration) (kept bool, why string) {
 	op := histOp{client: id, name: name, mode: mode, via: "go", exactUse: true, call: w.rec.now()}

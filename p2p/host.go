@@ -167,9 +167,9 @@ type Member struct {
 type Stats struct {
 	FramesIn  uint64 // frames decoded and delivered to Inbox
 	FramesOut uint64 // frames flushed to a peer's stream
-	// Writes counts the flushes of frames to peers' streams: a loop
-	// turn's messages to one peer go in one, so Writes against FramesOut
-	// says how much the batching saves.
+	// Writes counts the flushes of frames to peers' streams: a SendAll's
+	// frames to one peer, and what queued behind them, go in one, so
+	// Writes against FramesOut says how much the batching saves.
 	Writes uint64
 	// Malformed counts undecodable frames and rejected announcements.
 	Malformed uint64
