@@ -368,7 +368,7 @@ func (x *explorer) setup(t *testing.T) {
 	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: 20, Mutant: x.o.mutant, CheckIncremental: true,
 		ShareLease: x.o.share, Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly}
 	h.isolated, h.cut = map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
-	h.plain = plainNodes(x.o.plain, len(peers))
+	h.plain = nodeSet(x.o.plain, len(peers))
 	for i := range peers {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
 		h.start(t, i+1)

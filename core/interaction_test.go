@@ -277,8 +277,8 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 			h.cfg.Admit = h.policy
 		}
 	}
-	h.plain = plainNodes(strArg(d, "plain", ""), size)
-	h.eager = plainNodes(strArg(d, "eager", ""), size)
+	h.plain = nodeSet(strArg(d, "plain", ""), size)
+	h.eager = nodeSet(strArg(d, "eager", ""), size)
 	h.nodes, h.inflight, h.isolated, h.cut = nil, nil, map[wire.NodeID]bool{}, map[[2]wire.NodeID]bool{}
 	for i := range size {
 		h.nodes = append(h.nodes, &hnode{disk: core.NewDurable()})
@@ -290,10 +290,11 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	h.printf("%d nodes, leaders %v\n", size, h.view.Leaders)
 }
 
-// plainNodes reads a cluster's plain= or eager=: all, or a list of nodes,
-// that run the doorway of releases before 0.9 (core.Config.PlainDoorway),
-// or send every report as those did (core.Config.EagerReports).
-func plainNodes(p string, size int) map[int]bool {
+// nodeSet reads a cluster's plain= or eager=, "all" or a list of nodes:
+// those that run the doorway of releases before 0.9
+// (core.Config.PlainDoorway), or send every report as those did
+// (core.Config.EagerReports).
+func nodeSet(p string, size int) map[int]bool {
 	plain := map[int]bool{}
 	for i := range size {
 		plain[i+1] = p == "all"
