@@ -82,9 +82,13 @@ type Table struct {
 	Locks      []Lock   `json:"locks"`
 	// Requests are this node's own clients' requests.
 	Requests []OwnRequest `json:"requests"`
-	// SharedReaders counts, per name, this node's clients that hold on
-	// its shared read ticket of that name (their requests are in Requests
-	// too, phase "held-shared", except in answers to other agents).
+	// SharedReaders counts, per name, the readers that hold on this
+	// node's shared read ticket of that name: each client's lease (their
+	// requests are in Requests too, phase "held-shared", except in answers
+	// to other agents), and for a lease lent to a process's page views
+	// (the middleware, sluice proxy) those page views, as its client last
+	// said (OwnRequest.PageViews; one while it said nothing or none). A
+	// drain waits for all of them.
 	SharedReaders map[string]int `json:"shared_readers,omitempty"`
 }
 
@@ -184,7 +188,29 @@ type OwnRequest struct {
 	GraceEnd time.Time `json:"grace_end,omitzero"`
 	Revoked  int       `json:"revoked,omitempty"`
 	Preview  string    `json:"preview,omitempty"`
+	// PageViews, on a reader's lease that its client lends to its
+	// process's page views (the middleware, sluice proxy), is how many of
+	// them run on it, as the client last said (POST /v1/page-views), at
+	// PageViewsAt; nil when it never said.
+	PageViews   *int      `json:"page_views,omitempty"`
+	PageViewsAt time.Time `json:"page_views_at,omitzero"`
 }
+
+// PageViewsBody is the body of POST /v1/page-views: a client that lends
+// a reader's lease to its process's page views says how many run on it
+// now, so that tables and drains count them, not the lease alone. The
+// answer is the body back.
+type PageViewsBody struct {
+	Lease string `json:"lease"`
+	// Name, optional, is the lease's name (as LeaseBody's).
+	Name string `json:"name,omitempty"`
+	// InFlight is how many page views run on the lease now, 0 to
+	// MaxPageViews.
+	InFlight int `json:"in_flight"`
+}
+
+// MaxPageViews bounds PageViewsBody.InFlight.
+const MaxPageViews = 1 << 20
 
 // NodeStats counts what the runtime did, for status and metrics.
 type NodeStats struct {

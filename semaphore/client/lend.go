@@ -2,9 +2,15 @@ package client
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/core/codes"
+	"github.com/sluicehq/sluice/semaphore/api"
 )
 
 // Lent leases: the page views of one middleware on one name share a
@@ -28,8 +34,11 @@ import (
 // Safety does not change: every page view runs while a granted lease
 // that the leaders keep covers it, renewed as its own would be; a writer
 // is granted only after the lease is given back, which waits for the
-// last page view on it. What changes is what the table shows: one reader
-// per process and name, not one per page view.
+// last page view on it. So that tables and drains still count page views,
+// not one reader per process and name, the lease's keeper tells the agent
+// how many run on it (POST /v1/page-views) when that changed: every
+// lendCheck while it is lent, every lendCount once it goes (a drain
+// watches those leave). An agent before that call is told nothing more.
 const (
 	lendIdle    = 5 * time.Second
 	lendQuiet   = time.Second
@@ -38,6 +47,9 @@ const (
 	// whether the agent sends yield: without it the lease goes.
 	lendTold  = 2 * time.Second
 	lendCheck = time.Second
+	lendCount = 250 * time.Millisecond
+	// lendSayWait bounds one call that says a lease's page views.
+	lendSayWait = time.Second
 	// maxLent bounds the names lent at once per middleware: with
 	// PathLevels, visitors choose the names.
 	maxLent = 64
@@ -54,6 +66,9 @@ type lender struct {
 	quietUntil map[string]time.Time
 	// refusedUntil: no lease is lent before (the agent does not yield).
 	refusedUntil time.Time
+	// countsRefused: the agent has no POST /v1/page-views (an older
+	// one): lent leases' page views are not said.
+	countsRefused atomic.Bool
 }
 
 // lentLease is a lease and its page views.
@@ -67,6 +82,9 @@ type lentLease struct {
 	views     int
 	closed    bool
 	idleSince time.Time
+	// said is the count of page views the agent was last told (its
+	// keeper's alone); -1 before the first.
+	said int
 }
 
 func newLender(c *Client, log *slog.Logger) *lender {
@@ -102,7 +120,7 @@ func (d *lender) lend(name string, l *Lease) *lentLease {
 		return nil
 	}
 	delete(d.quietUntil, name)
-	ll := &lentLease{d: d, l: l, name: name, views: 1}
+	ll := &lentLease{d: d, l: l, name: name, views: 1, said: -1}
 	l.lent.Store(true)
 	d.byName[name] = ll
 	d.mu.Unlock()
@@ -178,9 +196,54 @@ func (d *lender) release(ctx context.Context, ll *lentLease) {
 }
 
 // keep renews and watches ll while it is lent, and closes it when it
-// must go (see the top of the file). It runs until then, or until the
-// client closes (closed).
+// must go (see the top of the file); then it tells the agent of the page
+// views that are left on it until it is given back. It runs until then,
+// or until the client closes (closed).
 func (ll *lentLease) keep(closed <-chan struct{}) {
+	ll.lendOut(closed)
+	tick := time.NewTicker(lendCount)
+	defer tick.Stop()
+	for {
+		ll.sayViews(context.Background())
+		select {
+		case <-ll.l.done:
+			return
+		case <-closed:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// sayViews tells the agent how many page views run on ll, if that
+// changed since it was last told.
+func (ll *lentLease) sayViews(ctx context.Context) {
+	d, l := ll.d, ll.l
+	d.mu.Lock()
+	views := ll.views
+	d.mu.Unlock()
+	if views == ll.said || d.countsRefused.Load() || l.endedNow() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, lendSayWait)
+	defer cancel()
+	err := d.c.call(ctx, "page views "+l.id, http.MethodPost, "/v1/page-views",
+		api.PageViewsBody{Lease: l.id, Name: l.name, InFlight: views}, nil)
+	var ae *APIError
+	switch {
+	case err == nil:
+		ll.said = views
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound && ae.Code == codes.BadRequest:
+		// No such endpoint: the table counts this lease as one reader.
+		if !d.countsRefused.Swap(true) {
+			d.log.Info("the agent does not take counts of page views: its tables count a process's lent lease as one reader")
+		}
+	}
+	// Any other failure (the agent restarting): said again next time.
+}
+
+// lendOut renews and watches ll while it is lent, until it closes it.
+func (ll *lentLease) lendOut(closed <-chan struct{}) {
 	l := ll.l
 	ctx := context.Background()
 	l.autoRenew()
@@ -212,6 +275,7 @@ func (ll *lentLease) keep(closed <-chan struct{}) {
 				return
 			}
 		case now := <-tick.C:
+			ll.sayViews(ctx)
 			switch {
 			case told != nil && now.After(toldBy):
 				ll.close(ctx, 0, 0) // no word from the agent's watch: not lent on

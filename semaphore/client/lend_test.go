@@ -1,10 +1,13 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +176,153 @@ func TestMiddlewareLendsNothingWithoutYield(t *testing.T) {
 	a, b := viewLease(t, srv, seen), viewLease(t, srv, seen)
 	if a.ID() == first.ID() || a.ID() == b.ID() {
 		t.Fatalf("page views' leases %s, %s, %s: want one each", first.ID(), a.ID(), b.ID())
+	}
+}
+
+// heldPages serves page views that each wait for one value on next (or
+// their request's end), reporting their lease on seen.
+func heldPages(seen chan<- *client.Lease, next <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- client.LeaseFrom(r.Context())
+		select {
+		case <-next:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "page")
+	})
+}
+
+// drainOnce takes name as a priority writer (a drain) and lets it go at
+// once; the outcome arrives on the channel.
+func drainOnce(ctx context.Context, c *client.Client, name string) <-chan error {
+	granted := make(chan error, 1)
+	go func() {
+		w, err := c.Acquire(ctx, name, semaphore.ReadWritePriority, client.Options{Timeout: time.Minute})
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		granted <- err
+	}()
+	return granted
+}
+
+// waitReaders waits until the cluster's table counts want readers
+// holding name (what a drain waits for), within settle.
+func waitReaders(t *testing.T, c *client.Client, name string, want int) {
+	t.Helper()
+	ctx := ctxT(t)
+	got := -1
+	for deadline := time.Now().Add(settle); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if tab, err := c.Locks(ctx, name); err == nil && len(tab.Locks) == 1 {
+			if got = tab.Locks[0].ReadersHolding(); got == want {
+				return
+			}
+		}
+	}
+	t.Fatalf("readers holding %s: %d, want %d", name, got, want)
+}
+
+// The page views on a lent lease are counted in the cluster's table, not
+// the lease alone: its keeper tells the agent how many run on it, while
+// it is lent and after a drain's writer made it go, so the drain sees
+// them leave one by one, and is granted once the last is done.
+func TestMiddlewareLentLeaseCountsPageViews(t *testing.T) {
+	_, c := startAgent(t)
+	ctx := ctxT(t)
+	seen := make(chan *client.Lease, 3)
+	next := make(chan struct{})
+	srv := httptest.NewServer(c.Middleware("/counted", client.MiddlewareOptions{})(heldPages(seen, next)))
+	defer srv.Close()
+	replies := []<-chan reply{getAsync(t, srv)}
+	lent := <-seen
+	for range 2 {
+		replies = append(replies, getAsync(t, srv))
+		if l := <-seen; l.ID() != lent.ID() {
+			t.Fatalf("a page view on %s, want the lent %s", l.ID(), lent.ID())
+		}
+	}
+	waitReaders(t, c, "/counted", 3)
+
+	granted := drainOnce(ctx, c, "/counted")
+	if !closed(client.Yielding(lent), settle) {
+		t.Fatal("the lent lease never heard that a writer waits")
+	}
+	for left := 2; left > 0; left-- {
+		next <- struct{}{}
+		waitReaders(t, c, "/counted", left)
+	}
+	next <- struct{}{}
+	if err := <-granted; err != nil {
+		t.Fatalf("the drain's writer: %v", err)
+	}
+	for _, r := range replies {
+		if got := <-r; got.status != 200 || got.body != "page" {
+			t.Fatalf("a page view: %+v", got)
+		}
+	}
+}
+
+// An agent without POST /v1/page-views (an older one) is asked once: the
+// client tells it no more counts, and lending goes on as before.
+func TestMiddlewareLentLeaseCountsToOldAgent(t *testing.T) {
+	a, direct := startAgent(t)
+	ctx := ctxT(t)
+	// The old agent: the real one behind a proxy that has no such endpoint.
+	agent := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL.Scheme, r.Out.URL.Host = "http", "sluice" },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", a.APIAddr())
+		}},
+		FlushInterval: -1, // the watch streams
+	}
+	var asked atomic.Int32
+	firstAsk := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.Handle("/", agent)
+	mux.HandleFunc("/v1/page-views", func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) == 1 {
+			close(firstAsk)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":"bad_request","message":"no endpoint POST /v1/page-views"}`)
+	})
+	old := serveFake(t, mux)
+	defer agent.Transport.(*http.Transport).CloseIdleConnections()
+
+	seen := make(chan *client.Lease, 2)
+	next := make(chan struct{})
+	srv := httptest.NewServer(old.Middleware("/old", client.MiddlewareOptions{})(heldPages(seen, next)))
+	defer srv.Close()
+	replies := []<-chan reply{getAsync(t, srv)}
+	lent := <-seen
+	replies = append(replies, getAsync(t, srv))
+	if l := <-seen; l.ID() != lent.ID() {
+		t.Fatalf("a page view on %s, want the lent %s", l.ID(), lent.ID())
+	}
+	if !closed(firstAsk, settle) {
+		t.Fatal("the client never said its page views")
+	}
+	// A writer waits: the lease goes once idle, and its keeper would say
+	// each change from then on; it says none.
+	granted := drainOnce(ctx, direct, "/old")
+	if !closed(client.Yielding(lent), settle) {
+		t.Fatal("the lent lease never heard that a writer waits")
+	}
+	next <- struct{}{}
+	next <- struct{}{}
+	if err := <-granted; err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
+	for _, r := range replies {
+		if got := <-r; got.status != 200 {
+			t.Fatalf("a page view: %+v", got)
+		}
+	}
+	old.Close() // waits for the lease's keeper
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the old agent was asked %d times, want once", n)
 	}
 }

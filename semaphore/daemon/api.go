@@ -29,6 +29,7 @@ import (
 //	                       {"names":[...], ...} → {"leases":[...]}: several names, all or nothing
 //	POST /v1/release       {"lease","name"}
 //	POST /v1/renew         {"lease","name"} → lease (a lease from before the agent restarted too)
+//	POST /v1/page-views    {"lease","name","in_flight"}: the page views on a reader's lease lent to them
 //	GET  /v1/watch?lease=ID   newline-delimited JSON events until the lease ends
 //	GET  /v1/locks?prefix=P   the leader's table and this node's requests
 //	GET  /v1/status        view, epoch, leaders, members, LOCK_READY or NO_LOCK
@@ -88,6 +89,7 @@ func NewAPI(cfg APIConfig) http.Handler {
 		h            http.HandlerFunc
 	}{
 		{"POST", "/v1/acquire", a.acquire}, {"POST", "/v1/release", a.release}, {"POST", "/v1/renew", a.renew},
+		{"POST", "/v1/page-views", a.pageViews},
 		{"GET", "/v1/watch", a.watch}, {"GET", "/v1/locks", a.locks}, {"GET", "/v1/status", a.anyRole("status", a.status)},
 		{"POST", "/v1/force-unlock", a.force},
 		{"GET", "/v1/members", a.anyRole("members", a.members)},
@@ -282,6 +284,18 @@ func (a *apiServer) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, leaseJSON(l))
+}
+
+func (a *apiServer) pageViews(w http.ResponseWriter, r *http.Request) {
+	var b api.PageViewsBody
+	if !decode(w, r, &b) {
+		return
+	}
+	if err := a.cfg.Node.PageViews(r.Context(), b.Lease, b.Name, b.InFlight); err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
 }
 
 func (a *apiServer) watch(w http.ResponseWriter, r *http.Request) {

@@ -216,6 +216,73 @@ func TestAPIWatch(t *testing.T) {
 	}
 }
 
+// TestAPIPageViews: a client that lends a reader's lease to its
+// process's page views says how many run on it; the table shows it on the
+// request and counts them as the share's readers (at least the lease
+// itself), which is what a drain waits for. Only a reader's lease of the
+// caller carries them.
+func TestAPIPageViews(t *testing.T) {
+	_, c, base := apiAgent(t, "", "")
+	got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/pv","mode":"read-only","duration":"1m"}`)
+	if got.status != 200 {
+		t.Fatalf("acquire: %d %s", got.status, got.raw)
+	}
+	lease := got.body["lease"].(string)
+	// The agent's own table (local) counts its shared readers; the
+	// cluster's puts them on its shared read ticket's entry, where a
+	// drain counts them.
+	table := func() api.Table {
+		t.Helper()
+		var merged, local api.Table
+		r := call(t, c, "GET", base+"/v1/locks?prefix=/pv", "")
+		if r.status != 200 || json.Unmarshal([]byte(r.raw), &merged) != nil || len(merged.Locks) != 1 {
+			t.Fatalf("locks: %d %s", r.status, r.raw)
+		}
+		r = call(t, c, "GET", base+"/v1/locks?prefix=/pv&local=true", "")
+		if r.status != 200 || json.Unmarshal([]byte(r.raw), &local) != nil || len(local.Requests) != 1 {
+			t.Fatalf("local locks: %d %s", r.status, r.raw)
+		}
+		if drain, own := merged.Locks[0].ReadersHolding(), local.SharedReaders["/pv"]; drain != own {
+			t.Fatalf("readers: %d in the cluster's table, %d in the agent's", drain, own)
+		}
+		return local
+	}
+	if tab := table(); tab.SharedReaders["/pv"] != 1 || tab.Requests[0].PageViews != nil || tab.Requests[0].Phase != "held-shared" {
+		t.Fatalf("before any word: %+v", tab)
+	}
+	say := func(body string) answer {
+		t.Helper()
+		return call(t, c, "POST", base+"/v1/page-views", body)
+	}
+	if r := say(fmt.Sprintf(`{"lease":%q,"name":"/pv","in_flight":7}`, lease)); r.status != 200 || r.body["in_flight"] != 7.0 {
+		t.Fatalf("page views 7: %d %s", r.status, r.raw)
+	}
+	tab := table()
+	if tab.SharedReaders["/pv"] != 7 || tab.Requests[0].PageViews == nil || *tab.Requests[0].PageViews != 7 || tab.Requests[0].PageViewsAt.IsZero() {
+		t.Fatalf("after 7 page views: shared readers %v, request %+v", tab.SharedReaders, tab.Requests[0])
+	}
+	// None at the moment: the lease still holds, one reader.
+	if r := say(fmt.Sprintf(`{"lease":%q,"in_flight":0}`, lease)); r.status != 200 {
+		t.Fatalf("page views 0: %d %s", r.status, r.raw)
+	}
+	if tab := table(); tab.SharedReaders["/pv"] != 1 || *tab.Requests[0].PageViews != 0 {
+		t.Fatalf("after 0 page views: shared readers %v, request %+v", tab.SharedReaders, tab.Requests[0])
+	}
+	if r := say(fmt.Sprintf(`{"lease":%q,"name":"/other","in_flight":2}`, lease)); r.status != 404 || r.body["error"] != "unknown_lease" {
+		t.Fatalf("page views on another name: %d %s", r.status, r.raw)
+	}
+	w := call(t, c, "POST", base+"/v1/acquire", `{"name":"/pw","mode":"exclusive","duration":"1m"}`)
+	if r := say(fmt.Sprintf(`{"lease":%q,"in_flight":2}`, w.body["lease"])); r.status != 400 || r.body["error"] != "invalid" {
+		t.Fatalf("page views on a writer's lease: %d %s", r.status, r.raw)
+	}
+	if r := call(t, c, "POST", base+"/v1/release", fmt.Sprintf(`{"lease":%q}`, lease)); r.status != 200 {
+		t.Fatal(r.raw)
+	}
+	if r := say(fmt.Sprintf(`{"lease":%q,"in_flight":2}`, lease)); r.status != 404 {
+		t.Fatalf("page views on a released lease: %d %s", r.status, r.raw)
+	}
+}
+
 func TestAPIForceUnlock(t *testing.T) {
 	_, c, base := apiAgent(t, "", "")
 	got := call(t, c, "POST", base+"/v1/acquire", `{"name":"/f","duration":"10m"}`)
@@ -259,6 +326,11 @@ func TestAPIBadInput(t *testing.T) {
 		{"POST", "/v1/release", `{"lease":"0.1.1"}`, 400, "invalid"},
 		{"POST", "/v1/release", `{"lease":"7.1.1"}`, 404, "unknown_lease"},
 		{"POST", "/v1/renew", `{"lease":"7.1.1"}`, 404, "unknown_lease"},
+		{"POST", "/v1/page-views", `{"lease":"7.1.1","in_flight":3}`, 404, "unknown_lease"},
+		{"POST", "/v1/page-views", `{"lease":"7.1.1","in_flight":-1}`, 400, "invalid"},
+		{"POST", "/v1/page-views", `{"lease":"7.1.1","in_flight":1048577}`, 400, "invalid"},
+		{"POST", "/v1/page-views", `{"lease":"7.1.1","in_flight":"many"}`, 400, "bad_request"},
+		{"POST", "/v1/page-views", `{"lease":"7.1.1","views":3}`, 400, "bad_request"},
 		{"GET", "/v1/watch?lease=7.1.1", ``, 404, "unknown_lease"},
 		{"POST", "/v1/force-unlock", `{"name":"/a"}`, 400, "invalid"},
 		{"POST", "/v1/force-unlock", `{"name":"","token":3}`, 400, "invalid"},
@@ -487,7 +559,7 @@ func TestOpenAPI(t *testing.T) {
 	if err := json.Unmarshal(api.OpenAPI, &doc); err != nil || !strings.HasPrefix(doc.OpenAPI, "3.") {
 		t.Fatalf("openapi.json: %v %q", err, doc.OpenAPI)
 	}
-	bodies := map[string]any{"/v1/acquire": api.AcquireBody{}, "/v1/release": api.LeaseBody{}, "/v1/renew": api.LeaseBody{},
+	bodies := map[string]any{"/v1/acquire": api.AcquireBody{}, "/v1/release": api.LeaseBody{}, "/v1/renew": api.LeaseBody{}, "/v1/page-views": api.PageViewsBody{},
 		"/v1/force-unlock": api.ForceBody{}, "/v1/members": api.MembersBody{}}
 	for path, ops := range doc.Paths {
 		for method, op := range ops {

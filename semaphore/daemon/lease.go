@@ -69,6 +69,12 @@ type lease struct {
 	// revoked counts the readers a writer's client revoked on its name
 	// (a drain whose grace is over), for operators.
 	revoked int
+	// pageViews: how many page views run on a reader's lease that its
+	// client lends them, as it last said (pageViewsSaid), at pageViewsAt
+	// (a tick); tables count them as that many readers.
+	pageViews     int
+	pageViewsSaid bool
+	pageViewsAt   int64
 	// asked is when the loop took the acquire call; granted when it was
 	// granted (monotonic times, for TTLs and the wait and hold metrics).
 	asked, granted time.Time
@@ -460,6 +466,33 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 		return n.release(ctx, id, name, writer)
 	}
 	return err
+}
+
+// PageViews records what a reader's client says of its lease lent to
+// its process's page views: how many run on it now (api.PageViewsBody).
+func (n *Node) PageViews(ctx context.Context, id, name string, inFlight int) error {
+	h, err := ParseLeaseID(id)
+	if err != nil {
+		return err
+	}
+	if inFlight < 0 || inFlight > api.MaxPageViews {
+		return fmt.Errorf("%w: in_flight %d: from 0 to %d page views", codes.ErrInvalid, inFlight, api.MaxPageViews)
+	}
+	name = n.canonical(name)
+	return n.run(ctx, func() error {
+		l := n.leases[h]
+		if l == nil || name != "" && !l.named(name) {
+			return fmt.Errorf("%w: %s", semaphore.ErrUnknownLease, id)
+		}
+		if err := n.mayUse(ctx, "say the page views of", l, name); err != nil {
+			return err
+		}
+		if l.req.Mode != semaphore.ReadOnly {
+			return fmt.Errorf("%w: lease %s is a %s lease: page views run on readers' leases", codes.ErrInvalid, id, l.req.Mode)
+		}
+		l.pageViews, l.pageViewsSaid, l.pageViewsAt = inFlight, true, n.ticks
+		return nil
+	})
 }
 
 // errNameNeeded: a lease of an earlier life released without its name,

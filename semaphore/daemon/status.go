@@ -256,13 +256,18 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 				if l.held {
 					o.Expires = n.wallTime(l.expiry)
 				}
+				if l.pageViewsSaid {
+					o.PageViews, o.PageViewsAt = new(l.pageViews), n.wallTime(l.pageViewsAt)
+				}
 			}
 			t.Requests = append(t.Requests, o)
 			if r.Phase == heldShared {
 				if t.SharedReaders == nil {
 					t.SharedReaders = map[string]int{}
 				}
-				t.SharedReaders[r.Name]++
+				// A lease lent to page views stands for them (at least
+				// itself: it holds until given back).
+				t.SharedReaders[r.Name] += max(1, ptrValue(o.PageViews))
 			}
 		}
 		nameNodes(&t, n.nodeNames())

@@ -146,13 +146,15 @@ func TestLocksFlat(t *testing.T) {
 		{Name: "jobs", Entries: []api.Entry{{Request: "1.1.1", Node: "1", NodeName: "web-1", Ticket: 3, Mode: "exclusive", State: "ticket",
 			Holder: true, Since: t0, Until: t0.Add(time.Minute), Owner: "cron"}}},
 		{Name: "/old", Entries: []api.Entry{sharedEntry("2.1.1", "2", "read-only", 2, nil)}},
-	}, Requests: []api.OwnRequest{{Request: "1.9.1", Name: "aardvark", Mode: "exclusive", Phase: "queued", Since: t0}}}
+	}, Requests: []api.OwnRequest{{Request: "1.9.1", Name: "aardvark", Mode: "exclusive", Phase: "queued", Since: t0},
+		{Request: "1.9.2", Name: "/new", Mode: "read-only", Phase: "held-shared", Since: t0, Owner: "frontend", PageViews: new(12)}}}
 	var b bytes.Buffer
 	printLocksAt(&b, tab, t0.Add(time.Minute))
-	want := `NAME      MODE       TOKEN  REQUEST  NODE   STATE   SINCE     AGE   EXPIRES    OWNER
-jobs      exclusive  3      1.1.1    web-1  holder  10:00:00  1m0s  <10:01:00  cron
-/old      read-only  1      2.1.1    web-2  holder  10:00:00  1m0s  <10:01:00  shared read ticket, readers on it: 2
-aardvark  exclusive  0      1.9.1    web-1  queued  10:00:00  1m0s  -          -
+	want := `NAME      MODE       TOKEN  REQUEST  NODE   STATE        SINCE     AGE   EXPIRES    OWNER
+jobs      exclusive  3      1.1.1    web-1  holder       10:00:00  1m0s  <10:01:00  cron
+/old      read-only  1      2.1.1    web-2  holder       10:00:00  1m0s  <10:01:00  shared read ticket, readers on it: 2
+aardvark  exclusive  0      1.9.1    web-1  queued       10:00:00  1m0s  -          -
+/new      read-only  0      1.9.2    web-1  held-shared  10:00:00  1m0s  -          frontend — lent to page views: 12
 `
 	if got := b.String(); got != want {
 		t.Errorf("flat locks:\n%s\nwant:\n%s", got, want)

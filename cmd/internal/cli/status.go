@@ -368,8 +368,12 @@ func printLocksAt(w io.Writer, tab api.Table, now time.Time) {
 		if !r.Expires.IsZero() {
 			expires = r.Expires.Format(time.TimeOnly)
 		}
+		owner := cmp.Or(r.Owner, "-")
+		if r.PageViews != nil {
+			owner += fmt.Sprintf(" — lent to page views: %d", *r.PageViews)
+		}
 		rest = append(rest, ownRow{r.Name, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Mode, r.Ticket, r.Request,
-			nodeLabel(tab.NodeName, tab.Node), r.Phase, r.Since.Format(time.TimeOnly), age(r.Since), expires, cmp.Or(r.Owner, "-"))})
+			nodeLabel(tab.NodeName, tab.Node), r.Phase, r.Since.Format(time.TimeOnly), age(r.Since), expires, owner)})
 	}
 	nested := func(name string) bool {
 		path, err := semaphore.NamePath(name)
