@@ -204,6 +204,13 @@ func (ll *lentLease) keep(closed <-chan struct{}) {
 	tick := time.NewTicker(lendCount)
 	defer tick.Stop()
 	for {
+		select {
+		case <-ll.l.done:
+			return
+		case <-closed:
+			return
+		default:
+		}
 		ll.sayViews(context.Background())
 		select {
 		case <-ll.l.done:
