@@ -257,6 +257,20 @@ func TestAPIPageViews(t *testing.T) {
 	if r := say(fmt.Sprintf(`{"lease":%q,"name":"/pv","in_flight":7}`, lease)); r.status != 200 || r.body["in_flight"] != 7.0 {
 		t.Fatalf("page views 7: %d %s", r.status, r.raw)
 	}
+	metric := func() string {
+		t.Helper()
+		r := call(t, c, "GET", base+"/metrics", "")
+		for line := range strings.Lines(r.raw) {
+			if strings.HasPrefix(line, "sluice_lent_page_views ") {
+				return strings.TrimSpace(line)
+			}
+		}
+		t.Fatalf("no sluice_lent_page_views in /metrics: %d", r.status)
+		return ""
+	}
+	if m := metric(); m != "sluice_lent_page_views 7" {
+		t.Fatalf("metric after 7 page views: %s", m)
+	}
 	tab := table()
 	if tab.SharedReaders["/pv"] != 7 || tab.Requests[0].PageViews == nil || *tab.Requests[0].PageViews != 7 || tab.Requests[0].PageViewsAt.IsZero() {
 		t.Fatalf("after 7 page views: shared readers %v, request %+v", tab.SharedReaders, tab.Requests[0])
@@ -280,6 +294,12 @@ func TestAPIPageViews(t *testing.T) {
 	}
 	if r := say(fmt.Sprintf(`{"lease":%q,"in_flight":2}`, lease)); r.status != 404 {
 		t.Fatalf("page views on a released lease: %d %s", r.status, r.raw)
+	}
+	if r := say(fmt.Sprintf(`{"lease":%q,"in_flight":4}`, w.body["lease"])); r.status != 400 {
+		t.Fatalf("page views on a writer's lease: %d %s", r.status, r.raw)
+	}
+	if m := metric(); m != "sluice_lent_page_views 0" {
+		t.Fatalf("metric once the lease was released: %s", m)
 	}
 }
 
@@ -432,6 +452,7 @@ func TestAPIMetrics(t *testing.T) {
 		`sluice_hold_seconds_count{mode="read-write-priority"} 1`,
 		`sluice_active_leases{mode="read-write-priority"} 0`,
 		"sluice_waiters 0",
+		"sluice_lent_page_views 0",
 		`sluice_bakery_phase_seconds_count{phase="add-ticket"}`,
 		"sluice_views_total 1",
 		"sluice_leader_changes_total 1",

@@ -345,6 +345,7 @@ func (n *Node) drop(l *lease, release bool) error {
 		err = n.core.Abandon(l.handle)
 	}
 	mode := l.req.Mode.String()
+	n.metrics.pageViews.Sub(float64(l.pageViews))
 	if l.held {
 		n.metrics.active.WithLabelValues(mode).Dec()
 		n.metrics.hold.WithLabelValues(mode).Observe(time.Since(l.granted).Seconds())
@@ -490,6 +491,7 @@ func (n *Node) PageViews(ctx context.Context, id, name string, inFlight int) err
 		if l.req.Mode != semaphore.ReadOnly {
 			return fmt.Errorf("%w: lease %s is a %s lease: page views run on readers' leases", codes.ErrInvalid, id, l.req.Mode)
 		}
+		n.metrics.pageViews.Add(float64(inFlight - l.pageViews))
 		l.pageViews, l.pageViewsSaid, l.pageViewsAt = inFlight, true, n.ticks
 		return nil
 	})

@@ -16,13 +16,16 @@ import (
 // things happen (they are safe for concurrent use); the API serves them at
 // /metrics from the node's own registry, never the global one.
 type metrics struct {
-	reg        *prometheus.Registry
-	grants     *prometheus.CounterVec
-	failures   *prometheus.CounterVec
-	wait       *prometheus.HistogramVec
-	hold       *prometheus.HistogramVec
-	active     *prometheus.GaugeVec
-	waiters    prometheus.Gauge
+	reg      *prometheus.Registry
+	grants   *prometheus.CounterVec
+	failures *prometheus.CounterVec
+	wait     *prometheus.HistogramVec
+	hold     *prometheus.HistogramVec
+	active   *prometheus.GaugeVec
+	waiters  prometheus.Gauge
+	// pageViews: the page views on this node's clients' lent leases, as
+	// their clients last said (POST /v1/page-views).
+	pageViews  prometheus.Gauge
 	views      prometheus.Counter
 	leaderSets prometheus.Counter
 	handoffs   prometheus.Counter
@@ -93,6 +96,8 @@ func newMetrics() *metrics {
 	f(m.releasesUnanswered)
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_waiters",
 		Help: "Requests of this node's clients waiting for a grant."})
+	m.pageViews = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_lent_page_views",
+		Help: "Page views running on read leases this node's clients lend to them (the middleware, sluice proxy), as the clients last said."})
 	m.changesRefused = counter("sluice_membership_changes_refused_total",
 		"Membership changes asked of this node that failed (bad, concurrent, or not committed).")
 	m.foreign = counter("sluice_foreign_messages_total",
@@ -128,7 +133,7 @@ func newMetrics() *metrics {
 		"Messages from peers refused as malformed, stale or misdirected.")
 	m.forced = counter("sluice_force_unlocks_total",
 		"Operator force-unlocks sent from this node.")
-	for _, c := range []prometheus.Collector{m.grants, m.failures, m.wait, m.hold, m.active, m.waiters,
+	for _, c := range []prometheus.Collector{m.grants, m.failures, m.wait, m.hold, m.active, m.waiters, m.pageViews,
 		m.phases, m.messages, m.peerMessages} {
 		f(c)
 	}
