@@ -83,9 +83,6 @@ type doorway struct {
 	// are the leaders that took it with the flag, in one step.
 	guess uint64
 	took  map[wire.NodeID]bool
-	// plainAt: the leader that gets a plain ENTERING all the same (0:
-	// none), Node.slowLeader when the doorway began.
-	plainAt wire.NodeID
 	// heldAt: the leaders whose ack of the current ticket said they hold
 	// it already (they took it with nothing ahead, see holdIfClear); a
 	// quorum of them makes the confirmation round needless.
@@ -428,24 +425,13 @@ func (n *Node) startEnter(r *request) {
 		n.watchCounter++
 		r.addSeq = n.watchCounter
 		n.masterName(r.a.Name).adding++
-		// A quorum of takers is all the doorway needs: the leader last
-		// seen slowest gets a plain ENTERING, and so takes the number
-		// lazily from EXITING, without a sync of its own. Every
-		// probeDoorways-th doorway proposes to every leader, to see
-		// which is the slowest now.
-		r.plainAt = 0
-		n.proposals++
-		if n.proposals%probeDoorways != 0 && n.cfg.View.IsLeader(n.slowLeader) && len(n.cfg.View.Leaders)-1 >= n.quorum() {
-			r.plainAt = n.slowLeader
-		}
+		// Every leader is proposed the number, and the first quorum of
+		// takers ends the doorway: one leader's slow sync does not hold
+		// it up (sparing the slowest one its sync, and so waiting for
+		// both others, measured worse tails).
 	}
 	n.sendPhase(r, nil)
 }
-
-// probeDoorways: one doorway in this many that propose a number proposes
-// it to every leader, and the first still silent when it goes on is the
-// slowest (Node.slowLeader).
-const probeDoorways = 16
 
 // crowded: this node has other requests on name in their doorway or
 // waiting, so the name is contended and a number proposed from the last
@@ -454,11 +440,6 @@ const probeDoorways = 16
 func (n *Node) crowded(name string) bool {
 	mn := n.mnames[name]
 	return mn != nil && (len(mn.waiters) > 0 || mn.adding > 0)
-}
-
-// proposedTo: ENTERING to leader l carries the proposed number.
-func (r *request) proposedTo(l wire.NodeID) bool {
-	return r.guess != 0 && l != r.plainAt
 }
 
 // maxTicketGuesses bounds the names whose last ticket a node remembers for
@@ -485,15 +466,10 @@ func (n *Node) sendPhase(r *request, skip func(wire.NodeID) bool) {
 	switch r.phase {
 	case phaseEnter:
 		m.Kind, m.Try, m.Shared = wire.KindEnter, r.a.Timeout == 0, r.share != nil
-		for _, l := range n.cfg.View.Leaders {
-			if skip == nil || !skip(l) {
-				m.To, m.Ticket, m.WatchSeq = l, 0, 0
-				if r.proposedTo(l) {
-					m.Ticket, m.WatchSeq = r.guess, r.addSeq
-				}
-				n.send(m)
-			}
+		if r.guess != 0 { // the proposed number, to every leader
+			m.Ticket, m.WatchSeq = r.guess, r.addSeq
 		}
+		n.toLeaders(m, skip)
 		return
 	case phaseAddTicket:
 		m.Kind, m.Ticket, m.WatchSeq = wire.KindAddTicket, r.ticket, r.addSeq
@@ -628,9 +604,9 @@ func (n *Node) onEnterTicketAck(r *request, m wire.Message) {
 // a number above every mark read (the proposed one if it still is; the
 // leaders that took it then count as acks of it).
 //
-// While leaders that were proposed the number have not answered and could
-// still make a quorum of takers, it waits for them (their answer comes
-// after a sync, a plain one's without), until the retransmit timer says
+// While leaders that have not answered could still make a quorum of
+// takers of a proposed number, it waits for them (a taker's answer comes
+// after a sync, a refusal's without), until the retransmit timer says
 // they are late (late).
 func (n *Node) enterQuorum(r *request, late bool) {
 	if len(r.acks) < n.quorum() {
@@ -639,21 +615,12 @@ func (n *Node) enterQuorum(r *request, late bool) {
 	if r.guess != 0 && len(r.took) < n.quorum() && !late {
 		pending := 0
 		for _, l := range n.cfg.View.Leaders {
-			if _, answered := r.acks[l]; !answered && r.proposedTo(l) {
+			if _, answered := r.acks[l]; !answered {
 				pending++
 			}
 		}
 		if len(r.took)+pending >= n.quorum() {
 			return
-		}
-	}
-	if r.guess != 0 {
-		// The first leader still silent is the one to spare next time.
-		for _, l := range n.cfg.View.Leaders {
-			if _, answered := r.acks[l]; !answered {
-				n.slowLeader = l
-				break
-			}
 		}
 	}
 	r.enterInc = maps.Clone(r.acks)

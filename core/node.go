@@ -207,10 +207,6 @@ type Node struct {
 	// ticketGuesses: the highest ticket this node knew of each name it
 	// asked for lately, bounded (noteTicket).
 	ticketGuesses map[string]uint64
-	// slowLeader: the leader last seen slowest (or silent) in a doorway
-	// that proposed its number, which the next one spares the proposal.
-	slowLeader wire.NodeID
-	proposals  uint64 // doorways that proposed a number (probeDoorways)
 	// watchesDue: waits that started since the last Ready, whose first
 	// watch goes out with it unless they were granted (startWait).
 	watchesDue []*request
