@@ -381,6 +381,7 @@ func TestFlags(t *testing.T) {
 		{"-names", "many"},
 		{"-only", "W1,W9"},
 		{"-storage", "ssd"},
+		{"-gomaxprocs", "-1"},
 		{"-systems", "zookeeper"},
 		{"-only", "W4,revocation"},
 		{"-bogus"},

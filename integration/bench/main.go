@@ -50,6 +50,9 @@ type config struct {
 	profile        bool
 	churnCap       time.Duration
 	churnStall     time.Duration
+	// gomaxprocs, when positive, is GOMAXPROCS for every Go server the
+	// harness starts (sluice's agents and proxy, etcd's members alike).
+	gomaxprocs int
 }
 
 // errUsage marks a bad command line.
@@ -101,6 +104,7 @@ func parseFlags(args []string, help io.Writer) (config, error) {
 	fs.BoolVar(&quick, "quick", false, "a short run: -reps 1 -window 1s -names 2000 -drains 5 (flags given win)")
 	fs.DurationVar(&cfg.churnCap, "churn-cap", 90*time.Second, "time cap of a churn (the default keeps a whole run within 15 minutes on 2 cores)")
 	fs.DurationVar(&cfg.churnStall, "churn-stall", 30*time.Second, "a churn without progress for this long is stopped as stalled")
+	fs.IntVar(&cfg.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of every Go server (sluice's agents and proxy, etcd's members); 0 leaves Go's default")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(help)
@@ -133,6 +137,8 @@ func parseFlags(args []string, help io.Writer) (config, error) {
 		return cfg, fmt.Errorf("%w: -names must be at least 1, got %d", errUsage, cfg.names)
 	case cfg.drains < 1:
 		return cfg, fmt.Errorf("%w: -drains must be at least 1, got %d", errUsage, cfg.drains)
+	case cfg.gomaxprocs < 0:
+		return cfg, fmt.Errorf("%w: -gomaxprocs must not be negative, got %d", errUsage, cfg.gomaxprocs)
 	case cfg.churnCap <= 0 || cfg.churnStall <= 0:
 		return cfg, fmt.Errorf("%w: -churn-cap and -churn-stall must be positive", errUsage)
 	case cfg.out == "":

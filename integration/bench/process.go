@@ -28,6 +28,10 @@ type process struct {
 	err  error         // its exit status, once done is closed
 }
 
+// serverProcs, when positive, is GOMAXPROCS for every Go server
+// startProcess starts (-gomaxprocs); run sets it once, before any starts.
+var serverProcs int
+
 // startProcess runs bin with args, stdout and stderr to logPath.
 func startProcess(name, logPath, bin string, args ...string) (*process, error) {
 	log, err := os.Create(logPath)
@@ -36,6 +40,9 @@ func startProcess(name, logPath, bin string, args ...string) (*process, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if serverProcs > 0 { // redis-server ignores it
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", serverProcs))
+	}
 	// A process group of its own: Ctrl-C on the terminal reaches only the
 	// harness, which then stops every server with SIGTERM in its order (a
 	// profiling agent writes its profile then). Pdeathsig: a harness that

@@ -44,6 +44,8 @@ type machine struct {
 	// LoadAvg is /proc/loadavg at the start: other work on the machine
 	// shows in the numbers.
 	LoadAvg string `json:"loadavg"`
+	// GOMAXPROCS of the servers (-gomaxprocs); 0: Go's default.
+	GOMAXPROCS int `json:"gomaxprocs,omitempty"`
 }
 
 func (b *bench) note(format string, args ...any) {
@@ -57,6 +59,7 @@ func (b *bench) note(format string, args ...any) {
 func run(ctx context.Context, cfg config, stdout io.Writer) error {
 	start := time.Now()
 	b := &bench{cfg: cfg}
+	serverProcs = cfg.gomaxprocs
 	logDir := filepath.Join(cfg.out, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
@@ -76,6 +79,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) error {
 		return err
 	}
 	b.machine = describeMachine(ctx, root)
+	b.machine.GOMAXPROCS = cfg.gomaxprocs
 	b.measureFloor(ctx)
 
 	etcdBin, redisBin := "", ""
@@ -388,6 +392,10 @@ func (m machine) line() string {
 	if m.Redis != "" {
 		redis = fmt.Sprintf(", redis-server %s (client %s)", m.Redis, m.RedisClient)
 	}
-	return fmt.Sprintf("Machine: %d CPUs (%s), load average %s at the start, %s, etcd server %s (client go.etcd.io/etcd/client/v3 %s)%s, sluice %s",
-		m.NProc, m.CPU, m.LoadAvg, m.Go, etcd, m.EtcdClient, redis, m.SluiceBuild)
+	procs := ""
+	if m.GOMAXPROCS > 0 {
+		procs = fmt.Sprintf("; every Go server with GOMAXPROCS=%d", m.GOMAXPROCS)
+	}
+	return fmt.Sprintf("Machine: %d CPUs (%s), load average %s at the start, %s, etcd server %s (client go.etcd.io/etcd/client/v3 %s)%s, sluice %s%s",
+		m.NProc, m.CPU, m.LoadAvg, m.Go, etcd, m.EtcdClient, redis, m.SluiceBuild, procs)
 }
