@@ -41,6 +41,79 @@ func NamePath(name string) ([]string, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
+	if path, ok := canonicalPath(name); ok {
+		return path, nil
+	}
+	return buildPath(name)
+}
+
+// canonicalPath is NamePath of a name that is in canonical form already,
+// as a page view's name usually is (a frontend's URLs, or the name a
+// lease carries): every level is a prefix of name, so no string is built
+// (a third of a nested page view's name work was building them). ok is
+// false for anything buildPath would change or refuse: an escape, a query
+// or fragment, a scheme or host not in lower-case ASCII, a default port,
+// a URL without the slash after its host, an empty, "." or ".." segment,
+// a trailing slash, the name "/", too many levels.
+func canonicalPath(name string) (path []string, ok bool) {
+	if name == "/" || strings.IndexByte(name, '%') >= 0 || strings.IndexByte(name, '?') >= 0 || strings.IndexByte(name, '#') >= 0 {
+		return nil, false
+	}
+	start := 0 // where the first segment begins
+	if scheme, after, isURL := strings.Cut(name, "://"); isURL && isScheme(scheme) {
+		host, _, slash := strings.Cut(after, "/")
+		if !slash || host == "" || !lowerASCII(scheme) || !lowerASCII(host) {
+			return nil, false
+		}
+		if strings.HasSuffix(host, ":80") || strings.HasSuffix(host, ":443") {
+			return nil, false // maybe a default port (defaultPorts)
+		}
+		start = len(scheme) + len("://") + len(host) + len("/")
+		path = make([]string, 1, 1+strings.Count(name[start:], "/")+1)
+		path[0] = name[:start]
+	} else if strings.HasPrefix(name, "/") {
+		start = 1
+	}
+	if start == len(name) {
+		return path, path != nil
+	}
+	if strings.HasSuffix(name, "/") {
+		return nil, false
+	}
+	if path == nil {
+		path = make([]string, 0, strings.Count(name[start:], "/")+1)
+	}
+	for i := start; ; {
+		end := len(name)
+		if j := strings.IndexByte(name[i:], '/'); j >= 0 {
+			end = i + j
+		}
+		if seg := name[i:end]; seg == "" || seg == "." || seg == ".." {
+			return nil, false
+		}
+		if path = append(path, name[:end]); len(path) > MaxDepth {
+			return nil, false
+		}
+		if end == len(name) {
+			return path, true
+		}
+		i = end + 1
+	}
+}
+
+// lowerASCII reports whether s has only ASCII bytes and no upper-case
+// letter: strings.ToLower leaves it as it is.
+func lowerASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 0x80 || c >= 'A' && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// buildPath is NamePath for any name CheckName lets through.
+func buildPath(name string) ([]string, error) {
 	bad := func(format string, args ...any) ([]string, error) {
 		return nil, fmt.Errorf("%w: name %q: %s", ErrInvalid, name, fmt.Sprintf(format, args...))
 	}

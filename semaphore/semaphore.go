@@ -22,12 +22,25 @@ func CheckName(name string) error {
 		return fmt.Errorf("%w: empty name", ErrInvalid)
 	case len(name) > wire.MaxNameLen:
 		return fmt.Errorf("%w: name of %d bytes is over %d", ErrInvalid, len(name), wire.MaxNameLen)
+	case plainASCII(name):
+		return nil
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: name %q is not valid UTF-8", ErrInvalid, name)
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		return fmt.Errorf("%w: name %q has a control character", ErrInvalid, name)
 	}
 	return nil
+}
+
+// plainASCII reports whether name is printable ASCII, which CheckName
+// lets through without decoding runes (every page view's name is checked).
+func plainASCII(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // Mode is a semaphore mode.
