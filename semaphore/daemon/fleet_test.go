@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/p2p"
+	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/daemon"
 )
@@ -58,6 +60,7 @@ type fleetFigures struct {
 	rssGrowMiB          float64 // per agent, over the window
 	heapGrowMiB         float64 // per agent, over the window
 	framesOut, announce float64 // lock frames sent, announcements received, per second
+	drain               fleetDrainFigures
 }
 
 func TestFleet(t *testing.T) {
@@ -91,6 +94,13 @@ func TestFleet(t *testing.T) {
 		fmt.Fprintf(&b, "%6d %8s %9.0f %10.1f %10.1f %11.1f %9.3f %8.2f %8.2f %9.3f %9.3f %10.2f %10.2f\n",
 			r.n, r.ready.Round(100*time.Millisecond), r.connMax, r.connMean, r.voterConns, r.goroutines, r.cpu,
 			r.heapMiB, r.rssMiB, r.heapGrowMiB, r.rssGrowMiB, r.framesOut, r.announce)
+	}
+	fmt.Fprintf(&b, "a drain of a site every agent serves (a page view held on each, a priority writer through a voter):\n")
+	fmt.Fprintf(&b, "%6s %14s %16s %16s\n", "agents", "all told", "granted after", "all readmitted")
+	for _, r := range rows {
+		d := r.drain
+		fmt.Fprintf(&b, "%6d %14s %16s %16s\n", r.n, d.told.Round(100*time.Microsecond), d.granted.Round(100*time.Microsecond),
+			d.readmitted.Round(100*time.Microsecond))
 	}
 	t.Log("\n" + b.String())
 }
@@ -194,7 +204,142 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	f.announce = float64(after.announcements-before.announcements) / secs / float64(n)
 	t.Logf("%d agents: ready after %v; non-voters' connections max %.0f mean %.1f; per agent: %.1f goroutines, %.3f%% of a core, heap %.2f MiB, RSS %.2f MiB (%+.3f over the window), %.2f frames/s, %.2f announcements/s",
 		n, ready.Round(time.Millisecond), f.connMax, f.connMean, f.goroutines, f.cpu, f.heapMiB, f.rssMiB, f.rssGrowMiB, f.framesOut, f.announce)
+	f.drain = fleetDrain(t, agents, wait)
+	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release",
+		n, f.drain.told, f.drain.granted, f.drain.readmitted)
 	return f
+}
+
+// fleetDrainFigures: how a drain of a site that the whole fleet serves
+// goes. told: from the writer's ask until the last agent told its page
+// view that the site drains; granted: from the end of the last page view
+// to the writer's grant; readmitted: from the writer's release until the
+// last agent granted a new page view.
+type fleetDrainFigures struct {
+	told, granted, readmitted time.Duration
+}
+
+// fleetDrain drains /site while every agent holds a page view on it, the
+// way a site's maintenance drain meets its frontends: a priority writer
+// asks through the first voter; every agent must then tell its page view
+// (the "draining" event a frontend shows its maintenance page on) and
+// refuse a new one with draining; the writer must not be granted while a
+// page view runs, and must be once they end; after its release every
+// agent must grant page views again.
+func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetDrainFigures {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	const site = "/site"
+	pageView := daemon.Request{Name: site, Mode: semaphore.ReadOnly, Timeout: wait, Duration: time.Minute}
+	views := make([]daemon.Lease, len(agents))
+	told := make([]time.Time, len(agents))
+	var watching sync.WaitGroup
+	each(t, agents, 16, func(i int, a *daemon.Agent) error {
+		l, err := a.Node().Acquire(ctx, pageView)
+		if err != nil {
+			return err
+		}
+		views[i] = l
+		events, err := a.Node().Watch(ctx, l.ID)
+		if err != nil {
+			return err
+		}
+		watching.Go(func() {
+			for e := range events {
+				if e.Kind == "draining" {
+					told[i] = time.Now()
+					return
+				}
+			}
+		})
+		return nil
+	})
+
+	type outcome struct {
+		l   daemon.Lease
+		err error
+		at  time.Time
+	}
+	granted := make(chan outcome, 1)
+	ask := time.Now()
+	go func() {
+		l, err := agents[0].Node().Acquire(ctx, daemon.Request{Name: site, Mode: semaphore.ReadWritePriority, Timeout: wait, Duration: time.Minute})
+		granted <- outcome{l, err, time.Now()}
+	}()
+	watching.Wait()
+	var f fleetDrainFigures
+	for i, at := range told {
+		if at.IsZero() {
+			t.Fatalf("agent %d never told its page view that the site drains", i+1)
+		}
+		f.told = max(f.told, at.Sub(ask))
+	}
+	try := pageView
+	try.Try, try.Timeout = true, 0
+	each(t, agents, 16, func(i int, a *daemon.Agent) error {
+		if l, err := a.Node().Acquire(ctx, try); !errors.Is(err, semaphore.ErrDraining) {
+			return fmt.Errorf("agent %d: a new page view during the drain: %+v, %v; want draining", i+1, l, err)
+		}
+		return nil
+	})
+	select {
+	case o := <-granted:
+		t.Fatalf("the writer was granted (%v) while every agent held a page view", o.err)
+	default:
+	}
+
+	ends := make([]time.Time, len(agents))
+	each(t, agents, len(agents), func(i int, a *daemon.Agent) error {
+		err := a.Node().Release(ctx, views[i].ID, views[i].Name)
+		ends[i] = time.Now()
+		return err
+	})
+	var w outcome
+	select {
+	case w = <-granted:
+	case <-ctx.Done():
+		t.Fatalf("the writer was not granted within %v of the page views' end", wait)
+	}
+	if w.err != nil {
+		t.Fatalf("the drain's writer: %v", w.err)
+	}
+	f.granted = w.at.Sub(slices.MaxFunc(ends, time.Time.Compare))
+	if err := agents[0].Node().Release(ctx, w.l.ID, w.l.Name); err != nil {
+		t.Fatalf("the writer's release: %v", err)
+	}
+	released := time.Now()
+	readmitted := make([]time.Duration, len(agents))
+	each(t, agents, len(agents), func(i int, a *daemon.Agent) error {
+		l, err := a.Node().Acquire(ctx, pageView)
+		if err != nil {
+			return fmt.Errorf("agent %d: a page view after the drain: %w", i+1, err)
+		}
+		readmitted[i] = time.Since(released)
+		return a.Node().Release(ctx, l.ID, l.Name)
+	})
+	f.readmitted = slices.Max(readmitted)
+	return f
+}
+
+// each runs fn for every agent, atOnce of them at a time, and fails the
+// test with their errors.
+func each(t *testing.T, agents []*daemon.Agent, atOnce int, fn func(int, *daemon.Agent) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, atOnce)
+	errs := make([]error, len(agents))
+	for i, a := range agents {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = fn(i, a)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func startFleetAgent(t *testing.T, cfg daemon.AgentConfig) *daemon.Agent {
