@@ -105,7 +105,13 @@ func TestFaultMixedVersions(t *testing.T) {
 	checkVersions(t, c, semaphore.Version, semaphore.MinCodec)
 	r.wasKept(first)
 	replace(old, oldVersion)
-	r.wasKept(last)
+	// The previous release took a request still in its doorway (no number
+	// yet) for one ahead of a holder when an agent that restarted took a
+	// lease over, so the agent replaced last, now of that release, may
+	// refuse the drain held through it while the workload keeps /b busy
+	// (this release's tables do not: daemon's isHolder). That refusal
+	// alone is let through here.
+	r.wasKeptOr(last, "waits in line: it was never granted")
 	replace(binary, semaphore.Version)
 	checkVersions(t, c, semaphore.Version, semaphore.Codec)
 	// The codec moved: the previous release refuses a store that recorded

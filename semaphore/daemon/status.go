@@ -228,16 +228,11 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 			for i, d := range detail {
 				entries[i] = d.Entry
 			}
+			ticketed := ticketedEntries(entries)
 			l := api.Lock{Name: name, HighWater: hw, Entries: []api.Entry{}}
 			for _, d := range sortDetail(detail) {
 				e := d.Entry
-				holder := false
-				if e.Ticket > 0 {
-					// What the master would decide on these entries: long
-					// past any quiet period, activation as marked.
-					holder = semaphore.Admit(core.Candidate{Req: e.Req, Ticket: e.Ticket, Mode: e.Mode,
-						Activated: e.Active, SinceReaders: 1 << 40}, entries).Grant
-				}
+				holder := isHolder(e, ticketed)
 				l.Entries = append(l.Entries, api.Entry{Request: e.Req.String(), Node: nodeID(e.Req.Node), Ticket: e.Ticket,
 					Mode: e.Mode.String(), State: e.State.String(), Active: e.Active, Holder: holder,
 					Since: n.wallTime(d.Since), Until: n.wallTime(d.Until)})
@@ -428,4 +423,34 @@ func (n *Node) noteRevoked(ctx context.Context, name string, revoked int) {
 			}
 		}
 	})
+}
+
+// ticketedEntries are the entries of a table that have a number: those a
+// holder could be behind.
+func ticketedEntries(entries []wire.Entry) []wire.Entry {
+	var out []wire.Entry
+	for _, e := range entries {
+		if e.Ticket > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// isHolder reports whether the request of e holds its name by the table's
+// tickets: what its master would decide on them, long past any quiet
+// period, activation as marked. A request still choosing, without a
+// number yet, is not ahead of it: the holder's master waited for every
+// doorway under way when it looked before it granted, so one under way
+// now began after its ticket was taken, and its number will be above.
+// Counted as ahead (ticket 0 sorts first), a request of any client in its
+// doorway made a holder look like a waiter, and an agent that restarted
+// refused to take its lease over ("waits in line") while the name was
+// busy.
+func isHolder(e wire.Entry, ticketed []wire.Entry) bool {
+	if e.Ticket == 0 {
+		return false
+	}
+	return semaphore.Admit(core.Candidate{Req: e.Req, Ticket: e.Ticket, Mode: e.Mode,
+		Activated: e.Active, SinceReaders: 1 << 40}, ticketed).Grant
 }
