@@ -446,7 +446,9 @@ func ticketedEntries(entries []wire.Entry) []wire.Entry {
 // Counted as ahead (ticket 0 sorts first), a request of any client in its
 // doorway made a holder look like a waiter, and an agent that restarted
 // refused to take its lease over ("waits in line") while the name was
-// busy.
+// busy. The other way round, a request that still waits only for a
+// doorway that began before it looked shows as holding: takeovers are
+// not fooled by it, since a lease id reaches a client only with its grant.
 func isHolder(e wire.Entry, ticketed []wire.Entry) bool {
 	if e.Ticket == 0 {
 		return false
