@@ -447,8 +447,11 @@ func ticketedEntries(entries []wire.Entry) []wire.Entry {
 // doorway made a holder look like a waiter, and an agent that restarted
 // refused to take its lease over ("waits in line") while the name was
 // busy. The other way round, a request that still waits only for a
-// doorway that began before it looked shows as holding: takeovers are
-// not fooled by it, since a lease id reaches a client only with its grant.
+// doorway that began before it looked shows as holding; a client learns
+// a lease id with its grant, so only a caller that renews an id it read
+// in `sluice locks` while the request waited, after its agent restarted,
+// could take such a request over (the leaders' held marks would tell the
+// two apart; the tables do not carry them yet).
 func isHolder(e wire.Entry, ticketed []wire.Entry) bool {
 	if e.Ticket == 0 {
 		return false
