@@ -3,8 +3,18 @@ package daemon
 import (
 	"testing"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/wire"
 )
+
+// detailOf is a table's detail with only its entries filled in.
+func detailOf(entries ...wire.Entry) []core.TableEntry {
+	out := make([]core.TableEntry, len(entries))
+	for i, e := range entries {
+		out[i].Entry = e
+	}
+	return out
+}
 
 // A holder stays the holder while other requests are in their doorway
 // (no number yet): the table's Holder, which an agent that restarted
@@ -16,7 +26,7 @@ func TestHolderWithDoorwaysUnderWay(t *testing.T) {
 	choosing := wire.Entry{Req: req(3, 1), Mode: wire.ModeExclusive, State: wire.StateChoosing}
 	proposed := wire.Entry{Req: req(4, 1), Ticket: 79, Mode: wire.ModeExclusive, State: wire.StateChoosing}
 	table := []wire.Entry{choosing, holder, waiter, proposed}
-	ticketed := ticketedEntries(table)
+	ticketed := ticketedEntries(detailOf(table...))
 	for _, c := range []struct {
 		e    wire.Entry
 		want bool
@@ -26,7 +36,7 @@ func TestHolderWithDoorwaysUnderWay(t *testing.T) {
 		}
 	}
 	earlier := wire.Entry{Req: req(5, 1), Ticket: 76, Mode: wire.ModeReadOnly, State: wire.StateTicket}
-	if isHolder(holder, ticketedEntries(append(table, earlier))) {
+	if isHolder(holder, ticketedEntries(detailOf(append(table, earlier)...))) {
 		t.Errorf("an exclusive ticket behind a reader's earlier one is taken for a holder")
 	}
 }

@@ -224,11 +224,7 @@ func (n *Node) Locks(ctx context.Context, prefix string) (api.Table, error) {
 			}
 			detail := n.core.TableDetail(name)
 			_, hw := n.core.Table(name)
-			entries := make([]wire.Entry, len(detail))
-			for i, d := range detail {
-				entries[i] = d.Entry
-			}
-			ticketed := ticketedEntries(entries)
+			ticketed := ticketedEntries(detail)
 			l := api.Lock{Name: name, HighWater: hw, Entries: []api.Entry{}}
 			for _, d := range sortDetail(detail) {
 				e := d.Entry
@@ -427,11 +423,11 @@ func (n *Node) noteRevoked(ctx context.Context, name string, revoked int) {
 
 // ticketedEntries are the entries of a table that have a number: those a
 // holder could be behind.
-func ticketedEntries(entries []wire.Entry) []wire.Entry {
+func ticketedEntries(detail []core.TableEntry) []wire.Entry {
 	var out []wire.Entry
-	for _, e := range entries {
-		if e.Ticket > 0 {
-			out = append(out, e)
+	for _, d := range detail {
+		if d.Entry.Ticket > 0 {
+			out = append(out, d.Entry)
 		}
 	}
 	return out
