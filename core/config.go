@@ -285,6 +285,11 @@ const (
 	// waits with hard writers whatever changed, a holder's release
 	// included, so the next waiter waits for its own watch to come round.
 	MutantHoldBackAny
+	// MutantUnboundedDoorway: a master's doorway goes on for as long as
+	// its request may wait, so an ENTERING that reaches a leader after the
+	// tombstone of an operator's force-unlock there went is taken, and the
+	// request the operator was told was dropped is granted.
+	MutantUnboundedDoorway
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -86,6 +86,11 @@ import (
 //     with token 3, then Z with token 2 (checked on both statuses).
 //   - drain_memo.txt with a drain memo that never ends: the page view
 //     after the memo's ticks is refused (its shared grant is missing).
+//   - force_release_late_doorway.txt with a doorway that goes on for as
+//     long as its request may wait (and forced tombstones as long as the
+//     operator's node asked): the forced waiter's late ENTERING is taken
+//     after the tombstones went, and the id the operator was told was
+//     dropped holds a ticket and is granted.
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -125,6 +130,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"rewatch_report_without_ticket.txt", core.MutantUncheckedTicketReports, 1, "exclusive held"},
 		{"enter_ticket_below_mark.txt", core.MutantEnterTicketUnchecked, 0, "granted 4.1.2 "},
 		{"report_waits_for_turn.txt", core.MutantHoldBackAny, 1, "granted 5.1.1 "},
+		{"force_release_late_doorway.txt", core.MutantUnboundedDoorway, 0, "5.1.2 ticket ticket="},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			if mutant != 0 && !mutation.Need(t) {

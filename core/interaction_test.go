@@ -426,6 +426,10 @@ func (h *harness) matches(t *testing.T, d *datadriven.TestData, m wire.Message) 
 }
 
 func (h *harness) deliver(m wire.Message) {
+	if int(m.To) < 1 || int(m.To) > len(h.nodes) {
+		h.printf("lost (no node %d) %s\n", m.To, fmtMsg(m))
+		return
+	}
 	to := h.nodes[m.To-1]
 	switch {
 	case to.core == nil:
@@ -451,6 +455,9 @@ func (h *harness) stabilize() {
 	for len(h.inflight) > 0 && delivered < 10000 {
 		m := h.inflight[0]
 		h.inflight = h.inflight[1:]
+		if int(m.To) < 1 || int(m.To) > len(h.nodes) {
+			continue // to a node that is not in the cluster (an operator's typo)
+		}
 		to := h.nodes[m.To-1]
 		if to.core == nil || h.lost(m) {
 			continue

@@ -36,6 +36,12 @@ type request struct {
 	start  int64 // tick of the Acquire call
 	dead   int64 // obtain deadline
 	sentAt int64 // last send of the current phase's messages
+	// doorAt is the tick this id's doorway began (its first ENTERING). A
+	// doorway longer than TryTicks is given up (tickWaiting): a leader's
+	// tombstone of an operator's force-unlock that found no request
+	// lasts longer than that, so no leader takes a forced id's number
+	// after its tombstone went and still has it counted.
+	doorAt int64
 	// timerAt: the tick its timers are armed for in Node.timers (0: none);
 	// no later than the first tick at which masterTick acts on it.
 	timerAt int64
@@ -413,7 +419,7 @@ func (n *Node) toLeaders(m wire.Message, skip func(wire.NodeID) bool) {
 
 func (n *Node) startEnter(r *request) {
 	n.setPhase(r, phaseEnter)
-	r.sentAt, r.resends = n.now, 0
+	r.sentAt, r.resends, r.doorAt = n.now, 0, n.now
 	r.acks, r.enterInc, r.rejects, r.max = map[wire.NodeID]uint32{}, nil, nil, 0
 	r.guess, r.took, r.heldAt = 0, nil, nil
 	if g := n.ticketGuesses[r.a.Name]; g > 0 && !n.cfg.PlainDoorway && !n.crowded(r.a.Name) {
@@ -1472,6 +1478,11 @@ func (n *Node) tickWaiting(r *request) {
 		n.fail(r, wire.CodeTimedOut)
 		return
 	}
+	if n.doorwayOverdue(r) {
+		n.stats.LongDoorways++
+		n.restartDoorway(r)
+		return
+	}
 	if r.phase == phaseWait {
 		if r.confirm != nil && n.now-r.confirm.sentAt >= n.cfg.RetransmitTicks {
 			n.sendConfirm(r)
@@ -1517,6 +1528,22 @@ func (n *Node) tickWaiting(r *request) {
 		n.stats.Retransmits++
 		n.sendPhase(r, n.notAcked(r))
 	}
+}
+
+// doorwayOverdue: r's doorway has lasted more than TryTicks, and is given
+// up for a fresh one (a new id; the client's wait goes on). An operator's
+// force-unlock of r that reached a leader before r's ENTERING did left
+// there a tombstone that refuses the ENTERING, but only for
+// keep(TryTicks) of that leader's ticks (onRelease); and r's id was made
+// before any operator could see it, so the force came after this doorway
+// began. Were r's ENTERING to arrive after that tombstone went (a
+// partition, or the word of the force lost on its way to this master),
+// the leader would take it, and its ack, counted here, would grant a
+// request the operator was told was dropped. Acks that come after this
+// deadline are for an id this node has given up.
+func (n *Node) doorwayOverdue(r *request) bool {
+	return (r.phase == phaseEnter || r.phase == phaseAddTicket) && n.now > r.doorAt+n.cfg.TryTicks &&
+		!n.cfg.Mutant.on(MutantUnboundedDoorway)
 }
 
 // tickHeld ends a lease at its duration and grace, and sends a renewal

@@ -152,6 +152,10 @@ type Stats struct {
 	// because nothing they would carry could matter to its requests
 	// (holdsBack); a later report carries those changes.
 	HeldBackReports uint64
+	// LongDoorways counts doorways given up for a fresh one because they
+	// lasted more than TryTicks (doorwayOverdue): leaders out of reach,
+	// or a herd raising its numbers past each other for that long.
+	LongDoorways uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica

@@ -530,8 +530,16 @@ func (n *Node) onRelease(m wire.Message) {
 	// ended the request and sends nothing more for it, so a ticket a
 	// crash brings back is only restored, and dropped by the other
 	// leaders' word (askHolds) or its lifetime: a delay, not a grant.
-	forced := m.From != m.Req.Node && !n.cfg.Mutant.on(MutantLazyForcedTomb)
-	n.dropRecordAs(m.Name, t, m.Req, n.now+n.keep(m.Lifetime), !forced)
+	byOperator := m.From != m.Req.Node
+	forced := byOperator && !n.cfg.Mutant.on(MutantLazyForcedTomb)
+	lifetime := m.Lifetime
+	if byOperator && !had && !n.cfg.Mutant.on(MutantUnboundedDoorway) {
+		// Not here yet: the request may still be in its doorway, and
+		// its ENTERING on its way. The tombstone refuses it for longer
+		// than a master keeps a doorway going (doorwayOverdue).
+		lifetime = max(lifetime, uint64(n.cfg.TryTicks))
+	}
+	n.dropRecordAs(m.Name, t, m.Req, n.now+n.keep(lifetime), !forced)
 	if had && shared(r.entry) {
 		// A share's readers left ReadersAgo ticks before, on its master's
 		// clock: a quiet period counts from there, less the margin for a
@@ -546,8 +554,9 @@ func (n *Node) onRelease(m wire.Message) {
 	reply.Reject = !had
 	n.send(reply)
 	// Released by an operator on another node: tell the request's
-	// master now, not at its next renewal.
-	if had && m.From != m.Req.Node {
+	// master now, not at its next renewal; also when this leader has not
+	// heard of it yet: its master may be in the doorway, and ends it.
+	if byOperator {
 		n.send(wire.Message{Kind: wire.KindRevoked, To: m.Req.Node, Name: m.Name, Req: m.Req})
 	}
 }

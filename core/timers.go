@@ -81,7 +81,11 @@ func (n *Node) nextTimer(r *request) int64 {
 	case phaseQueued:
 		return r.dead + 1
 	case phaseEnter, phaseAddTicket:
-		return min(r.dead+1, r.sentAt+resend)
+		at := min(r.dead+1, r.sentAt+resend)
+		if !n.cfg.Mutant.on(MutantUnboundedDoorway) {
+			at = min(at, r.doorAt+n.cfg.TryTicks+1)
+		}
+		return at
 	case phaseWait:
 		at := min(r.dead+1, r.sentAt+refresh)
 		if r.confirm != nil {

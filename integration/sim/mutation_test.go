@@ -211,7 +211,12 @@ func TestMutantsAreCaught(t *testing.T) {
 	// late phase message across a restart. A force-unlock's tombstone written lazily
 	// (MutantLazyForcedTomb) is caught in swarms with ambushes and lost
 	// revocations, where a leader dies right after answering the
-	// force-unlock and its restart brings the ticket back. Waiters blocked
+	// force-unlock and its restart brings the ticket back. A doorway
+	// without a bound (MutantUnboundedDoorway) is caught in the same
+	// worlds, rarely: a force-unlock drops a request a leader has not
+	// seen yet, the tombstone expires, and the late ENTERING is taken
+	// and granted while the holder's client already believes it lost;
+	// core/testdata/force_release_late_doorway.txt scripts it. Waiters blocked
 	// on a holder that are never asked again (MutantSleepBlocked) are
 	// caught by the check of skipped waiters (Config.CheckIncremental)
 	// and by the settle probe.
@@ -296,7 +301,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		// lease this way within the bound since masters release their
 		// strays at once.
 		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true,
-			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 666},
+			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 143},
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 6},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil, 0},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil, 0},
@@ -317,6 +322,8 @@ func TestMutantsAreCaught(t *testing.T) {
 				{Names: 2, ClientsPerNode: 2, SlowDisk: true, Batch: true}}, nil, 288},
 		{"writes a force-unlock's tombstone lazily", core.MutantLazyForcedTomb, true,
 			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 74},
+		{"gives a doorway no bound", core.MutantUnboundedDoorway, true,
+			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 869},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

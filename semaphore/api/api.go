@@ -241,8 +241,12 @@ type CoreStats struct {
 	// proposed the name's next number with its choosing flag, and a
 	// quorum of leaders took it.
 	OneRoundDoorways uint64 `json:"one_round_doorways"`
-	NotServing       uint64 `json:"not_serving"`
-	Handoffs         uint64 `json:"handoffs"`
+	// LongDoorways counts doorways given up for a fresh one (a new id)
+	// because they lasted more than a try: leaders out of reach, or a
+	// forced release the leaders did not all see.
+	LongDoorways uint64 `json:"long_doorways"`
+	NotServing   uint64 `json:"not_serving"`
+	Handoffs     uint64 `json:"handoffs"`
 	// RestoredDropped counts tickets restored from the store that fewer
 	// than a quorum of the view's leaders held (released while away).
 	RestoredDropped uint64 `json:"restored_dropped"`

@@ -41,8 +41,8 @@ func coreStats(s core.Stats) api.CoreStats {
 	return api.CoreStats{BadMessages: s.BadMessages, WrongTarget: s.WrongTarget, StaleEpoch: s.StaleEpoch,
 		StaleIncarnation: s.StaleIncarnation, StaleReplies: s.StaleReplies, Granted: s.Granted, Failed: s.Failed,
 		Expired: s.Expired, Retransmits: s.Retransmits, DoorwayRestarts: s.DoorwayRestarts, TicketRaises: s.TicketRaises,
-		OneRoundDoorways: s.OneRoundDoorways,
-		NotServing:       s.NotServing, Handoffs: s.Handoffs, RestoredDropped: s.RestoredDropped}
+		OneRoundDoorways: s.OneRoundDoorways, LongDoorways: s.LongDoorways,
+		NotServing: s.NotServing, Handoffs: s.Handoffs, RestoredDropped: s.RestoredDropped}
 }
 
 // Status reports readiness: LOCK_READY when the election knows a valid
