@@ -1540,7 +1540,10 @@ func (n *Node) tickWaiting(r *request) {
 // partition, or the word of the force lost on its way to this master),
 // the leader would take it, and its ack, counted here, would grant a
 // request the operator was told was dropped. Acks that come after this
-// deadline are for an id this node has given up.
+// deadline are for an id this node has given up: the clock moves only by
+// Tick, and the tick that passes the deadline runs r's timer (armed for
+// it, nextTimer) before any later message is stepped; a runtime that
+// wakes from a suspend runs its due ticks before it steps anything.
 func (n *Node) doorwayOverdue(r *request) bool {
 	return (r.phase == phaseEnter || r.phase == phaseAddTicket) && n.now > r.doorAt+n.cfg.TryTicks &&
 		!n.cfg.Mutant.on(MutantUnboundedDoorway)

@@ -2092,6 +2092,11 @@ func (s *Sim) expireLeases(node int) {
 			s.tracef("client %d stops holding %s token %d: its timer ran out at clock %d", c.id, c.name, c.token, c.expiry)
 			s.closeHold(c)
 		}
+		if r := s.replacementOf(node); n.core == nil && r >= 0 {
+			s.tracef("client %d moves to node %d, its node's replacement", c.id, r+1)
+			c.node = r
+			continue
+		}
 		if n.core != nil && !n.paused(s.tick) {
 			c.state = idle
 			s.release(c, n.core)
@@ -2545,6 +2550,17 @@ func (s *Sim) addNode() int {
 	return i
 }
 
+// replacementOf is the index of the node that replaced node i for good,
+// -1 if none started.
+func (s *Sim) replacementOf(i int) int {
+	for _, j := range s.jobs {
+		if j.old == i && j.repl >= 0 {
+			return j.repl
+		}
+	}
+	return -1
+}
+
 // operate runs the operator's runbook for every stale or dead node, once
 // the operator noticed it: start a replacement under a new id (the old
 // node's clients move to it), then, at some live checked-in node, remove
@@ -2559,7 +2575,11 @@ func (s *Sim) operate() {
 		if j.repl < 0 {
 			j.repl = s.addNode()
 			for _, c := range s.clients {
-				if c.node == j.old {
+				// A client that still holds by its timer counts its lease
+				// on the old machine's clock: it moves when that ends
+				// (expireLeases). Moved now, it would count the rest on
+				// the new machine's clock, which began at the start.
+				if c.node == j.old && (c.state != holding || c.token == 0) {
 					c.node = j.repl
 				}
 			}

@@ -96,11 +96,11 @@ func TestFleet(t *testing.T) {
 			r.heapMiB, r.rssMiB, r.heapGrowMiB, r.rssGrowMiB, r.framesOut, r.announce)
 	}
 	fmt.Fprintf(&b, "a drain of a site every agent serves (a page view held on each, a priority writer through a voter):\n")
-	fmt.Fprintf(&b, "%6s %14s %16s %16s\n", "agents", "all told", "granted after", "all readmitted")
+	fmt.Fprintf(&b, "%6s %14s %16s %16s %16s %14s\n", "agents", "all told", "granted after", "all readmitted", "doorway restarts", "long doorways")
 	for _, r := range rows {
 		d := r.drain
-		fmt.Fprintf(&b, "%6d %14s %16s %16s\n", r.n, d.told.Round(100*time.Microsecond), d.granted.Round(100*time.Microsecond),
-			d.readmitted.Round(100*time.Microsecond))
+		fmt.Fprintf(&b, "%6d %14s %16s %16s %16d %14d\n", r.n, d.told.Round(100*time.Microsecond), d.granted.Round(100*time.Microsecond),
+			d.readmitted.Round(100*time.Microsecond), d.restarts, d.long)
 	}
 	t.Log("\n" + b.String())
 }
@@ -204,9 +204,12 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	f.announce = float64(after.announcements-before.announcements) / secs / float64(n)
 	t.Logf("%d agents: ready after %v; non-voters' connections max %.0f mean %.1f; per agent: %.1f goroutines, %.3f%% of a core, heap %.2f MiB, RSS %.2f MiB (%+.3f over the window), %.2f frames/s, %.2f announcements/s",
 		n, ready.Round(time.Millisecond), f.connMax, f.connMean, f.goroutines, f.cpu, f.heapMiB, f.rssMiB, f.rssGrowMiB, f.framesOut, f.announce)
+	restarts, long := fleetDoorways(t, agents)
 	f.drain = fleetDrain(t, agents, wait)
-	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release",
-		n, f.drain.told, f.drain.granted, f.drain.readmitted)
+	restartsAfter, longAfter := fleetDoorways(t, agents)
+	f.drain.restarts, f.drain.long = restartsAfter-restarts, longAfter-long
+	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long",
+		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.restarts, f.drain.long)
 	return f
 }
 
@@ -217,6 +220,10 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 // last agent granted a new page view.
 type fleetDrainFigures struct {
 	told, granted, readmitted time.Duration
+	// restarts and long: doorways the fleet started again during the
+	// drain (core.Stats.DoorwayRestarts), and those of them given up for
+	// lasting longer than a try (core.Stats.LongDoorways).
+	restarts, long uint64
 }
 
 // fleetDrain drains /site while every agent holds a page view on it, the
@@ -320,6 +327,22 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 	})
 	f.readmitted = slices.Max(readmitted)
 	return f
+}
+
+// fleetDoorways sums the fleet's doorway restarts and long doorways.
+func fleetDoorways(t *testing.T, agents []*daemon.Agent) (restarts, long uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i, a := range agents {
+		st, err := a.Node().Status(ctx)
+		if err != nil {
+			t.Fatalf("agent %d's status: %v", i+1, err)
+		}
+		restarts += st.Core.DoorwayRestarts
+		long += st.Core.LongDoorways
+	}
+	return restarts, long
 }
 
 // each runs fn for every agent, atOnce of them at a time, and fails the
