@@ -48,6 +48,14 @@ type Config struct {
 	// TryTicks bounds a try (obtain timeout 0): the doorway and the one check
 	// must finish within it. Default 40.
 	TryTicks int64
+	// DoorwayTicks bounds a request's doorway (its ENTERING and
+	// ADD_TICKET): one that lasts longer is given up for a fresh one under
+	// a new id, and a leader keeps the tombstone of an operator's release
+	// of a request it has not seen for as long (plus the drift margin).
+	// Every node of a cluster must use the same. A bound much longer than
+	// a doorway takes keeps a herd of doorways on overloaded leaders from
+	// starting over and over. Default TryTicks.
+	DoorwayTicks int64
 	// MaxNameLen caps object names in bytes. Default and maximum wire.MaxNameLen.
 	MaxNameLen int
 	// MaxWaiters caps the requests one name may have at a replica, and at a
@@ -290,6 +298,11 @@ const (
 	// tombstone of an operator's force-unlock there went is taken, and the
 	// request the operator was told was dropped is granted.
 	MutantUnboundedDoorway
+	// MutantTombForATry: a leader keeps the tombstone of an operator's
+	// release of a request it has not seen for a try (TryTicks), not for
+	// the doorway bound, so a doorway that outlasts the tombstone but not
+	// its bound is taken there and granted.
+	MutantTombForATry
 )
 
 func (c *Config) withDefaults() (Config, error) {
@@ -309,6 +322,7 @@ func (c *Config) withDefaults() (Config, error) {
 	def(&out.RetransmitTicks, 4)
 	def(&out.RefreshTicks, 40)
 	def(&out.TryTicks, 40)
+	def(&out.DoorwayTicks, out.TryTicks)
 	if out.MaxNameLen <= 0 || out.MaxNameLen > wire.MaxNameLen {
 		out.MaxNameLen = wire.MaxNameLen
 	}

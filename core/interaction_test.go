@@ -269,7 +269,7 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	for i := range size {
 		peers = append(peers, wire.NodeID(i+1))
 	}
-	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), Mutant: h.mutant,
+	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), DoorwayTicks: intArg(t, d, "doorway", 0), Mutant: h.mutant,
 		CheckIncremental: true, ShareLease: intArg(t, d, "share", 0)}
 	if strArg(d, "admit", "") == "semaphore" {
 		h.cfg.Admit, h.cfg.RefuseEarly = semaphore.Admit, semaphore.RefuseEarly

@@ -37,7 +37,7 @@ type request struct {
 	dead   int64 // obtain deadline
 	sentAt int64 // last send of the current phase's messages
 	// doorAt is the tick this id's doorway began (its first ENTERING). A
-	// doorway longer than TryTicks is given up (tickWaiting): a leader's
+	// doorway longer than DoorwayTicks is given up (tickWaiting): a leader's
 	// tombstone of an operator's force-unlock that found no request
 	// lasts longer than that, so no leader takes a forced id's number
 	// after its tombstone went and still has it counted.
@@ -1530,11 +1530,11 @@ func (n *Node) tickWaiting(r *request) {
 	}
 }
 
-// doorwayOverdue: r's doorway has lasted more than TryTicks, and is given
+// doorwayOverdue: r's doorway has lasted more than DoorwayTicks, and is given
 // up for a fresh one (a new id; the client's wait goes on). An operator's
 // force-unlock of r that reached a leader before r's ENTERING did left
 // there a tombstone that refuses the ENTERING, but only for
-// keep(TryTicks) of that leader's ticks (onRelease); and r's id was made
+// keep(DoorwayTicks) of that leader's ticks (onRelease); and r's id was made
 // before any operator could see it, so the force came after this doorway
 // began. Were r's ENTERING to arrive after that tombstone went (a
 // partition, or the word of the force lost on its way to this master),
@@ -1545,7 +1545,7 @@ func (n *Node) tickWaiting(r *request) {
 // it, nextTimer) before any later message is stepped; a runtime that
 // wakes from a suspend runs its due ticks before it steps anything.
 func (n *Node) doorwayOverdue(r *request) bool {
-	return (r.phase == phaseEnter || r.phase == phaseAddTicket) && n.now > r.doorAt+n.cfg.TryTicks &&
+	return (r.phase == phaseEnter || r.phase == phaseAddTicket) && n.now > r.doorAt+n.cfg.DoorwayTicks &&
 		!n.cfg.Mutant.on(MutantUnboundedDoorway)
 }
 

@@ -153,7 +153,7 @@ type Stats struct {
 	// (holdsBack); a later report carries those changes.
 	HeldBackReports uint64
 	// LongDoorways counts doorways given up for a fresh one because they
-	// lasted more than TryTicks (doorwayOverdue): leaders out of reach,
+	// lasted more than DoorwayTicks (doorwayOverdue): leaders out of reach,
 	// or a herd raising its numbers past each other for that long.
 	LongDoorways uint64
 }

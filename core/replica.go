@@ -537,7 +537,11 @@ func (n *Node) onRelease(m wire.Message) {
 		// Not here yet: the request may still be in its doorway, and
 		// its ENTERING on its way. The tombstone refuses it for longer
 		// than a master keeps a doorway going (doorwayOverdue).
-		lifetime = max(lifetime, uint64(n.cfg.TryTicks))
+		bound := n.cfg.DoorwayTicks
+		if n.cfg.Mutant.on(MutantTombForATry) {
+			bound = n.cfg.TryTicks
+		}
+		lifetime = max(lifetime, uint64(bound))
 	}
 	n.dropRecordAs(m.Name, t, m.Req, n.now+n.keep(lifetime), !forced)
 	if had && shared(r.entry) {

@@ -83,7 +83,7 @@ func (n *Node) nextTimer(r *request) int64 {
 	case phaseEnter, phaseAddTicket:
 		at := min(r.dead+1, r.sentAt+resend)
 		if !n.cfg.Mutant.on(MutantUnboundedDoorway) {
-			at = min(at, r.doorAt+n.cfg.TryTicks+1)
+			at = min(at, r.doorAt+n.cfg.DoorwayTicks+1)
 		}
 		return at
 	case phaseWait:

@@ -242,8 +242,8 @@ type CoreStats struct {
 	// quorum of leaders took it.
 	OneRoundDoorways uint64 `json:"one_round_doorways"`
 	// LongDoorways counts doorways given up for a fresh one (a new id)
-	// because they lasted more than a try: leaders out of reach, or a
-	// forced release the leaders did not all see.
+	// because they lasted longer than the bound (ten seconds): leaders
+	// out of reach, or overloaded.
 	LongDoorways uint64 `json:"long_doorways"`
 	NotServing   uint64 `json:"not_serving"`
 	Handoffs     uint64 `json:"handoffs"`

@@ -85,6 +85,7 @@ const (
 	retransmitTicks   = 20     // a lost phase message is sent again after 200 ms
 	refreshTicks      = 100    // waiting masters renew their watches every second
 	tryTicks          = 100    // a try's round trips must finish within a second
+	doorwayTicks      = 1000   // a doorway lasting 10 s starts over (core.Config.DoorwayTicks)
 	helloTicks        = 20     // hellos every 200 ms
 	deadTicks         = 150    // a node silent for 1.5 s counts as down
 	forgetTicks       = 60_000 // a node that is not a member, silent for 10 minutes, is forgotten (a replaced machine)
@@ -278,7 +279,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	share := cmp.Or(cfg.ShareLease, DefaultShareLease)
 	tick := cmp.Or(cfg.Tick, DefaultTick)
 	c, err := core.New(core.Config{ID: cfg.Self, Incarnation: cfg.State.Incarnation, Peers: peers,
-		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks,
+		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks, DoorwayTicks: doorwayTicks,
 		ShareLease: max(int64(share/tick), 0), ShareLinger: max(int64(cfg.ShareLinger/tick), 0),
 		Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly, SnapshotsFromStore: true, Mutant: cfg.Broken}, cfg.State.Durable)
 	if err != nil {
