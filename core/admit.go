@@ -54,12 +54,23 @@ type Decision struct {
 
 // Admit decides whether me may be granted, given every other request of the
 // name that holds a ticket on a quorum's merged view. The core has already
-// waited for every request still choosing; Admit only orders tickets.
+// waited for every request still choosing below me that matters
+// (ChoosingMatters); Admit only orders tickets.
 //
 // others may list me itself, which the policy skips: the core hands every
 // waiter of a name one shared list. It is the caller's, read-only, valid
 // during the call only.
 type Admit func(me Candidate, others []wire.Entry) Decision
+
+// ChoosingMatters says whether choosing, a request still in its doorway
+// (its number not known yet), could change the decision on me once its
+// ticket is known: a waiter waits only for those of the doorways below it.
+// The bakery's rule is that every one matters (a nil ChoosingMatters). A
+// policy may leave out a request whose ticket Admit never looks at when it
+// decides on me, at any place in line and in any state: two readers
+// without a reader limit, which never keep each other out. It must keep
+// every request Admit could wait for, or count.
+type ChoosingMatters func(me Candidate, choosing wire.Entry) bool
 
 // RefuseEarly is a replica's look at a try (obtain timeout 0) of mode at
 // its ENTERING, given the replica's table of the name: its tickets

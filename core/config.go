@@ -63,6 +63,9 @@ type Config struct {
 	MaxWaiters int
 	// Admit is the admission policy. Default Exclusive.
 	Admit Admit
+	// ChoosingMatters is the policy's word on which doorways below a
+	// waiter it must wait for (see the type). Nil: all of them.
+	ChoosingMatters ChoosingMatters
 	// ShareLease turns read-lease aggregation on when above 0: this
 	// node's READ_ONLY requests without a reader limit are granted on one
 	// cluster-wide READ_ONLY ticket per name that the node holds for all

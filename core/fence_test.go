@@ -160,23 +160,39 @@ func shareCountsAsOne(me core.Candidate, others []wire.Entry) core.Decision {
 	return semaphore.Admit(me, others)
 }
 
+// choosingConflictsOnly is a broken word on doorways: a limited reader
+// skips the readers still choosing below it, whose tickets its limit
+// counts.
+func choosingConflictsOnly(me core.Candidate, choosing wire.Entry) bool {
+	return wire.Conflicts(me.Mode, choosing.Mode)
+}
+
 // TestScenariosCatchPolicyMutants replays scenarios on broken admission
 // policies, as TestScenariosCatchMutants does on broken cores.
 //   - limit_counts_shares.txt with a shared read ticket counted as one
 //     reader: the limited reader's try is granted beside three page views.
+//   - limit_waits_for_choosing_share.txt with a limited reader that skips
+//     readers' doorways (ChoosingMatters): it is granted beside the share's
+//     page view.
 func TestScenariosCatchPolicyMutants(t *testing.T) {
 	for _, c := range []struct {
-		file   string
-		policy core.Admit
-		grants int
-		count  string
+		file     string
+		policy   core.Admit
+		choosing core.ChoosingMatters
+		grants   int
+		count    string
 	}{
-		{"limit_counts_shares.txt", shareCountsAsOne, 0, "granted 5.1.1 "},
+		{"limit_counts_shares.txt", shareCountsAsOne, nil, 0, "granted 5.1.1 "},
+		{"limit_waits_for_choosing_share.txt", nil, choosingConflictsOnly, 1, "read-only held ticket=2"},
 	} {
-		for _, policy := range []core.Admit{nil, c.policy} {
-			got := strings.Count(replay(t, c.file, &harness{policy: policy}), c.count)
-			if (got == c.grants) != (policy == nil) {
-				t.Errorf("%s, broken policy %v: %d of %q, the real policy gives %d", c.file, policy != nil, got, c.count, c.grants)
+		for _, broken := range []bool{false, true} {
+			h := &harness{}
+			if broken {
+				h.policy, h.choosing = c.policy, c.choosing
+			}
+			got := strings.Count(replay(t, c.file, h), c.count)
+			if (got == c.grants) != !broken {
+				t.Errorf("%s, broken policy %v: %d of %q, the real policy gives %d", c.file, broken, got, c.count, c.grants)
 			}
 		}
 	}

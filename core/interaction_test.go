@@ -42,8 +42,9 @@ type hnode struct {
 // harness is a cluster whose messages wait in one ordered in-flight list
 // until a command delivers, drops or duplicates them.
 type harness struct {
-	mutant   core.Mutant // set by tests that replay a scenario on a broken core
-	policy   core.Admit  // replaces the semaphore's policy (admit=semaphore), to replay on a broken one
+	mutant   core.Mutant          // set by tests that replay a scenario on a broken core
+	policy   core.Admit           // replaces the semaphore's policy (admit=semaphore), to replay on a broken one
+	choosing core.ChoosingMatters // replaces the semaphore's ChoosingMatters likewise
 	nodes    []*hnode
 	view     wire.View
 	cfg      core.Config
@@ -272,9 +273,12 @@ func (h *harness) cluster(t *testing.T, d *datadriven.TestData) {
 	h.cfg = core.Config{View: h.view, Peers: peers, TryTicks: intArg(t, d, "try", 20), DoorwayTicks: intArg(t, d, "doorway", 0), Mutant: h.mutant,
 		CheckIncremental: true, ShareLease: intArg(t, d, "share", 0)}
 	if strArg(d, "admit", "") == "semaphore" {
-		h.cfg.Admit, h.cfg.RefuseEarly = semaphore.Admit, semaphore.RefuseEarly
+		h.cfg.Admit, h.cfg.RefuseEarly, h.cfg.ChoosingMatters = semaphore.Admit, semaphore.RefuseEarly, semaphore.ChoosingMatters
 		if h.policy != nil {
 			h.cfg.Admit = h.policy
+		}
+		if h.choosing != nil {
+			h.cfg.ChoosingMatters = h.choosing
 		}
 	}
 	h.plain = nodeSet(strArg(d, "plain", ""), size)

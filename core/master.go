@@ -1134,11 +1134,12 @@ func (n *Node) judge(r *request, dry bool) bool {
 	}
 	merged := mn.merged(from)
 	var d Decision
-	if b, waits := n.waitsOnChoosing(r, merged.choosing); waits {
+	me := Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
+		Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}
+	if b, waits := n.waitsOnChoosing(r, me, merged.choosing); waits {
 		d.BlockedBy = b
 	} else {
-		d = n.cfg.Admit(Candidate{Req: r.id, Ticket: r.ticket, Mode: r.a.Mode, Try: r.a.Timeout == 0,
-			Quiet: r.a.Quiet, SinceReaders: sinceReaders, Activated: r.activated, Limit: r.a.Limit}, merged.ticketed)
+		d = n.cfg.Admit(me, merged.ticketed)
 	}
 	sleeps := !d.Grant && d.Refuse == wire.CodeNone && d.RetryIn == 0 && !d.Requeue
 	if dry {
@@ -1179,13 +1180,20 @@ func (n *Node) judge(r *request, dry bool) bool {
 // such wait: they wait for every earlier ticket, active or not. Soft
 // writers among themselves neither: each reads only after its own mark
 // is at a quorum.
-func (n *Node) waitsOnChoosing(r *request, choosing []wire.Entry) (wire.RequestID, bool) {
+//
+// The policy may say that a doorway cannot change r's decision
+// (Config.ChoosingMatters): two readers without a limit. A page view then
+// does not wait for the other page views' doorways, which a herd of
+// agents coming back at once keeps open for round trips.
+func (n *Node) waitsOnChoosing(r *request, me Candidate, choosing []wire.Entry) (wire.RequestID, bool) {
 	anyPlace := mayBeActive(r.a.Mode) && r.activated && !n.cfg.Mutant.on(MutantSoftIgnoresLaterDoorways)
+	matters := n.cfg.ChoosingMatters
 	for _, e := range choosing {
 		if e.Req == r.id {
 			continue
 		}
 		below := e.Ticket == 0 || Earlier(e.Ticket, e.Req, r.ticket, r.id)
+		below = below && (matters == nil || matters(me, e))
 		if below && !n.cfg.Mutant.on(MutantIgnoreChoosing) && r.relevant(e.Req) || anyPlace && e.Mode.Reader() {
 			return e.Req, true
 		}

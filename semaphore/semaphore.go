@@ -238,6 +238,17 @@ func Admit(me core.Candidate, others []wire.Entry) core.Decision {
 	return d
 }
 
+// ChoosingMatters is the core.ChoosingMatters of the semaphore: a request
+// still choosing matters to a waiter whose mode conflicts with its own
+// (wire.Conflicts), and to a reader with a limit whatever its mode, since
+// the limit counts the reader tickets ahead of it. Admit looks at no other
+// ticket: readers and intents without a limit wait only for conflicting
+// tickets and active soft writers, which conflict with them too. So page
+// views never wait for each other's doorways.
+func ChoosingMatters(me core.Candidate, choosing wire.Entry) bool {
+	return me.Limit > 0 || wire.Conflicts(me.Mode, choosing.Mode)
+}
+
 // requeueBehindHard turns wait, a soft writer's wait that is not a try,
 // into a new place in line behind the priority and exclusive writers
 // after it: they wait for every earlier ticket, and readers wait for them,

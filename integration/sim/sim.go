@@ -860,17 +860,23 @@ func (s *Sim) start(i int) {
 	for j := range s.nodes {
 		peers[j] = wire.NodeID(j + 1)
 	}
-	admit, refuse := s.o.Admit, core.RefuseEarly(nil)
-	if admit == nil && (s.o.Modes || s.o.Nested) {
-		admit, refuse = semaphore.Admit, semaphore.RefuseEarly
+	// With the semaphore's modes, its word on doorways: readers without
+	// a limit skip each other's.
+	admit, refuse, matters := s.o.Admit, core.RefuseEarly(nil), core.ChoosingMatters(nil)
+	if s.o.Modes || s.o.Nested {
+		if admit == nil {
+			admit, refuse = semaphore.Admit, semaphore.RefuseEarly
+		}
+		matters = semaphore.ChoosingMatters
 	}
 	share := int64(shareTicks)
 	if s.o.NoShare {
 		share = 0
 	}
 	c, err := core.New(core.Config{ID: n.id, Incarnation: n.disk.incarnation, View: s.view, Peers: peers,
-		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, ShareLease: share,
-		DrainMemo: drainMemoTicks, CheckIncremental: true, PlainDoorway: int(n.id) <= s.o.PlainDoorways,
+		TryTicks: tryTicks, Mutant: s.o.Mutant, Admit: admit, RefuseEarly: refuse, ChoosingMatters: matters,
+		ShareLease: share,
+		DrainMemo:  drainMemoTicks, CheckIncremental: true, PlainDoorway: int(n.id) <= s.o.PlainDoorways,
 		EagerReports: int(n.id) <= s.o.PlainDoorways}, n.disk.durable.Clone())
 	if err != nil {
 		s.failf("start node %d: %v", n.id, err)

@@ -281,7 +281,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	c, err := core.New(core.Config{ID: cfg.Self, Incarnation: cfg.State.Incarnation, Peers: peers,
 		RetransmitTicks: retransmitTicks, RefreshTicks: refreshTicks, TryTicks: tryTicks, DoorwayTicks: doorwayTicks,
 		ShareLease: max(int64(share/tick), 0), ShareLinger: max(int64(cfg.ShareLinger/tick), 0),
-		Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly, SnapshotsFromStore: true, Mutant: cfg.Broken}, cfg.State.Durable)
+		Admit: semaphore.Admit, RefuseEarly: semaphore.RefuseEarly, ChoosingMatters: semaphore.ChoosingMatters,
+		SnapshotsFromStore: true, Mutant: cfg.Broken}, cfg.State.Durable)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: start the lock core: %w", err)
 	}
