@@ -34,7 +34,7 @@ import (
 var (
 	fleetSizes = flag.String("fleet", "", "fleet sizes to measure, comma-separated (e.g. 50,100,200); empty: one small fleet, checked for its bounds only")
 	fleetIdle  = flag.Duration("fleet-idle", 0, "idle window measured at each size (default 20s with -fleet, 2s without)")
-	fleetCPU   = flag.String("fleet-cpu", "", "write a CPU profile of each size's window to this file (suffixed with the size)")
+	fleetCPU   = flag.String("fleet-cpu", "", "write a CPU profile of each size's window and of its drain to this file (suffixed with the size, and .drain)")
 	fleetHeap  = flag.String("fleet-heap", "", "write a heap profile at the end of each size's window to this file (suffixed with the size)")
 )
 
@@ -205,7 +205,20 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	t.Logf("%d agents: ready after %v; non-voters' connections max %.0f mean %.1f; per agent: %.1f goroutines, %.3f%% of a core, heap %.2f MiB, RSS %.2f MiB (%+.3f over the window), %.2f frames/s, %.2f announcements/s",
 		n, ready.Round(time.Millisecond), f.connMax, f.connMean, f.goroutines, f.cpu, f.heapMiB, f.rssMiB, f.rssGrowMiB, f.framesOut, f.announce)
 	restarts, long := fleetDoorways(t, agents)
+	if *fleetCPU != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d.drain", *fleetCPU, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.drain = fleetDrain(t, agents, wait)
+	if *fleetCPU != "" {
+		pprof.StopCPUProfile()
+	}
 	restartsAfter, longAfter := fleetDoorways(t, agents)
 	f.drain.restarts, f.drain.long = restartsAfter-restarts, longAfter-long
 	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long",
