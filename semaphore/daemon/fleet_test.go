@@ -96,11 +96,11 @@ func TestFleet(t *testing.T) {
 			r.heapMiB, r.rssMiB, r.heapGrowMiB, r.rssGrowMiB, r.framesOut, r.announce)
 	}
 	fmt.Fprintf(&b, "a drain of a site every agent serves (a page view held on each, a priority writer through a voter):\n")
-	fmt.Fprintf(&b, "%6s %14s %16s %16s %16s %14s\n", "agents", "all told", "granted after", "all readmitted", "doorway restarts", "long doorways")
+	fmt.Fprintf(&b, "%6s %14s %16s %16s %16s %14s %16s\n", "agents", "all told", "granted after", "all readmitted", "doorway restarts", "long doorways", "voter msgs out")
 	for _, r := range rows {
 		d := r.drain
-		fmt.Fprintf(&b, "%6d %14s %16s %16s %16d %14d\n", r.n, d.told.Round(100*time.Microsecond), d.granted.Round(100*time.Microsecond),
-			d.readmitted.Round(100*time.Microsecond), d.restarts, d.long)
+		fmt.Fprintf(&b, "%6d %14s %16s %16s %16d %14d %16d\n", r.n, d.told.Round(100*time.Microsecond), d.granted.Round(100*time.Microsecond),
+			d.readmitted.Round(100*time.Microsecond), d.counts.restarts, d.counts.long, d.counts.voterOut)
 	}
 	t.Log("\n" + b.String())
 }
@@ -204,7 +204,7 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	f.announce = float64(after.announcements-before.announcements) / secs / float64(n)
 	t.Logf("%d agents: ready after %v; non-voters' connections max %.0f mean %.1f; per agent: %.1f goroutines, %.3f%% of a core, heap %.2f MiB, RSS %.2f MiB (%+.3f over the window), %.2f frames/s, %.2f announcements/s",
 		n, ready.Round(time.Millisecond), f.connMax, f.connMean, f.goroutines, f.cpu, f.heapMiB, f.rssMiB, f.rssGrowMiB, f.framesOut, f.announce)
-	restarts, long := fleetDoorways(t, agents)
+	counted := fleetCounts(t, agents)
 	if *fleetCPU != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d.drain", *fleetCPU, n))
 		if err != nil {
@@ -219,10 +219,9 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	if *fleetCPU != "" {
 		pprof.StopCPUProfile()
 	}
-	restartsAfter, longAfter := fleetDoorways(t, agents)
-	f.drain.restarts, f.drain.long = restartsAfter-restarts, longAfter-long
-	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long",
-		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.restarts, f.drain.long)
+	f.drain.counts = fleetCounts(t, agents).minus(counted)
+	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long; the voters sent %d messages",
+		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.counts.restarts, f.drain.counts.long, f.drain.counts.voterOut)
 	return f
 }
 
@@ -233,10 +232,8 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 // last agent granted a new page view.
 type fleetDrainFigures struct {
 	told, granted, readmitted time.Duration
-	// restarts and long: doorways the fleet started again during the
-	// drain (core.Stats.DoorwayRestarts), and those of them given up for
-	// lasting longer than a try (core.Stats.LongDoorways).
-	restarts, long uint64
+	// counts: what the fleet's counters moved by during the drain.
+	counts fleetCounters
 }
 
 // fleetDrain drains /site while every agent holds a page view on it, the
@@ -251,9 +248,13 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	const site = "/site"
-	pageView := daemon.Request{Name: site, Mode: semaphore.ReadOnly, Timeout: wait, Duration: time.Minute}
+	// Leases last the drain's whole bound: a loaded machine takes long to
+	// hand a few hundred agents their page views, and one that ran out
+	// before the drain began would never hear of it.
+	pageView := daemon.Request{Name: site, Mode: semaphore.ReadOnly, Timeout: wait, Duration: wait}
 	views := make([]daemon.Lease, len(agents))
 	told := make([]time.Time, len(agents))
+	last := make([]string, len(agents)) // the last event before the watch ended
 	var watching sync.WaitGroup
 	each(t, agents, 16, func(i int, a *daemon.Agent) error {
 		l, err := a.Node().Acquire(ctx, pageView)
@@ -267,6 +268,7 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 		}
 		watching.Go(func() {
 			for e := range events {
+				last[i] = e.Kind
 				if e.Kind == "draining" {
 					told[i] = time.Now()
 					return
@@ -284,14 +286,14 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 	granted := make(chan outcome, 1)
 	ask := time.Now()
 	go func() {
-		l, err := agents[0].Node().Acquire(ctx, daemon.Request{Name: site, Mode: semaphore.ReadWritePriority, Timeout: wait, Duration: time.Minute})
+		l, err := agents[0].Node().Acquire(ctx, daemon.Request{Name: site, Mode: semaphore.ReadWritePriority, Timeout: wait, Duration: wait})
 		granted <- outcome{l, err, time.Now()}
 	}()
 	watching.Wait()
 	var f fleetDrainFigures
 	for i, at := range told {
 		if at.IsZero() {
-			t.Fatalf("agent %d never told its page view that the site drains", i+1)
+			t.Fatalf("agent %d never told its page view that the site drains (its watch ended after %q)", i+1, last[i])
 		}
 		f.told = max(f.told, at.Sub(ask))
 	}
@@ -342,20 +344,35 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 	return f
 }
 
-// fleetDoorways sums the fleet's doorway restarts and long doorways.
-func fleetDoorways(t *testing.T, agents []*daemon.Agent) (restarts, long uint64) {
+// fleetCounters are sums over a fleet: its doorway restarts, those of
+// them for lasting too long, and the messages its voters sent (reports
+// to every waiting master among them: what grows with the fleet).
+type fleetCounters struct {
+	restarts, long, voterOut uint64
+}
+
+func (c fleetCounters) minus(o fleetCounters) fleetCounters {
+	return fleetCounters{c.restarts - o.restarts, c.long - o.long, c.voterOut - o.voterOut}
+}
+
+// fleetCounts reads the fleet's counters.
+func fleetCounts(t *testing.T, agents []*daemon.Agent) fleetCounters {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var c fleetCounters
 	for i, a := range agents {
 		st, err := a.Node().Status(ctx)
 		if err != nil {
 			t.Fatalf("agent %d's status: %v", i+1, err)
 		}
-		restarts += st.Core.DoorwayRestarts
-		long += st.Core.LongDoorways
+		c.restarts += st.Core.DoorwayRestarts
+		c.long += st.Core.LongDoorways
+		if i < fleetVoters {
+			c.voterOut += st.Stats.MessagesOut
+		}
 	}
-	return restarts, long
+	return c
 }
 
 // each runs fn for every agent, atOnce of them at a time, and fails the
