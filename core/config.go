@@ -108,9 +108,9 @@ type Config struct {
 	PlainDoorway bool
 	// EagerReports makes the node, as a replica, send every watcher a
 	// report at each change of the name, as releases before 0.9 did. The
-	// zero value holds back a report from a master waiting with hard
-	// writers only when all it would carry are newcomers' flags and
-	// tickets, which cannot matter to it (see holdsBack). Tests use it for
+	// zero value holds back a report from a master waiting with no soft
+	// writer when all it would carry are newcomers' flags and tickets,
+	// which cannot matter to it (see holdsBack). Tests use it for
 	// schedules built on every report.
 	EagerReports bool
 	// Mutant deliberately breaks the core. Only the mutation tests set it,

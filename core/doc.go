@@ -46,7 +46,7 @@
 //
 // Waiting never polls: replicas push a report of a name to the masters that
 // watch it whenever the name changes in a way that may matter to them (a
-// master waiting with hard writers only is not told of newcomers' doorways
+// master waiting with no soft writer is not told of newcomers' doorways
 // until something else changes: holdsBack; Config.EagerReports turns that
 // off). A slow refresh (RefreshTicks) only recovers from lost messages. Reports and the decisions on them are
 // settled in Ready, once for all the input since the last one: a runtime

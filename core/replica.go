@@ -988,17 +988,24 @@ func (n *Node) flushReports() {
 // a request of its own that the report would mark held, its watch) and
 // then carries them all. Under a queue of writers on one name this saves
 // a report per leader and waiting master for a newcomer's flag and
-// ticket (16 writers on one name: 16 reports a handoff instead of 20).
+// ticket (16 writers on one name: 16 reports a handoff instead of 20);
+// when a fleet's page views all come at once, it saves each waiting
+// reader's agent a report per leader for every reader after it.
 //
-// They cannot matter when every request of master in t is a hard writer
-// (exclusive or read-write-priority) with its ticket, taken in this life,
-// and every change since is of another node's request that master's last
-// report did not list: its flag was set here after that report, so after
-// master's tickets were taken here, and the number it gets is above them
-// wherever it is taken (a taker checks it above a mark at least as high,
-// and every quorum it may be taken at shares a leader with the quorum that
-// reported our tickets). A hard writer waits only for earlier tickets and
-// for a soft writer marked active; soft writers' changes are sent at once.
+// They cannot matter when every request of master in t is not a soft
+// writer and has its ticket, taken in this life, and every change since
+// is of another node's request that master's last report did not list:
+// its flag was set here after that report, so after master's tickets
+// were taken here, and the number it gets is above them wherever it is
+// taken (a taker checks it above a mark at least as high, and every
+// quorum it may be taken at shares a leader with the quorum that reported
+// our tickets). A hard writer waits only for earlier tickets and for a
+// soft writer marked active; a reader or an intent only for earlier
+// tickets it conflicts with and for a soft writer marked active, and its
+// limit counts only earlier readers; and the doorways it waits for are
+// those its reports showed. Soft writers' changes are sent at once, and
+// a soft writer's master always gets its reports: it also waits for later
+// readers.
 //
 // Safety does not rest on any of this: a report held back is a report
 // late on the wire, which the masters' freshness rules already allow
@@ -1012,8 +1019,7 @@ func (n *Node) holdsBack(t *replicaName, master wire.NodeID, w *watcher) bool {
 		if req.Node != master {
 			continue
 		}
-		m := r.entry.Mode
-		if !m.Writer() || m.Soft() || r.entry.Ticket == 0 || r.restored {
+		if r.entry.Mode.Soft() || r.entry.Ticket == 0 || r.restored {
 			return false
 		}
 		if !r.held && t.clear(r) && !n.cfg.Mutant.on(MutantHoldBackAny) {
