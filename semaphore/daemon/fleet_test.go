@@ -2,10 +2,12 @@ package daemon_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -220,6 +222,7 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 		pprof.StopCPUProfile()
 	}
 	f.drain.counts = fleetCounts(t, agents).minus(counted)
+	t.Logf("%d agents: the voters' messages to other agents during the drain, by kind: %s", n, f.drain.counts.kinds())
 	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long; the voters sent %d messages",
 		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.counts.restarts, f.drain.counts.long, f.drain.counts.voterOut)
 	return f
@@ -349,10 +352,29 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 // to every waiting master among them: what grows with the fleet).
 type fleetCounters struct {
 	restarts, long, voterOut uint64
+	// voterKinds: the voters' messages to other nodes, by kind.
+	voterKinds map[string]float64
 }
 
 func (c fleetCounters) minus(o fleetCounters) fleetCounters {
-	return fleetCounters{c.restarts - o.restarts, c.long - o.long, c.voterOut - o.voterOut}
+	d := fleetCounters{c.restarts - o.restarts, c.long - o.long, c.voterOut - o.voterOut, map[string]float64{}}
+	for k, v := range c.voterKinds {
+		if v -= o.voterKinds[k]; v > 0 {
+			d.voterKinds[k] = v
+		}
+	}
+	return d
+}
+
+// kinds lists the kinds of the voters' messages, most first.
+func (c fleetCounters) kinds() string {
+	keys := slices.Collect(maps.Keys(c.voterKinds))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(c.voterKinds[b], c.voterKinds[a]) })
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s %.0f", k, c.voterKinds[k]))
+	}
+	return strings.Join(out, ", ")
 }
 
 // fleetCounts reads the fleet's counters.
@@ -360,7 +382,7 @@ func fleetCounts(t *testing.T, agents []*daemon.Agent) fleetCounters {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var c fleetCounters
+	c := fleetCounters{voterKinds: map[string]float64{}}
 	for i, a := range agents {
 		st, err := a.Node().Status(ctx)
 		if err != nil {
@@ -368,8 +390,25 @@ func fleetCounts(t *testing.T, agents []*daemon.Agent) fleetCounters {
 		}
 		c.restarts += st.Core.DoorwayRestarts
 		c.long += st.Core.LongDoorways
-		if i < fleetVoters {
-			c.voterOut += st.Stats.MessagesOut
+		if i >= fleetVoters {
+			continue
+		}
+		c.voterOut += st.Stats.MessagesOut
+		families, err := a.Node().Registry().Gather()
+		if err != nil {
+			t.Fatalf("agent %d's metrics: %v", i+1, err)
+		}
+		for _, f := range families {
+			if f.GetName() != "sluice_peer_messages_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "kind" {
+						c.voterKinds[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
 		}
 	}
 	return c
