@@ -437,8 +437,10 @@ func ticketedEntries(detail []core.TableEntry) []wire.Entry {
 // tickets: what its master would decide on them, long past any quiet
 // period, activation as marked. A request still choosing, without a
 // number yet, is not ahead of it: the holder's master waited for every
-// doorway under way when it looked before it granted, so one under way
-// now began after its ticket was taken, and its number will be above.
+// doorway under way when it looked that could change its decision
+// (ChoosingMatters: not another reader's, for a reader without a limit)
+// before it granted, so one under way now that could began after its
+// ticket was taken, and its number will be above.
 // Counted as ahead (ticket 0 sorts first), a request of any client in its
 // doorway made a holder look like a waiter, and an agent that restarted
 // refused to take its lease over ("waits in line") while the name was
