@@ -161,20 +161,9 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 		writeHeapProfile(t, fmt.Sprintf("%s.%d.before", *fleetHeap, n))
 	}
 	before := sampleFleet(agents)
-	if *fleetCPU != "" {
-		f, err := os.Create(fmt.Sprintf("%s.%d", *fleetCPU, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stopProfile := startFleetProfile(t, fmt.Sprintf("%d", n))
 	time.Sleep(idle) // the measured window: nothing is waited for, the fleet is left alone
-	if *fleetCPU != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	after := sampleFleet(agents)
 	if *fleetHeap != "" {
 		writeHeapProfile(t, fmt.Sprintf("%s.%d", *fleetHeap, n))
@@ -207,20 +196,9 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	t.Logf("%d agents: ready after %v; non-voters' connections max %.0f mean %.1f; per agent: %.1f goroutines, %.3f%% of a core, heap %.2f MiB, RSS %.2f MiB (%+.3f over the window), %.2f frames/s, %.2f announcements/s",
 		n, ready.Round(time.Millisecond), f.connMax, f.connMean, f.goroutines, f.cpu, f.heapMiB, f.rssMiB, f.rssGrowMiB, f.framesOut, f.announce)
 	counted := fleetCounts(t, agents)
-	if *fleetCPU != "" {
-		f, err := os.Create(fmt.Sprintf("%s.%d.drain", *fleetCPU, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	stopProfile = startFleetProfile(t, fmt.Sprintf("%d.drain", n))
 	f.drain = fleetDrain(t, agents, wait)
-	if *fleetCPU != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	f.drain.counts = fleetCounts(t, agents).minus(counted)
 	t.Logf("%d agents: the voters' messages to other agents during the drain, by kind: %s", n, f.drain.counts.kinds())
 	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long; the voters sent %d messages",
@@ -345,6 +323,29 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 	})
 	f.readmitted = slices.Max(readmitted)
 	return f
+}
+
+// startFleetProfile starts a CPU profile into -fleet-cpu's file, suffixed
+// with suffix, when the flag is set; the function it returns stops it.
+func startFleetProfile(t *testing.T, suffix string) func() {
+	t.Helper()
+	if *fleetCPU == "" {
+		return func() {}
+	}
+	f, err := os.Create(*fleetCPU + "." + suffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Errorf("CPU profile %s: %v", f.Name(), err)
+		}
+	}
 }
 
 // fleetCounters are sums over a fleet: its doorway restarts, those of
