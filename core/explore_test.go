@@ -1162,7 +1162,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 	}{
 		// A soft writer deciding on reports made before its mark: a
 		// mark race (markRace) lines it up.
-		{"stale reports", core.MutantStaleReports, true, plainWorld(exploreWorld), 0, 3842},
+		{"stale reports", core.MutantStaleReports, true, plainWorld(exploreWorld), 0, 967},
 		// A limited reader skipping a share's doorway below it, and a
 		// share restored as a plain reader's: the web site's world.
 		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 20000, 17158},

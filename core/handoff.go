@@ -441,6 +441,7 @@ func (n *Node) syncTick() {
 // the new epoch, and sends what granted leases need to the new leaders.
 func (n *Node) adoptView(v wire.View) {
 	n.cfg.View = v.Leadership()
+	n.lazy = nil // to the old view's leaders: as if lost
 	n.lead(v)
 	for _, name := range sortedKeys(n.names) {
 		t := n.names[name]

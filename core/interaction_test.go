@@ -405,8 +405,22 @@ func (h *harness) matching(t *testing.T, d *datadriven.TestData) {
 			h.printf("held %s\n", fmtMsg(m))
 		}
 	default:
+		if !d.HasArg("batch") {
+			for _, m := range picked {
+				h.deliver(m)
+			}
+			return
+		}
+		// batch: each node steps all of its messages, then takes one
+		// Ready, as a runtime does with what one read brought.
+		var touched []int
 		for _, m := range picked {
-			h.deliver(m)
+			if h.step(m) && !slices.Contains(touched, int(m.To)) {
+				touched = append(touched, int(m.To))
+			}
+		}
+		for _, to := range touched {
+			h.ready(to)
 		}
 	}
 }
@@ -430,18 +444,25 @@ func (h *harness) matches(t *testing.T, d *datadriven.TestData, m wire.Message) 
 }
 
 func (h *harness) deliver(m wire.Message) {
+	if h.step(m) {
+		h.ready(int(m.To))
+	}
+}
+
+// step hands m to its node, without the Ready; false when m was lost.
+func (h *harness) step(m wire.Message) bool {
 	if int(m.To) < 1 || int(m.To) > len(h.nodes) {
 		h.printf("lost (no node %d) %s\n", m.To, fmtMsg(m))
-		return
+		return false
 	}
 	to := h.nodes[m.To-1]
 	switch {
 	case to.core == nil:
 		h.printf("lost (node %d down) %s\n", m.To, fmtMsg(m))
-		return
+		return false
 	case h.lost(m):
 		h.printf("lost (isolated) %s\n", fmtMsg(m))
-		return
+		return false
 	}
 	if !h.quiet {
 		h.printf("%s\n", fmtMsg(m))
@@ -449,7 +470,7 @@ func (h *harness) deliver(m wire.Message) {
 	if err := to.core.Step(m); err != nil {
 		h.printf("  rejected: %v\n", err)
 	}
-	h.ready(int(m.To))
+	return true
 }
 
 // stabilize delivers everything until nothing is in flight, printing only

@@ -846,7 +846,10 @@ func (n *Node) startWait(r *request) {
 	// for the grant: a report answering it counts for the wait without
 	// the ticket in it (see fresh), so a quorum of them that lacks the
 	// ticket ends a wait that an operator's force-unlock ended.
+	// A grant by the Ready lets it wait (holdLazy).
+	at := len(n.msgs)
 	n.toLeaders(wire.Message{Kind: wire.KindExit, Name: r.a.Name, Req: r.id, Mode: r.a.Mode, Lifetime: n.lifetime(r), Ticket: r.ticket}, nil)
+	n.lazySpans = append(n.lazySpans, msgSpan{r: r, from: at, to: len(n.msgs)})
 	n.watchesDue = append(n.watchesDue, r)
 	n.evaluate(r)
 }
@@ -1330,7 +1333,9 @@ func (n *Node) leaveWait(r *request) {
 }
 
 func (n *Node) grant(r *request) {
+	at := len(n.msgs)
 	n.leaveWait(r)
+	n.lazySpans = append(n.lazySpans, msgSpan{from: at, to: len(n.msgs)}) // the watch's end may wait
 	n.setPhase(r, phaseHeld)
 	r.leaseStart = n.now
 	n.arm(r)
@@ -1387,6 +1392,7 @@ func (n *Node) fail(r *request, c wire.Code) {
 // startRelease tells every leader to drop the request, until each confirmed
 // or the replicas would have forgotten it by themselves.
 func (n *Node) startRelease(r *request) {
+	n.dropLazyExit(r)
 	n.leaveWait(r)
 	if r.parents != nil {
 		n.releaseParents(r)

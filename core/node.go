@@ -214,6 +214,10 @@ type Node struct {
 	// watchesDue: waits that started since the last Ready, whose first
 	// watch goes out with it unless they were granted (startWait).
 	watchesDue []*request
+	// lazy: messages held back for company (lazy.go), in the order sent;
+	// lazySpans: this Ready's candidates for it.
+	lazy      []lazyMessage
+	lazySpans []msgSpan
 	// sharesStopped: StopSharing was called; no share is taken any more.
 	sharesStopped bool
 	// drained: the names whose shares saw a drain, by share slot: until
@@ -420,7 +424,7 @@ func (n *Node) ForceRelease(name string, req wire.RequestID) error {
 // keeps what they drop a little longer. A lease of this node's own must
 // end on time, to its client, before the leaders drop its ticket: a node
 // with one is never quiet.
-func (n *Node) Quiet() bool { return len(n.reqs) == 0 && len(n.syncs) == 0 }
+func (n *Node) Quiet() bool { return len(n.reqs) == 0 && len(n.syncs) == 0 && len(n.lazy) == 0 }
 
 // Tick advances time by one tick.
 func (n *Node) Tick() {
@@ -578,7 +582,7 @@ func masterKind(k wire.Kind) bool {
 
 // HasReady reports whether Ready has anything to handle.
 func (n *Node) HasReady() bool {
-	return len(n.dirty) > 0 || len(n.reported) > 0 || len(n.watchesDue) > 0 || len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0 || len(n.phases) > 0
+	return len(n.dirty) > 0 || len(n.reported) > 0 || len(n.watchesDue) > 0 || len(n.persists) > 0 || len(n.msgs) > 0 || len(n.events) > 0 || len(n.snapshots) > 0 || len(n.phases) > 0 || n.lazyDue()
 }
 
 // Ready returns the output accumulated so far; Advance drops exactly what
@@ -589,6 +593,7 @@ func (n *Node) Ready() Ready {
 	n.decideReported()
 	n.sendWatches()
 	n.flushReports()
+	n.holdLazy()
 	n.handed = [5]int{len(n.persists), len(n.msgs), len(n.events), len(n.snapshots), len(n.phases)}
 	return Ready{Persist: n.persists[:len(n.persists):len(n.persists)],
 		Messages: n.msgs[:len(n.msgs):len(n.msgs)], Events: n.events[:len(n.events):len(n.events)],
