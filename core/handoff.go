@@ -442,6 +442,8 @@ func (n *Node) syncTick() {
 func (n *Node) adoptView(v wire.View) {
 	n.cfg.View = v.Leadership()
 	n.lazy = nil // to the old view's leaders: as if lost
+	clear(n.lazySpans)
+	n.lazySpans = n.lazySpans[:0] // already out: they go as they are
 	n.lead(v)
 	for _, name := range sortedKeys(n.names) {
 		t := n.names[name]

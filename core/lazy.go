@@ -105,6 +105,22 @@ func (n *Node) holdLazy() {
 	n.msgs, n.lazy = out, keep
 }
 
+// shiftLazySpans keeps the candidates' places in n.msgs when Advance
+// drops the k messages a Ready handed out before them.
+func (n *Node) shiftLazySpans(k int) {
+	if k == 0 {
+		return
+	}
+	keep := n.lazySpans[:0]
+	for _, s := range n.lazySpans {
+		if s.to > k {
+			s.from, s.to = max(s.from-k, 0), s.to-k
+			keep = append(keep, s)
+		}
+	}
+	n.lazySpans = keep
+}
+
 // lazyDue: a waiting message has waited a whole tick.
 func (n *Node) lazyDue() bool { return len(n.lazy) > 0 && n.now > n.lazy[0].at+1 }
 

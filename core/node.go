@@ -605,6 +605,7 @@ func (n *Node) Ready() Ready {
 func (n *Node) Advance() {
 	n.persists = dropHanded(n.persists, n.handed[0])
 	n.msgs = dropHanded(n.msgs, n.handed[1])
+	n.shiftLazySpans(n.handed[1])
 	n.events = dropHanded(n.events, n.handed[2])
 	n.snapshots = dropHanded(n.snapshots, n.handed[3])
 	n.phases = dropHanded(n.phases, n.handed[4])
