@@ -237,6 +237,15 @@ func (s nameSet) add(name string) { s[name] = struct{}{} }
 
 // take empties the set and returns what it held, in order.
 func (s nameSet) take() []string {
+	switch len(s) {
+	case 0:
+		return nil // every Ready asks, most often of an empty set
+	case 1:
+		for name := range s {
+			delete(s, name)
+			return []string{name}
+		}
+	}
 	names := sortedKeys(s)
 	clear(s)
 	return names

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core/codes"
@@ -114,12 +115,15 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller, vers
 	if caller != nil {
 		base = WithCaller(base, caller)
 	}
+	var sent []sentRelease
 	defer func() {
 		m.track(c, false)
 		_ = c.Close()
+		m.settleReleases(base, sent, true)
 	}()
 	var out []byte
 	for {
+		sent = m.settleReleases(base, sent, false)
 		req, err := api.ReadRequest(br)
 		if errors.Is(err, io.EOF) {
 			return
@@ -133,9 +137,12 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller, vers
 			return
 		}
 		if req.Op == api.OpReleaseNoReply {
-			// Done before the next frame is read, so that the client's
-			// next call on the connection comes after it, as it was sent.
-			m.releaseNoReply(base, req)
+			// On the loop before the next frame is read, so that the
+			// client's next call on the connection comes after it, as it
+			// was sent; its answer is taken later (settleReleases).
+			if s, ok := m.sendReleaseNoReply(base, req); ok {
+				sent = append(sent, s)
+			}
 			continue
 		}
 		if req.Op != api.OpAcquire || req.Try {
@@ -143,6 +150,10 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller, vers
 			// answered as it comes: a try's grant whose answer cannot be
 			// written is given back, as a call abandoned after the grant.
 			reply := m.call(base, req)
+			// The loop took the releases sent before the call first: the
+			// answers of those it answered at once are counted before this
+			// one leaves.
+			sent = m.settleReleases(base, sent, false)
 			out = api.AppendReply(out[:0], &reply)
 			if _, err := c.Write(out); err != nil {
 				if req.Op == api.OpAcquire && reply.Lease != "" {
@@ -164,6 +175,7 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller, vers
 			next <- err
 		}()
 		reply := m.call(ctx, req)
+		sent = m.settleReleases(base, sent, false)
 		out = api.AppendReply(out[:0], &reply)
 		_, werr := c.Write(out)
 		err = <-next
@@ -207,13 +219,71 @@ func (m *apiMux) call(ctx context.Context, req api.CompactRequest) api.CompactRe
 		TTLNanos: l.TTL}
 }
 
-// releaseNoReply runs a release its client does not wait for. Its failure
-// reaches no client: it is counted and logged, and the lease ends at its
-// expiry at the latest.
-func (m *apiMux) releaseNoReply(base context.Context, req api.CompactRequest) {
-	ctx, cancel := context.WithTimeout(base, giveBackWait)
-	defer cancel()
-	err := m.node.Release(ctx, req.Lease, req.Name)
+// sentRelease is a release its client does not wait for, handed to the
+// loop at at; its answer comes on done.
+type sentRelease struct {
+	req    api.CompactRequest
+	done   chan error
+	writer *atomic.Pointer[Request]
+	at     time.Time
+}
+
+// maxSentReleases bounds a connection's releases whose answers are not
+// in: past it, the connection waits for the oldest before it reads on.
+const maxSentReleases = 64
+
+// sendReleaseNoReply hands a release its client does not wait for to the
+// loop. The connection's goroutine does not wait for the answer, which
+// would cost it a wake-up a page view: settleReleases takes it later. A
+// release that could not be handed over has failed, and is counted now.
+func (m *apiMux) sendReleaseNoReply(base context.Context, req api.CompactRequest) (sentRelease, bool) {
+	s := sentRelease{req: req, writer: new(atomic.Pointer[Request]), at: time.Now()}
+	done, err := m.node.sendRelease(base, req.Lease, req.Name, s.writer, m.node.sendBounded)
+	if err != nil {
+		m.releaseAnswered(base, s, err)
+		return s, false
+	}
+	s.done = done
+	return s, true
+}
+
+// settleReleases takes the answers of sent releases, oldest first: those
+// already in, and when wait (or past maxSentReleases), the others too,
+// each within giveBackWait of its sending. It returns those still out.
+func (m *apiMux) settleReleases(base context.Context, sent []sentRelease, wait bool) []sentRelease {
+	i := 0
+settle:
+	for ; i < len(sent); i++ {
+		s := sent[i]
+		var err error
+		select {
+		case err = <-s.done:
+		default:
+			left := giveBackWait - time.Since(s.at)
+			if !wait && len(sent)-i <= maxSentReleases && left > 0 {
+				break settle
+			}
+			ctx, cancel := context.WithTimeout(base, max(left, 0))
+			err = m.node.released(ctx, s.req.Lease, s.done)
+			cancel()
+		}
+		m.releaseAnswered(base, s, err)
+	}
+	n := copy(sent, sent[i:])
+	clear(sent[n:])
+	return sent[:n]
+}
+
+// releaseAnswered finishes a release its client does not wait for, whose
+// loop turn answered err. A failure reaches no client: it is counted and
+// logged, and the lease ends at its expiry at the latest.
+func (m *apiMux) releaseAnswered(base context.Context, s sentRelease, err error) {
+	if errors.Is(err, errNameNeeded) {
+		ctx, cancel := context.WithTimeout(base, giveBackWait)
+		err = m.node.releaseAnswered(ctx, s.req.Lease, s.req.Name, s.writer, err)
+		cancel()
+	}
+	m.node.auditRelease(base, s.req.Lease, s.writer, err)
 	if err == nil {
 		return
 	}
@@ -223,8 +293,8 @@ func (m *apiMux) releaseNoReply(base context.Context, req api.CompactRequest) {
 	if errors.Is(err, semaphore.ErrUnknownLease) {
 		level = slog.LevelInfo // ended already (expired, revoked): nothing is held
 	}
-	m.node.log.Log(ctx, level, "a release sent without waiting for its answer failed; the lease ends at its expiry",
-		"lease", req.Lease, "name", req.Name, "code", code, "err", err)
+	m.node.log.Log(base, level, "a release sent without waiting for its answer failed; the lease ends at its expiry",
+		"lease", s.req.Lease, "name", s.req.Name, "code", code, "err", err)
 }
 
 // giveBack releases a lease whose grant could not be told to its client.

@@ -380,24 +380,54 @@ func (n *Node) Release(ctx context.Context, id, name string) error {
 	// still run the release's turn after ctx ended.
 	var writer atomic.Pointer[Request]
 	err := n.release(ctx, id, name, &writer)
+	n.auditRelease(ctx, id, &writer, err)
+	return err
+}
+
+// auditRelease records the release of a write lock's lease id, called by
+// a caller the agent knows, with its outcome err.
+func (n *Node) auditRelease(ctx context.Context, id string, writer *atomic.Pointer[Request], err error) {
 	if w := writer.Load(); w != nil {
 		if _, ok := callerFrom(ctx); ok {
 			n.audit(ctx, "write_lock_released", w.Name, err, w.Owner, fmt.Sprintf("%s lease %s", w.Mode, id))
 		}
 	}
-	return err
 }
 
 func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Pointer[Request]) error {
-	h, err := ParseLeaseID(id)
+	done, err := n.sendRelease(ctx, id, name, writer, n.send)
 	if err != nil {
 		return err
+	}
+	return n.releaseAnswered(ctx, id, name, writer, n.released(ctx, id, done))
+}
+
+// releaseAnswered finishes a release whose loop turn answered err: an
+// earlier life's lease released by id alone is looked up by its name in
+// the cluster's table and released again.
+func (n *Node) releaseAnswered(ctx context.Context, id, name string, writer *atomic.Pointer[Request], err error) error {
+	if errors.Is(err, errNameNeeded) {
+		h, _ := ParseLeaseID(id) // parsed by sendRelease already
+		if name, _, err = n.clusterEntry(ctx, h, ""); err != nil {
+			return err
+		}
+		return n.release(ctx, id, name, writer)
+	}
+	return err
+}
+
+// sendRelease hands the release of id to the loop with send, and returns
+// the channel its answer comes on (released waits for it).
+func (n *Node) sendRelease(ctx context.Context, id, name string, writer *atomic.Pointer[Request], send func(context.Context, func()) error) (chan error, error) {
+	h, err := ParseLeaseID(id)
+	if err != nil {
+		return nil, err
 	}
 	name = n.canonical(name)
 	// One turn of the loop, as Acquire: a release of a lease held on the
 	// agent's shared read ticket is through in the same turn.
 	done := make(chan error, 1)
-	if err := n.send(ctx, func() {
+	if err := send(ctx, func() {
 		l := n.leases[h]
 		if l != nil && l.req.Mode != semaphore.ReadOnly {
 			req := l.req
@@ -455,18 +485,9 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 		}
 		n.awaitReleaseOn(h, false, done)
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	err = n.released(ctx, id, done)
-	if errors.Is(err, errNameNeeded) {
-		// An earlier life's lease released by id alone: its name is in
-		// the cluster's table.
-		if name, _, err = n.clusterEntry(ctx, h, ""); err != nil {
-			return err
-		}
-		return n.release(ctx, id, name, writer)
-	}
-	return err
+	return done, nil
 }
 
 // PageViews records what a reader's client says of its lease lent to

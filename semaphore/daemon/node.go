@@ -911,6 +911,20 @@ func (n *Node) send(ctx context.Context, fn func()) error {
 	}
 }
 
+// sendBounded is send for a caller without a deadline of its own: at
+// once while the loop's queue has room, else within giveBackWait (no
+// timer for the common case: a page view's release costs one).
+func (n *Node) sendBounded(ctx context.Context, fn func()) error {
+	select {
+	case n.ops <- fn:
+		return nil
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, giveBackWait)
+	defer cancel()
+	return n.send(ctx, fn)
+}
+
 // do runs fn on the loop and waits for it.
 func (n *Node) do(ctx context.Context, fn func()) error {
 	finished := make(chan struct{})
