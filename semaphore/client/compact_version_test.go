@@ -361,6 +361,37 @@ func TestReleaseNoReplyFailureCounted(t *testing.T) {
 	}
 }
 
+// Releases without an answer sent back to back, more than a connection
+// keeps unanswered: each is taken and counted, and the call after them is
+// answered after all of them ran.
+func TestReleasesNoReplyInARow(t *testing.T) {
+	a, c := startAgent(t)
+	ctx := ctxT(t)
+	conn, err := net.Dial("unix", a.APIAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(settle))
+	const releases = 150 // past the 64 a connection keeps unanswered
+	out := append([]byte(nil), api.CompactPreface2...)
+	for i := range releases {
+		out = api.AppendRequest(out, &api.CompactRequest{Op: api.OpReleaseNoReply, Lease: fmt.Sprintf("1.1.%d", i+1), Name: "/gone"})
+	}
+	out = api.AppendRequest(out, &api.CompactRequest{Op: api.OpAcquire, Name: "/after", Mode: "read-only", Try: true})
+	if _, err := conn.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := api.ReadReply(bufio.NewReader(conn))
+	if err != nil || reply.Error != "" || reply.Name != "/after" {
+		t.Fatalf("the answer after %d releases without one: %+v, %v", releases, reply, err)
+	}
+	want := fmt.Sprintf(`sluice_api_unanswered_release_failures_total{code="unknown_lease"} %d`, releases)
+	if m := metricsOf(t, ctx, c); !strings.Contains(m, want) {
+		t.Errorf("metrics lack %s", want)
+	}
+}
+
 // metricsOf is the agent's /metrics.
 func metricsOf(t *testing.T, ctx context.Context, c *client.Client) string {
 	t.Helper()
