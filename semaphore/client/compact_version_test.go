@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/api"
 	"github.com/sluicehq/sluice/semaphore/client"
+	"github.com/sluicehq/sluice/semaphore/daemon"
 )
 
 // compactCall is a call a compactFake read: the connection's version and
@@ -318,12 +319,7 @@ func waitRequests(t *testing.T, c *client.Client, name string, n int) {
 func TestReleaseNoReplyFailureCounted(t *testing.T) {
 	a, c := startAgent(t)
 	ctx := ctxT(t)
-	conn, err := net.Dial("unix", a.APIAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(settle))
+	conn := dialAPI(t, a)
 	var out []byte
 	out = append(out, api.CompactPreface2...)
 	out = api.AppendRequest(out, &api.CompactRequest{Op: api.OpReleaseNoReply, Lease: "1.1.1", Name: "/gone"})
@@ -367,12 +363,7 @@ func TestReleaseNoReplyFailureCounted(t *testing.T) {
 func TestReleasesNoReplyInARow(t *testing.T) {
 	a, c := startAgent(t)
 	ctx := ctxT(t)
-	conn, err := net.Dial("unix", a.APIAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(settle))
+	conn := dialAPI(t, a)
 	const releases = 150 // past the 64 a connection keeps unanswered
 	out := append([]byte(nil), api.CompactPreface2...)
 	for i := range releases {
@@ -390,6 +381,19 @@ func TestReleasesNoReplyInARow(t *testing.T) {
 	if m := metricsOf(t, ctx, c); !strings.Contains(m, want) {
 		t.Errorf("metrics lack %s", want)
 	}
+}
+
+// dialAPI opens a raw connection to a's socket, closed at the test's end,
+// with a deadline of settle.
+func dialAPI(t *testing.T, a *daemon.Agent) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("unix", a.APIAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(settle))
+	return conn
 }
 
 // metricsOf is the agent's /metrics.
