@@ -280,7 +280,7 @@ settle:
 func (m *apiMux) releaseAnswered(base context.Context, s sentRelease, err error) {
 	if errors.Is(err, errNameNeeded) {
 		ctx, cancel := context.WithTimeout(base, giveBackWait)
-		err = m.node.releaseAnswered(ctx, s.req.Lease, s.req.Name, s.writer, err)
+		err = m.node.releaseAnswered(ctx, s.req.Lease, s.writer, err)
 		cancel()
 	}
 	m.node.auditRelease(base, s.req.Lease, s.writer, err)

@@ -399,16 +399,17 @@ func (n *Node) release(ctx context.Context, id, name string, writer *atomic.Poin
 	if err != nil {
 		return err
 	}
-	return n.releaseAnswered(ctx, id, name, writer, n.released(ctx, id, done))
+	return n.releaseAnswered(ctx, id, writer, n.released(ctx, id, done))
 }
 
 // releaseAnswered finishes a release whose loop turn answered err: an
 // earlier life's lease released by id alone is looked up by its name in
 // the cluster's table and released again.
-func (n *Node) releaseAnswered(ctx context.Context, id, name string, writer *atomic.Pointer[Request], err error) error {
+func (n *Node) releaseAnswered(ctx context.Context, id string, writer *atomic.Pointer[Request], err error) error {
 	if errors.Is(err, errNameNeeded) {
 		h, _ := ParseLeaseID(id) // parsed by sendRelease already
-		if name, _, err = n.clusterEntry(ctx, h, ""); err != nil {
+		name, _, err := n.clusterEntry(ctx, h, "")
+		if err != nil {
 			return err
 		}
 		return n.release(ctx, id, name, writer)
