@@ -1,6 +1,10 @@
 package core
 
-import "github.com/sluicehq/sluice/core/wire"
+import (
+	"slices"
+
+	"github.com/sluicehq/sluice/core/wire"
+)
 
 // Messages that may wait for company.
 //
@@ -52,57 +56,80 @@ func exitMayWait(r *request) bool {
 func (n *Node) holdLazy() {
 	spans := n.lazySpans
 	n.lazySpans = n.lazySpans[:0]
-	if n.cfg.EagerExit {
+	if n.cfg.EagerExit || len(spans) == 0 && len(n.lazy) == 0 {
 		return
 	}
 	start := n.handed[1]
-	var cand map[int]bool
+	// The candidates' places, rising (spans come in the order sent), and
+	// the leaders they and the waiting messages go to: few, so a Ready
+	// costs a scan of its messages and no map.
+	cands := n.lazyScratch[:0]
 	for _, s := range spans {
 		if s.r != nil && (n.reqs[s.r.id] != s.r || !exitMayWait(s.r)) {
 			continue
 		}
 		for i := max(s.from, start); i < s.to && i < len(n.msgs); i++ {
 			if k := n.msgs[i].Kind; k == wire.KindExit || k == wire.KindUnwatch {
-				if cand == nil {
-					cand = map[int]bool{}
-				}
-				cand[i] = true
+				cands = append(cands, i)
 			}
 		}
 	}
-	if cand == nil && len(n.lazy) == 0 {
+	n.lazyScratch = cands[:0]
+	if len(cands) == 0 && len(n.lazy) == 0 {
 		return
 	}
-	busy := map[wire.NodeID]bool{}
-	for i := start; i < len(n.msgs); i++ {
-		if !cand[i] {
-			busy[n.msgs[i].To] = true
+	var toBuf [8]wire.NodeID
+	var busyBuf [8]bool
+	to, busy := toBuf[:0], busyBuf[:0]
+	want := func(id wire.NodeID) int {
+		if k := slices.Index(to, id); k >= 0 {
+			return k
+		}
+		to, busy = append(to, id), append(busy, false)
+		return len(to) - 1
+	}
+	for _, i := range cands {
+		want(n.msgs[i].To)
+	}
+	for _, l := range n.lazy {
+		want(l.m.To)
+	}
+	for i, c := start, 0; i < len(n.msgs); i++ {
+		if c < len(cands) && cands[c] == i {
+			c++
+			continue
+		}
+		if k := slices.Index(to, n.msgs[i].To); k >= 0 {
+			busy[k] = true
 		}
 	}
+	isBusy := func(id wire.NodeID) bool { return busy[slices.Index(to, id)] }
 	var front []wire.Message
 	keep := n.lazy[:0]
 	for _, l := range n.lazy {
-		if n.now > l.at+1 || l.m.Kind == wire.KindUnwatch && busy[l.m.To] {
+		if n.now > l.at+1 || l.m.Kind == wire.KindUnwatch && isBusy(l.m.To) {
 			front = append(front, l.m)
 		} else {
 			keep = append(keep, l)
 		}
 	}
-	if cand == nil && len(front) == 0 {
-		n.lazy = keep
-		return
-	}
-	out := make([]wire.Message, 0, len(n.msgs)+len(front))
-	out = append(out, n.msgs[:start]...)
-	out = append(out, front...)
-	for i := start; i < len(n.msgs); i++ {
-		if m := n.msgs[i]; cand[i] && (m.Kind == wire.KindExit || !busy[m.To]) {
-			keep = append(keep, lazyMessage{m: m, at: n.now})
-		} else {
-			out = append(out, m)
+	// This Ready's candidates that wait leave n.msgs, in place.
+	w := start
+	for i, c := start, 0; i < len(n.msgs); i++ {
+		m := n.msgs[i]
+		if c < len(cands) && cands[c] == i {
+			c++
+			if m.Kind == wire.KindExit || !isBusy(m.To) {
+				keep = append(keep, lazyMessage{m: m, at: n.now})
+				continue
+			}
 		}
+		n.msgs[w] = m
+		w++
 	}
-	n.msgs, n.lazy = out, keep
+	clear(n.msgs[w:])
+	n.msgs = slices.Insert(n.msgs[:w], start, front...)
+	n.lazy = keep
 }
 
 // shiftLazySpans keeps the candidates' places in n.msgs when Advance

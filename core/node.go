@@ -216,8 +216,9 @@ type Node struct {
 	watchesDue []*request
 	// lazy: messages held back for company (lazy.go), in the order sent;
 	// lazySpans: this Ready's candidates for it.
-	lazy      []lazyMessage
-	lazySpans []msgSpan
+	lazy        []lazyMessage
+	lazySpans   []msgSpan
+	lazyScratch []int // holdLazy's, kept for the next Ready
 	// sharesStopped: StopSharing was called; no share is taken any more.
 	sharesStopped bool
 	// drained: the names whose shares saw a drain, by share slot: until
