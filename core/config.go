@@ -106,12 +106,6 @@ type Config struct {
 	// takes it grants in one round fewer. Tests use it to run an older
 	// agent beside newer ones, and schedules built on the plain doorway.
 	PlainDoorway bool
-	// EagerExit sends a grant's EXITING and the end of its watch at once.
-	// The zero value lets them wait (lazy.go) for the next message to the
-	// same leader or a whole tick, which saves an uncontended writer's
-	// cycle one batch to every leader. Tests use it for schedules that
-	// show the flag coming down at the grant.
-	EagerExit bool
 	// EagerReports makes the node, as a replica, send every watcher a
 	// report at each change of the name, as releases before 0.9 did. The
 	// zero value holds back a report from a master waiting with no soft

@@ -56,7 +56,7 @@ func exitMayWait(r *request) bool {
 func (n *Node) holdLazy() {
 	spans := n.lazySpans
 	n.lazySpans = n.lazySpans[:0]
-	if n.cfg.EagerExit || len(spans) == 0 && len(n.lazy) == 0 {
+	if len(spans) == 0 && len(n.lazy) == 0 {
 		return
 	}
 	start := n.handed[1]
