@@ -100,7 +100,7 @@ func parseFlags(args []string, help io.Writer) (config, error) {
 	fs.StringVar(&only, "only", "", "comma list of workloads to run: W1,W2,W3,W4,W4n,W5,revoke,middleware,churn (default all)")
 	fs.StringVar(&storages, "storage", "durable,memory", "comma list of storage modes: durable, memory")
 	fs.StringVar(&systems, "systems", strings.Join(allSystems, ","), "comma list of systems: sluice, etcd, redis (redis runs W4 only, in memory)")
-	fs.BoolVar(&cfg.profile, "profile", false, "each sluice agent writes a CPU profile, and its /metrics text when it stops, into the out directory")
+	fs.BoolVar(&cfg.profile, "profile", false, "each sluice agent writes a CPU profile, and its /metrics text when it stops, into the out directory; the harness its own (cpu-harness.pprof: the clients)")
 	fs.BoolVar(&quick, "quick", false, "a short run: -reps 1 -window 1s -names 2000 -drains 5 (flags given win)")
 	fs.DurationVar(&cfg.churnCap, "churn-cap", 90*time.Second, "time cap of a churn (the default keeps a whole run within 15 minutes on 2 cores)")
 	fs.DurationVar(&cfg.churnStall, "churn-stall", 30*time.Second, "a churn without progress for this long is stopped as stalled")

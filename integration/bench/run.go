@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -67,6 +68,17 @@ func run(ctx context.Context, cfg config, stdout io.Writer) error {
 	profileDir := ""
 	if cfg.profile {
 		profileDir = cfg.out
+		// The clients' side too: in W4 and the middleware the harness's
+		// own process, with the clients' library, takes most of the CPU.
+		f, err := os.Create(filepath.Join(cfg.out, "cpu-harness.pprof"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	binDir, err := os.MkdirTemp("", "bench-bin-")
 	if err != nil {

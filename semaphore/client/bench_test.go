@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/semaphore"
 	"github.com/sluicehq/sluice/semaphore/client"
 )
 
@@ -108,4 +109,31 @@ func benchGet(b *testing.B, hc *http.Client, url string) {
 	if resp.StatusCode != http.StatusOK {
 		b.Errorf("GET %s: %d", url, resp.StatusCode)
 	}
+}
+
+// BenchmarkReadTryRelease measures a page view's lock traffic without the
+// HTTP server: 64 goroutines each take a READ_ONLY try on one name and
+// release it without an answer, as a frontend does per request.
+//
+//	go test ./semaphore/client -run '^$' -bench ReadTryRelease -benchtime 100000x
+func BenchmarkReadTryRelease(b *testing.B) {
+	_, c, stop, err := runAgent()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	ctx := context.Background()
+	opts := client.Options{Try: true, Timeout: 5 * time.Second, Duration: 30 * time.Second}
+	b.SetParallelism(32) // 64 goroutines on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := c.Acquire(ctx, "/bench/one", semaphore.ReadOnly, opts)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_ = l.ReleaseNoWait(ctx)
+		}
+	})
 }

@@ -84,6 +84,30 @@ func (c *Client) background(fn func()) {
 	}()
 }
 
+// resendTimeout bounds a release sent again after its first write
+// failed.
+const resendTimeout = 5 * time.Second
+
+// resendReleases sends again, answered and in the background, releases
+// sent without an answer whose write failed (the agent went away, or the
+// connection was ended): a release taken twice is taken once. Those that
+// fail again are left to the leases' expiry.
+func (c *Client) resendReleases(held []api.CompactRequest) {
+	c.background(func() {
+		for _, req := range held {
+			ctx, cancel := context.WithTimeout(context.Background(), resendTimeout)
+			op := "release " + req.Lease
+			req.Op = api.OpRelease
+			_, ok, err := c.compact(ctx, op, &req)
+			if !ok {
+				err = c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: req.Lease}, nil)
+			}
+			cancel()
+			_ = err // as a release without an answer: the agent counts its failures, the leaders expire the lease
+		}
+	})
+}
+
 // New returns a client for cfg. It does not dial.
 func New(cfg Config) (*Client, error) {
 	addr := cmp.Or(cfg.API, os.Getenv(EnvAPI), api.DefaultAPI())
@@ -100,6 +124,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	if !tcp && !cfg.HTTPOnly {
 		c.compactPool = newCompactPool(addr)
+		c.compactPool.resend = c.resendReleases
 	}
 	if c.hc == nil {
 		tr := &http.Transport{

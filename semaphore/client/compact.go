@@ -9,6 +9,8 @@ import (
 	"github.com/sluicehq/sluice/semaphore"
 	"io"
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,7 +24,24 @@ import (
 // and renew go over them; everything else over HTTP.
 type compactPool struct {
 	addr string
-	idle chan *compactConn
+	// mu guards idle and the held releases' flush (held, flushArmed,
+	// flushTimer).
+	mu sync.Mutex
+	// idle is a stack: the connection put back last is taken first, so
+	// that a release held on it goes out with the next call, and the
+	// agent's goroutines of the others stay parked.
+	idle []*compactConn
+	// held are the connections put back with releases not written yet
+	// (some may have been taken and written since); flushHeld writes
+	// them heldFor after the first, unless a call took them first.
+	held       []*compactConn
+	heldFor    time.Duration // heldFor, or a test's
+	flushArmed bool
+	flushTimer *time.Timer
+	// resend gives back, answered and in the background, the releases a
+	// failed write held (the Client's resendReleases); nil: dropped (the
+	// leaders drop their leases at expiry).
+	resend func([]api.CompactRequest)
 	// version is the protocol's version the agent answered: 0 until it
 	// answered one (new connections offer 2), 1 once it refused 2 (they
 	// offer 1), 2 once it answered on 2. An agent that goes away may come
@@ -41,19 +60,36 @@ type compactPool struct {
 // goroutine.
 const maxIdleCompact = 256
 
+// heldFor bounds how long a release without an answer waits for the
+// next call on its connection, which takes it along in one write (and
+// the agent reads both at once): a busy frontend's next page view comes
+// within microseconds; an idle one's release goes alone after heldFor.
+// A drain's writer waits for the last page view's release, so this is
+// a small part of the drain's budget.
+const heldFor = 200 * time.Microsecond
+
+// maxHeld bounds the releases held on one connection: more are written
+// at once.
+const maxHeld = 32
+
 type compactConn struct {
-	c       net.Conn
-	br      *bufio.Reader
-	buf     []byte
-	version int32 // of the preface it opened with
-	fresh   bool  // no call answered on it yet
+	c   net.Conn
+	br  *bufio.Reader
+	buf []byte
+	// held are the releases in buf, not written yet: they go with the
+	// next call's write, or the pool's flush. Whoever took the
+	// connection from the pool has them to itself.
+	held    []api.CompactRequest
+	pool    *compactPool // for the releases of a failed write; may be nil
+	version int32        // of the preface it opened with
+	fresh   bool         // no call answered on it yet
 	// spoiled: a call's context ended as the call did, and its deadline
 	// in the past may be on the connection (or about to be): not reused.
 	spoiled bool
 }
 
 func newCompactPool(addr string) *compactPool {
-	return &compactPool{addr: addr, idle: make(chan *compactConn, maxIdleCompact)}
+	return &compactPool{addr: addr, heldFor: heldFor}
 }
 
 // errSpeaksHTTP: the agent answered the preface as HTTP.
@@ -61,12 +97,24 @@ var errSpeaksHTTP = errors.New("client: the agent speaks HTTP only")
 
 // get is an idle connection, or a new one.
 func (p *compactPool) get(ctx context.Context) (*compactConn, error) {
-	select {
-	case cc := <-p.idle:
+	if cc := p.takeIdle(); cc != nil {
 		return cc, nil
-	default:
 	}
 	return p.dial(ctx)
+}
+
+// takeIdle is the connection put back last, or nil.
+func (p *compactPool) takeIdle() *compactConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.idle)
+	if n == 0 {
+		return nil
+	}
+	cc := p.idle[n-1]
+	p.idle[n-1] = nil
+	p.idle = p.idle[:n-1]
+	return cc
 }
 
 // dial is a new connection.
@@ -76,7 +124,7 @@ func (p *compactPool) dial(ctx context.Context) (*compactConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &compactConn{c: c, br: bufio.NewReaderSize(c, 4096), version: 2, fresh: true}
+	cc := &compactConn{c: c, br: bufio.NewReaderSize(c, 4096), pool: p, version: 2, fresh: true}
 	if p.version.Load() == 1 {
 		cc.version = 1
 	}
@@ -98,24 +146,137 @@ func (p *compactPool) put(cc *compactConn) {
 	p.keep(cc)
 }
 
-// keep keeps cc as it is, or closes it when enough are idle.
+// keep keeps cc as it is, or closes it (its held releases written) when
+// enough are idle.
 func (p *compactPool) keep(cc *compactConn) {
-	select {
-	case p.idle <- cc:
-	default:
+	p.mu.Lock()
+	if len(p.idle) < maxIdleCompact {
+		p.idle = append(p.idle, cc)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	_ = cc.flush()
+	_ = cc.c.Close()
+}
+
+// hold keeps cc, on which a release waits in buf, and has it written
+// within heldFor if no call takes it first.
+func (p *compactPool) hold(cc *compactConn) {
+	p.mu.Lock()
+	if len(p.idle) == maxIdleCompact {
+		p.mu.Unlock()
+		_ = cc.flush()
+		_ = cc.c.Close()
+		return
+	}
+	p.idle = append(p.idle, cc)
+	p.held = append(p.held, cc)
+	if !p.flushArmed {
+		p.flushArmed = true
+		if p.flushTimer == nil {
+			p.flushTimer = time.AfterFunc(p.heldFor, p.flushHeld)
+		} else {
+			p.flushTimer.Reset(p.heldFor)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// flushHeld writes the releases still held on the connections hold
+// kept, those no call took meanwhile (a call's write takes them along).
+// It takes each from the idle ones while it writes, so that no call
+// shares the connection.
+func (p *compactPool) flushHeld() {
+	p.mu.Lock()
+	held := p.held
+	p.held = nil
+	p.flushArmed = false
+	var mine []*compactConn
+	for i, cc := range held {
+		held[i] = nil
+		// A connection a call took is the call's (its write took the
+		// releases along); an idle one is the pool's, under mu.
+		if j := slices.Index(p.idle, cc); j >= 0 && len(cc.held) > 0 {
+			p.idle = slices.Delete(p.idle, j, j+1)
+			mine = append(mine, cc)
+		}
+	}
+	if p.held == nil {
+		p.held = held[:0] // its array again, for the next ones
+	}
+	p.mu.Unlock()
+	for _, cc := range mine {
+		if cc.flush() == nil {
+			p.keep(cc)
+		}
+	}
+}
+
+// close closes the idle connections, once their held releases are
+// written.
+func (p *compactPool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.held = nil
+	if p.flushArmed {
+		p.flushTimer.Stop()
+		p.flushArmed = false
+	}
+	p.mu.Unlock()
+	for _, cc := range idle {
+		_ = cc.flush()
 		_ = cc.c.Close()
 	}
 }
 
-// close closes the idle connections.
-func (p *compactPool) close() {
-	for {
-		select {
-		case cc := <-p.idle:
-			_ = cc.c.Close()
-		default:
-			return
-		}
+// flushTimeout bounds the write of held releases (a connection whose
+// agent stopped reading).
+const flushTimeout = 5 * time.Second
+
+// flush writes cc's held releases, if any; its caller has cc to itself.
+// On a failure the connection is closed and the releases are sent again.
+func (cc *compactConn) flush() error {
+	if len(cc.held) == 0 {
+		return nil
+	}
+	err := cc.c.SetWriteDeadline(time.Now().Add(flushTimeout))
+	if err == nil {
+		_, err = cc.c.Write(cc.buf)
+	}
+	cc.buf = cc.buf[:0]
+	held := cc.held
+	cc.held = nil
+	if err == nil {
+		err = cc.c.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
+		_ = cc.c.Close()
+		cc.lost(held)
+	}
+	return err
+}
+
+// write writes buf with req appended (after the preface and the held
+// releases: one write). The held releases of a failed write are sent
+// again.
+func (cc *compactConn) write(req *api.CompactRequest) error {
+	cc.buf = api.AppendRequest(cc.buf, req)
+	_, err := cc.c.Write(cc.buf)
+	cc.buf = cc.buf[:0]
+	held := cc.held
+	cc.held = nil
+	if err != nil {
+		cc.lost(held)
+	}
+	return err
+}
+
+// lost hands releases whose write failed to the pool's resend.
+func (cc *compactConn) lost(held []api.CompactRequest) {
+	if len(held) > 0 && cc.pool != nil && cc.pool.resend != nil {
+		cc.pool.resend(held)
 	}
 }
 
@@ -207,9 +368,7 @@ func (c *Client) releaseNoReply(ctx context.Context, op string, req api.CompactR
 	p := c.compactPool
 	var cc *compactConn
 	if p.speaksNoReply() {
-		select {
-		case cc = <-p.idle:
-		default:
+		if cc = p.takeIdle(); cc == nil {
 			// Every connection is busy: a new one, rather than a wait
 			// for an answer. It stays fresh (unanswered) in the pool, so
 			// that its next call still hears an agent that, restarted
@@ -227,35 +386,19 @@ func (c *Client) releaseNoReply(ctx context.Context, op string, req api.CompactR
 		_, ok, err = c.compact(ctx, op, &req)
 		return ok, err
 	}
+	// The release waits in the connection's buffer for the next call
+	// on it (the pool hands out the connection put back last), or for
+	// the pool's flush: one write and one read at the agent less per
+	// page view. A failed write sends it again, answered.
 	req.Op = api.OpReleaseNoReply
-	stop := context.AfterFunc(ctx, func() { _ = cc.c.SetDeadline(time.Unix(1, 0)) })
 	cc.buf = api.AppendRequest(cc.buf, &req)
-	_, err = cc.c.Write(cc.buf)
-	cc.buf = cc.buf[:0]
-	if !stop() {
-		cc.spoiled = true
-	}
-	switch {
-	case err == nil && !cc.spoiled:
+	cc.held = append(cc.held, req)
+	if len(cc.held) < maxHeld {
+		p.hold(cc)
+	} else if cc.flush() == nil { // else sent again by flush
 		p.keep(cc)
-		return true, nil
-	case err == nil:
-		_ = cc.c.Close()
-		return true, nil
 	}
-	// A connection that takes no write leads to an agent that is gone
-	// (a Unix socket refuses at once what its closed peer cannot read),
-	// as are the other idle ones. A release taken twice is taken once:
-	// once more, answered, on a new connection.
-	_ = cc.c.Close()
-	if ctx.Err() != nil {
-		return true, fmt.Errorf("client: %s: %w", op, ctx.Err())
-	}
-	p.close()
-	p.version.Store(0)
-	req.Op = api.OpRelease
-	_, ok, err = c.compact(ctx, op, &req)
-	return ok, err
+	return true, nil
 }
 
 // call writes req and reads its answer; ctx ending closes the wait.
@@ -296,10 +439,7 @@ func stale(cc *compactConn, err error, op byte) bool {
 
 // roundTrip writes req and reads its answer.
 func (cc *compactConn) roundTrip(req *api.CompactRequest) (api.CompactReply, error) {
-	cc.buf = api.AppendRequest(cc.buf, req)
-	_, err := cc.c.Write(cc.buf)
-	cc.buf = cc.buf[:0]
-	if err != nil {
+	if err := cc.write(req); err != nil {
 		return api.CompactReply{}, &errUnsent{err}
 	}
 	if cc.fresh {

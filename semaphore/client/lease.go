@@ -456,8 +456,12 @@ func (l *Lease) refuseLent() error {
 
 // ReleaseNoWait is Release without the agent's answer, on an agent that
 // takes releases so (the socket's compact protocol, version 2): it
-// returns once the release is sent, and the agent gives the lease back
-// before the next call on the same connection. A failure of the agent's
+// returns at once. The release waits on its connection for the client's
+// next call, which takes it along in the same write (a busy frontend's
+// next page view comes within microseconds), or goes alone 200 µs later;
+// the agent gives the lease back before that call. Close writes the
+// releases still waiting. A failure to write it sends it again, answered,
+// in the background (Close waits for it). A failure of the agent's
 // is not returned: the agent counts it
 // (sluice_api_unanswered_release_failures_total) and logs it, and the
 // leaders drop the lease at its expiry at the latest. The error says only

@@ -319,7 +319,8 @@ func serveUnder(next http.Handler, log *slog.Logger, unavailable func(http.Respo
 
 // releaseAfterRequest releases a request's lease once its handler
 // returned. An agent that takes releases without an answer (the compact
-// protocol's version 2) gets one write, sent at once: a request costs one
+// protocol's version 2) gets it without one, in the write of the next
+// call on its connection or alone within 200 µs: a request costs one
 // round trip to the agent, its try. Otherwise the release waits for its
 // answer off the visitor's path, while the response goes out.
 func (c *Client) releaseAfterRequest(ctx context.Context, l *Lease, log *slog.Logger) {
