@@ -343,8 +343,9 @@ func (l sluiceLocker) lock(ctx context.Context, name string) (release, error) {
 }
 
 // read is a READ_ONLY try: granted at once or refused (timedout, draining),
-// given back as a page view through the middleware gives it back: one
-// write, no answer awaited (Lease.ReleaseNoWait).
+// given back as a page view through the middleware gives it back: no
+// answer awaited (Lease.ReleaseNoWait: with the next call on its
+// connection).
 func (l sluiceLocker) read(ctx context.Context, name string) (release, error) {
 	lease, err := l.c.Acquire(ctx, name, semaphore.ReadOnly, client.Options{Try: true, Timeout: opTimeout, Duration: leaseDuration})
 	if err != nil {

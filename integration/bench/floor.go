@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -38,7 +39,15 @@ type floor struct {
 	// server in this process: the hop any proxy in front of a site costs
 	// here, sluice proxy's included.
 	ProxyHopMS *float64 `json:"proxy_hop_ms,omitempty"`
+	// CrowdCallP99MS is the p99 of a Unix-socket call to an echo process
+	// while crowdCallers call at once, each on its connection: W4's load
+	// without the agent's work, the tail any server shows at that load
+	// on this machine (the callers wait for the cores, not the server).
+	CrowdCallP99MS *float64 `json:"crowd_call_p99_ms,omitempty"`
 }
+
+// crowdCallers is the crowd of CrowdCallP99MS, W4's clients.
+const crowdCallers = 64
 
 // floorSamples is how many times each step is timed.
 const floorSamples = 2000
@@ -61,6 +70,11 @@ func (b *bench) measureFloor(ctx context.Context) {
 	} else {
 		b.floor.FsyncMS = &v
 	}
+	if v, err := socketCrowdP99(ctx, crowdCallers, floorSamples/10); err != nil {
+		b.note("the floor's crowded Unix-socket call was not measured: %v", err)
+	} else {
+		b.floor.CrowdCallP99MS = &v
+	}
 	if v, err := proxyHop(ctx, floorSamples/2); err != nil {
 		b.note("the floor's reverse-proxy hop was not measured: %v", err)
 	} else {
@@ -76,15 +90,17 @@ func (f floor) line() string {
 		}
 		return fmt.Sprintf("%.0f µs", 1000**v)
 	}
-	return fmt.Sprintf("Floor (medians on this machine): libp2p round trip %s, Unix-socket call %s, fsync %s, a bare reverse proxy's hop %s",
-		show(f.P2PRoundTripMS), show(f.SocketCallMS), show(f.FsyncMS), show(f.ProxyHopMS))
+	return fmt.Sprintf("Floor (medians on this machine): libp2p round trip %s, Unix-socket call %s, fsync %s, a bare reverse proxy's hop %s; "+
+		"p99 of a Unix-socket call with %d callers at once %s",
+		show(f.P2PRoundTripMS), show(f.SocketCallMS), show(f.FsyncMS), show(f.ProxyHopMS), crowdCallers, show(f.CrowdCallP99MS))
 }
 
 // floorModel is one operation of a workload in the floor's steps: the
 // fewest round trips, socket calls and fsyncs on its critical path.
 type floorModel struct {
-	// hops: reverse-proxy hops (floor.ProxyHopMS).
-	trips, calls, fsyncs, hops float64
+	// hops: reverse-proxy hops (floor.ProxyHopMS); crowd: calls among
+	// crowdCallers at once, at their p99 (floor.CrowdCallP99MS).
+	trips, calls, fsyncs, hops, crowd float64
 	// per: how many of the operation run at once at best (the clients
 	// that cannot wait for each other), for a rate's floor.
 	per  float64
@@ -127,6 +143,8 @@ func floorModelOf(w string, st storage, clients int) (floorModel, bool) {
 		return floorModel{trips: 1, calls: 1, fsyncs: fs, per: 1, what: "grant: 1 round trip, 1 call, " + fsyncWord(fs)}, true
 	case "call": // a page view's try on a held share
 		return floorModel{calls: 1, per: 1, what: "try: 1 call"}, true
+	case "crowd call": // the p99 of a page view's try among W4's clients
+		return floorModel{crowd: 1, per: 1, what: fmt.Sprintf("try: p99 of 1 call, %d callers at once", crowdCallers)}, true
 	}
 	return floorModel{}, false
 }
@@ -145,7 +163,7 @@ func (f floor) latencyMS(m floorModel) *float64 {
 	for _, s := range []struct {
 		n    float64
 		step *float64
-	}{{m.trips, f.P2PRoundTripMS}, {m.calls, f.SocketCallMS}, {m.fsyncs, f.FsyncMS}, {m.hops, f.ProxyHopMS}} {
+	}{{m.trips, f.P2PRoundTripMS}, {m.calls, f.SocketCallMS}, {m.fsyncs, f.FsyncMS}, {m.hops, f.ProxyHopMS}, {m.crowd, f.CrowdCallP99MS}} {
 		if s.n == 0 {
 			continue
 		}
@@ -319,23 +337,79 @@ func socketRoundTrip(ctx context.Context, n int) (float64, error) {
 	return pingPong(c, n)
 }
 
+// socketCrowdP99 is the p99 round trip of a 64-byte frame on Unix
+// sockets to another process, callers calling at once on a connection
+// each, n times each.
+func socketCrowdP99(ctx context.Context, callers, n int) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	path, stop, err := startEcho(ctx, "unix")
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	conns := make([]net.Conn, 0, callers)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range callers {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return 0, err
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(dl)
+		}
+		conns = append(conns, c)
+	}
+	samples := make([][]time.Duration, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { samples[i], errs[i] = roundTrips(c, n) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	all := slices.Concat(samples...)
+	if len(all) == 0 {
+		return 0, errors.New("no samples")
+	}
+	slices.Sort(all)
+	return ms(all[len(all)*99/100]), nil
+}
+
 // pingPong writes a 64-byte frame and reads it back n times, and returns
 // the median round trip in milliseconds.
 func pingPong(rw io.ReadWriter, n int) (float64, error) {
+	ds, err := roundTrips(rw, n)
+	if err != nil {
+		return 0, err
+	}
+	return medianMS(ds)
+}
+
+// roundTrips writes a 64-byte frame and reads it back n times, and
+// returns the round trips.
+func roundTrips(rw io.ReadWriter, n int) ([]time.Duration, error) {
 	buf := make([]byte, 64)
 	r := bufio.NewReader(rw)
 	ds := make([]time.Duration, 0, n)
 	for range n {
 		start := time.Now()
 		if _, err := rw.Write(buf); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if _, err := io.ReadFull(r, buf); err != nil {
-			return 0, err
+			return nil, err
 		}
 		ds = append(ds, time.Since(start))
 	}
-	return medianMS(ds)
+	return ds, nil
 }
 
 // fsyncTime is the median time of writing 4 KiB to a file in dir and

@@ -304,8 +304,9 @@ func metrics(w string, st storage) []metric {
 		// reference the read path's target sets for sluice's readers of one name.
 		views, ok := floorModelOf(w, st, 64)
 		call, _ := floorModelOf("call", st, 1)
+		crowd, _ := floorModelOf("crowd call", st, 1)
 		rate, lat50, lat99 := withFloor(rateMetric("grants/s"), views, ok), withFloor(acquireMetric("acquire p50", p50), call, ok),
-			withFloor(acquireMetric("acquire p99", p99), call, ok)
+			withFloor(acquireMetric("acquire p99", p99), crowd, ok)
 		rate.redis, lat50.redis, lat99.redis = true, true, true
 		if st == memory {
 			rate.target = redisTarget("≥2× Redis+redsync", func(x float64) bool { return x >= 2 }, nil)
