@@ -306,6 +306,11 @@ const (
 	// the doorway bound, so a doorway that outlasts the tombstone but not
 	// its bound is taken there and granted.
 	MutantTombForATry
+	// MutantHoldBackForReaders: a leader holds back from the master of any
+	// reader the changes of requests it does not conflict with, as it does
+	// from a share's, so a reader with a limit does not hear that an
+	// earlier reader left.
+	MutantHoldBackForReaders
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -130,6 +130,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"rewatch_report_without_ticket.txt", core.MutantUncheckedTicketReports, 1, "exclusive held"},
 		{"enter_ticket_below_mark.txt", core.MutantEnterTicketUnchecked, 0, "granted 4.1.2 "},
 		{"report_waits_for_turn.txt", core.MutantHoldBackAny, 1, "granted 5.1.1 "},
+		{"reader_limit.txt", core.MutantHoldBackForReaders, 1, "granted 2.1.1 "},
 		{"force_release_late_doorway.txt", core.MutantUnboundedDoorway, 0, "5.1.2 ticket ticket="},
 		{"force_release_doorway_bound_keeps_tomb.txt", core.MutantTombForATry, 0, "granted 5.1.2 a token=2 "},
 	} {

@@ -189,8 +189,10 @@ type Node struct {
 	// settled once per Ready, so a batch of input costs one report per
 	// watcher and one decision per waiter.
 	dirty, reported nameSet
-	minInc          map[wire.NodeID]uint32
-	fence           uint64 // lock work below this epoch is refused (durable)
+	// holdable is holdableMasters' map, reused from flush to flush.
+	holdable map[wire.NodeID]masterHold
+	minInc   map[wire.NodeID]uint32
+	fence    uint64 // lock work below this epoch is refused (durable)
 	// holdsAskAt: when to ask the other leaders about restored tickets.
 	holdsAskAt int64
 	// complete is the epoch of the last view whose handoff finished (durable).

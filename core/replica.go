@@ -941,9 +941,10 @@ func (n *Node) flushReports() {
 		// change a report's entries.
 		var whole []wire.Entry
 		var deltas map[uint64][]wire.Entry // by the version they start after
+		crowd := n.holdableMasters(t)
 		for _, id := range sortedNodes(t.watchers) {
 			w := t.watchers[id]
-			if !all && !w.due || !w.due && n.holdsBack(t, id, w) {
+			if !all && !w.due || !w.due && n.holdsBack(t, id, w, crowd) {
 				continue
 			}
 			w.due = false
@@ -1007,40 +1008,109 @@ func (n *Node) flushReports() {
 // a soft writer's master always gets its reports: it also waits for later
 // readers.
 //
+// Nor can any change of a request in a mode that conflicts with none of
+// master's requests, when those are all nodes' shared tickets (Entry.Active
+// on a shared mode): a share is never of a request with a reader limit
+// (the only waiter that counts requests it does not conflict with), so it
+// waits for conflicting requests only, whatever the others do. After a
+// drain, hundreds of agents' shares of one site come back at once, and
+// their flags, tickets, grants and releases no longer cost every other
+// waiting share a report per leader.
+//
+// On a crowded table (more than clearScan requests) no report marks a
+// request held, so that condition is not asked, and master's requests are
+// read for every watcher in one pass (holdableMasters).
+//
 // Safety does not rest on any of this: a report held back is a report
 // late on the wire, which the masters' freshness rules already allow
 // (fresh). What rests on it is that no waiter waits for it.
-func (n *Node) holdsBack(t *replicaName, master wire.NodeID, w *watcher) bool {
-	if n.cfg.EagerReports || w.sentSeq == 0 || len(t.recs) > clearScan || w.sentVer+1 < t.journalFrom {
+func (n *Node) holdsBack(t *replicaName, master wire.NodeID, w *watcher, crowd map[wire.NodeID]masterHold) bool {
+	if n.cfg.EagerReports || w.sentSeq == 0 || w.sentVer+1 < t.journalFrom {
 		return false
 	}
-	mine := 0
-	for req, r := range t.recs {
-		if req.Node != master {
-			continue
+	var mh masterHold
+	if len(t.recs) > clearScan {
+		mh = crowd[master]
+	} else {
+		mh = masterHold{ticketed: true, shares: true}
+		for req, r := range t.recs {
+			if req.Node != master {
+				continue
+			}
+			mh.add(r, n.cfg.Mutant)
+			if !r.held && t.clear(r) && !n.cfg.Mutant.on(MutantHoldBackAny) {
+				return false // the report marks it held (heldForReport): a grant without a confirmation
+			}
 		}
-		if r.entry.Mode.Soft() || r.entry.Ticket == 0 || r.restored {
-			return false
-		}
-		if !r.held && t.clear(r) && !n.cfg.Mutant.on(MutantHoldBackAny) {
-			return false // the report marks it held (heldForReport): a grant without a confirmation
-		}
-		mine++
 	}
-	if mine == 0 {
+	if !mh.ticketed || mh.modes == 0 {
 		return false
 	}
 	for _, j := range t.journal {
 		if j.ver <= w.sentVer || n.cfg.Mutant.on(MutantHoldBackAny) {
 			continue
 		}
+		if j.req.Node == master {
+			return false
+		}
+		if mh.shares && !mh.conflicts(j.mode) {
+			continue
+		}
 		r := t.recs[j.req]
-		if j.req.Node == master || r == nil || r.flagVer <= w.sentVer || r.entry.Mode.Soft() {
+		if r == nil || r.flagVer <= w.sentVer || r.entry.Mode.Soft() {
 			return false
 		}
 	}
 	n.stats.HeldBackReports++
 	return true
+}
+
+// masterHold is what holdsBack asks of a master's requests in a table.
+type masterHold struct {
+	// ticketed: every one is not a soft writer and has its ticket,
+	// taken in this life of the replica.
+	ticketed bool
+	// shares: every one is a node's shared ticket.
+	shares bool
+	modes  uint32 // a bit per mode among them; 0: none
+}
+
+func (h *masterHold) add(r *record, mutant Mutant) {
+	h.ticketed = h.ticketed && !r.entry.Mode.Soft() && r.entry.Ticket != 0 && !r.restored
+	h.shares = h.shares && (r.entry.Active || mutant.on(MutantHoldBackForReaders)) && r.entry.Mode.Shared()
+	h.modes |= 1 << r.entry.Mode
+}
+
+// conflicts: a request in mode m conflicts with one of the modes.
+func (h masterHold) conflicts(m wire.Mode) bool {
+	for mine := wire.Mode(0); mine < 32; mine++ {
+		if h.modes&(1<<mine) != 0 && wire.Conflicts(m, mine) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdableMasters is, on a crowded table with watchers, each master's
+// masterHold: one pass over the table for all its watchers. Nil
+// otherwise; the map is reused from flush to flush.
+func (n *Node) holdableMasters(t *replicaName) map[wire.NodeID]masterHold {
+	if len(t.recs) <= clearScan || len(t.watchers) == 0 || n.cfg.EagerReports {
+		return nil
+	}
+	if n.holdable == nil {
+		n.holdable = map[wire.NodeID]masterHold{}
+	}
+	clear(n.holdable)
+	for req, r := range t.recs {
+		h, ok := n.holdable[req.Node]
+		if !ok {
+			h = masterHold{ticketed: true, shares: true}
+		}
+		h.add(r, n.cfg.Mutant)
+		n.holdable[req.Node] = h
+	}
+	return n.holdable
 }
 
 // refuseEarly asks Config.RefuseEarly about a try entering t.

@@ -264,7 +264,9 @@ func TestMutantsAreCaught(t *testing.T) {
 	// of a holder's release (MutantHoldBackAny, report_waits_for_turn.txt)
 	// delays the next waiter until its watch's refresh, within the idle
 	// bound: not caught in 1,200 seeds of one name (the explorer's settle
-	// bound catches it).
+	// bound catches it); so too a leader that holds back from a limited
+	// reader's master the changes of readers, as from a share's
+	// (MutantHoldBackForReaders, reader_limit.txt).
 	for _, m := range []struct {
 		name   string
 		mutant core.Mutant

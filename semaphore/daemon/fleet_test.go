@@ -98,11 +98,11 @@ func TestFleet(t *testing.T) {
 			r.heapMiB, r.rssMiB, r.heapGrowMiB, r.rssGrowMiB, r.framesOut, r.announce)
 	}
 	fmt.Fprintf(&b, "a drain of a site every agent serves (a page view held on each, a priority writer through a voter):\n")
-	fmt.Fprintf(&b, "%6s %14s %16s %16s %16s %14s %16s\n", "agents", "all told", "granted after", "all readmitted", "doorway restarts", "long doorways", "voter msgs out")
+	fmt.Fprintf(&b, "%6s %14s %16s %16s %16s %14s %14s %16s\n", "agents", "all told", "granted after", "all readmitted", "doorway restarts", "long doorways", "ticket raises", "voter msgs out")
 	for _, r := range rows {
 		d := r.drain
-		fmt.Fprintf(&b, "%6d %14s %16s %16s %16d %14d %16d\n", r.n, d.told.Round(100*time.Microsecond), d.granted.Round(100*time.Microsecond),
-			d.readmitted.Round(100*time.Microsecond), d.counts.restarts, d.counts.long, d.counts.voterOut)
+		fmt.Fprintf(&b, "%6d %14s %16s %16s %16d %14d %14d %16d\n", r.n, d.told.Round(100*time.Microsecond), d.granted.Round(100*time.Microsecond),
+			d.readmitted.Round(100*time.Microsecond), d.counts.restarts, d.counts.long, d.counts.raises, d.counts.voterOut)
 	}
 	t.Log("\n" + b.String())
 }
@@ -201,8 +201,8 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	stopProfile()
 	f.drain.counts = fleetCounts(t, agents).minus(counted)
 	t.Logf("%d agents: the voters' messages to other agents during the drain, by kind: %s", n, f.drain.counts.kinds())
-	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long; the voters sent %d messages",
-		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.counts.restarts, f.drain.counts.long, f.drain.counts.voterOut)
+	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long; %d numbers raised; the voters sent %d messages",
+		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.counts.restarts, f.drain.counts.long, f.drain.counts.raises, f.drain.counts.voterOut)
 	return f
 }
 
@@ -353,12 +353,15 @@ func startFleetProfile(t *testing.T, suffix string) func() {
 // to every waiting master among them: what grows with the fleet).
 type fleetCounters struct {
 	restarts, long, voterOut uint64
+	// raises: numbers proposed again above a taken one (the herd of a
+	// crowd's doorways on one name).
+	raises uint64
 	// voterKinds: the voters' messages to other nodes, by kind.
 	voterKinds map[string]float64
 }
 
 func (c fleetCounters) minus(o fleetCounters) fleetCounters {
-	d := fleetCounters{c.restarts - o.restarts, c.long - o.long, c.voterOut - o.voterOut, map[string]float64{}}
+	d := fleetCounters{c.restarts - o.restarts, c.long - o.long, c.voterOut - o.voterOut, c.raises - o.raises, map[string]float64{}}
 	for k, v := range c.voterKinds {
 		if v -= o.voterKinds[k]; v > 0 {
 			d.voterKinds[k] = v
@@ -391,6 +394,7 @@ func fleetCounts(t *testing.T, agents []*daemon.Agent) fleetCounters {
 		}
 		c.restarts += st.Core.DoorwayRestarts
 		c.long += st.Core.LongDoorways
+		c.raises += st.Core.TicketRaises
 		if i >= fleetVoters {
 			continue
 		}
