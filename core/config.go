@@ -101,7 +101,8 @@ type Config struct {
 	// PlainDoorway makes the node's doorway the one releases before 0.9
 	// had: as a master it never proposes a number with ENTERING, and as a
 	// replica it answers a proposal as a plain ENTERING (the flag and the
-	// mark, the number left for ADD_TICKET). The zero value proposes the
+	// mark, the number left for ADD_TICKET) and tells every master its
+	// mark, not a number above those it told others (suggest). The zero value proposes the
 	// number after the last this node knew of the name, so a quorum that
 	// takes it grants in one round fewer. Tests use it to run an older
 	// agent beside newer ones, and schedules built on the plain doorway.

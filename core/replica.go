@@ -93,6 +93,11 @@ type replicaName struct {
 	// the name has watchers, complete from version journalFrom on.
 	ver, journalFrom uint64
 	journal          []journaled
+	// promised is one above the highest number this replica told a
+	// master to go above (suggest): while it is above the mark, masters
+	// raising at once were told different numbers. Not stored: a restart
+	// only makes the next suggestions the mark again.
+	promised uint64
 	// drainTold: the nodes whose shares of the name this replica asked to
 	// yield to a draining writer, or whose shares' tries it refused with
 	// draining, by share slot (bit 1<<shareSlot): each is told when the
@@ -244,6 +249,29 @@ func (n *Node) replicaStep(m wire.Message) {
 	}
 }
 
+// suggest is the number a replica tells a master to go above, in
+// ENTERING's answer and in the refusal of a number not above its mark:
+// the mark, unless it already told a master to go above the mark, then
+// one above what it told last. Masters that enter or raise at once then
+// propose different numbers, which mostly come back in rising order, and
+// the leader, which takes only numbers above its mark, takes most of
+// them: a fleet's page views coming back after a drain, hundreds on one
+// name, no longer meet each other's numbers round after round. An
+// uncontended master is told the mark, as before.
+//
+// Safety does not rest on it: a master proposes a number above what it
+// was told, and every leader takes a number only above its mark
+// (aboveMark); a number told too high only leaves a gap below a ticket,
+// and fencing tokens need only grow.
+func (n *Node) suggest(t *replicaName) uint64 {
+	s := t.highWater
+	if t.promised > s {
+		s = t.promised
+	}
+	t.promised = s + 1
+	return s
+}
+
 // replyTo is the start of a replica's answer to m.
 func (n *Node) replyTo(m wire.Message, k wire.Kind) wire.Message {
 	return wire.Message{Kind: k, To: m.From, Name: m.Name, Req: m.Req, Incarnation: n.cfg.Incarnation}
@@ -252,8 +280,9 @@ func (n *Node) replyTo(m wire.Message, k wire.Kind) wire.Message {
 // onEnter sets Req's choosing flag (ENTERING), unless the name is full,
 // and answers with the name's high-water mark.
 func (n *Node) onEnter(m wire.Message) {
+	fresh := n.replicaName(m.Name).recs[m.Req] == nil
 	if reply, ok := n.enter(m); ok {
-		reply.HighWater = n.names[m.Name].highWater
+		reply.HighWater = n.suggestFor(n.names[m.Name], fresh)
 		n.send(reply)
 	}
 }
@@ -268,6 +297,7 @@ func (n *Node) onEnter(m wire.Message) {
 // ADD_TICKET does, after the same flag is up: the bakery's order rests on
 // that check, not on the master having read the mark first.
 func (n *Node) onEnterTicket(m wire.Message) {
+	fresh := n.replicaName(m.Name).recs[m.Req] == nil
 	reply, ok := n.enter(m)
 	if !ok {
 		return
@@ -279,8 +309,19 @@ func (n *Node) onEnterTicket(m wire.Message) {
 		n.addTicket(m, true)
 		return
 	}
-	reply.HighWater = t.highWater
+	reply.HighWater = n.suggestFor(t, fresh)
 	n.send(reply)
+}
+
+// suggestFor is suggest for an ENTERING that set its flag just now (a
+// doorway that starts) and for a refused number, the mark for a repeated
+// ENTERING (a retransmission gets no number of its own) and on a replica
+// that runs the plain doorway, as releases before 0.9 answered.
+func (n *Node) suggestFor(t *replicaName, fresh bool) uint64 {
+	if !fresh || n.cfg.PlainDoorway {
+		return t.highWater
+	}
+	return n.suggest(t)
 }
 
 // aboveMark: ticket may be taken for a request of t: it is above every
@@ -373,7 +414,7 @@ func (n *Node) addTicket(m wire.Message, withFlag bool) {
 	case !n.aboveMark(t, m.Ticket, withFlag):
 		// Another request holds this number: tickets, and so fencing
 		// tokens, are unique per name. The master raises its number.
-		reply.Reject, reply.HighWater = true, t.highWater
+		reply.Reject, reply.HighWater = true, n.suggestFor(t, true)
 	default:
 		r.entry.Ticket = m.Ticket
 		r.deadline = max(r.deadline, n.now+n.keep(m.Lifetime))
