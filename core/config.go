@@ -312,6 +312,11 @@ const (
 	// from a share's, so a reader with a limit does not hear that an
 	// earlier reader left.
 	MutantHoldBackForReaders
+	// MutantPlainReaderUntold: leaders ask only shares to yield, and a
+	// master keeps no yield asked of a plain reader's ticket, so a page
+	// view that took the bakery by itself (its share's try failed, or it
+	// has a limit) never hears that the site drains.
+	MutantPlainReaderUntold
 )
 
 func (c *Config) withDefaults() (Config, error) {

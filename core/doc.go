@@ -64,6 +64,8 @@
 // when no local reader holds it. Leaders that take a writer's ticket ask
 // such tickets to yield (KindYield): refuse new local readers at once
 // (priority and exclusive writers) or only let go when idle (soft ones).
+// They tell the masters of plain shared tickets too, whose clients hear of
+// it (AskedToYield).
 // A node that let its share go for a drain, or whose share's try a
 // leader refused with draining, refuses its shared tries itself until
 // those leaders say the drain is over (a KindYield of YieldNone) or

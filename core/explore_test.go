@@ -1162,7 +1162,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 	}{
 		// A soft writer deciding on reports made before its mark: a
 		// mark race (markRace) lines it up.
-		{"stale reports", core.MutantStaleReports, true, plainWorld(exploreWorld), 0, 967},
+		{"stale reports", core.MutantStaleReports, true, plainWorld(exploreWorld), 2 * exploreBound, 6205},
 		// A limited reader skipping a share's doorway below it, and a
 		// share restored as a plain reader's: the web site's world.
 		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 20000, 10533},
@@ -1181,7 +1181,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// leaders their three roles in one draw, among readers and soft
 		// writers only. Rarer than the others: it needs a lost mark, a
 		// late ticket and lost reports at three links in one order.
-		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways, true, plainWorld(soft), 8 * exploreBound, 35870},
+		{"soft ignores later doorways", core.MutantSoftIgnoresLaterDoorways, true, plainWorld(soft), 16 * exploreBound, 64190},
 		// A waiter deciding on a report that echoes its ADD_TICKET's
 		// watch number without its ticket: a watch race (watchRace)
 		// among readers and hard writers on two clients' nodes, so a

@@ -91,6 +91,9 @@ import (
 //     operator's node asked): the forced waiter's late ENTERING is taken
 //     after the tombstones went, and the id the operator was told was
 //     dropped holds a ticket and is granted.
+//   - drain_priority.txt with leaders that ask only shares to yield: the
+//     page views on plain tickets are never told the site drains
+//     (checked on their statuses).
 func TestScenariosCatchMutants(t *testing.T) {
 	for _, c := range []struct {
 		file   string
@@ -133,6 +136,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"reader_limit.txt", core.MutantHoldBackForReaders, 1, "granted 2.1.1 "},
 		{"force_release_late_doorway.txt", core.MutantUnboundedDoorway, 0, "5.1.2 ticket ticket="},
 		{"force_release_doorway_bound_keeps_tomb.txt", core.MutantTombForATry, 0, "granted 5.1.2 a token=2 "},
+		{"drain_priority.txt", core.MutantPlainReaderUntold, 2, "asked=drain"},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			if mutant != 0 && !mutation.Need(t) {

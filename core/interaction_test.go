@@ -213,7 +213,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "status":
 		n := h.nodeArg(t, d)
 		for _, r := range h.nodes[n-1].core.Requests() {
-			h.printf("%s %s %s %s ticket=%d\n", r.Handle, r.Name, r.Mode, r.Phase, r.Ticket)
+			asked := ""
+			if r.Asked != wire.YieldNone {
+				asked = " asked=" + map[wire.Yield]string{wire.YieldIdle: "idle", wire.YieldDrain: "drain"}[r.Asked]
+			}
+			h.printf("%s %s %s %s ticket=%d%s\n", r.Handle, r.Name, r.Mode, r.Phase, r.Ticket, asked)
 		}
 	case "table":
 		n := h.nodeArg(t, d)
@@ -246,6 +250,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		if st.HeldBackReports > 0 {
 			h.printf("held-back-reports=%d\n", st.HeldBackReports)
+		}
+		if st.ShareBypasses > 0 {
+			h.printf("share-bypasses=%d\n", st.ShareBypasses)
 		}
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)

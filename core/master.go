@@ -60,6 +60,12 @@ type request struct {
 	// ofShare: a share's cluster request, from its doorway until every
 	// leader dropped it (SharesOut counts these).
 	ofShare bool
+	// asked: the strongest yield leaders asked of this request's ticket
+	// when it is a plain shared one (a reader on no share: a limited
+	// reader, one whose share could not be had, a share-less node's). It
+	// only tells the client (AskedToYield): a page view on a plain ticket
+	// hears of a drain as one on a share does.
+	asked wire.Yield
 	// sharedRelease: the release of a share whose last local reader left
 	// at readersLeftAt (the replicas count the quiet period from there).
 	sharedRelease bool
@@ -528,6 +534,8 @@ func (n *Node) masterStep(m wire.Message) {
 		// A writer waits: from any leader, of any view, in any answer.
 		// Yielding only ever makes the node more careful.
 		n.onYield(r, m.Yield)
+	} else if r != nil && r.local == nil && r.a.Mode.Shared() && !n.cfg.Mutant.on(MutantPlainReaderUntold) {
+		r.asked = max(r.asked, m.Yield)
 	}
 	if m.Kind == wire.KindYield {
 		return

@@ -156,6 +156,11 @@ type Stats struct {
 	// lasted more than DoorwayTicks (doorwayOverdue): leaders out of reach,
 	// or a herd raising its numbers past each other for that long.
 	LongDoorways uint64
+	// ShareBypasses counts local readers sent through the bakery by
+	// themselves because their share could not be had (its try failed
+	// or timed out, or its ticket ended under them): each costs a plain
+	// ticket and the leaders' rounds a share's page view does not.
+	ShareBypasses uint64
 }
 
 // Node is one node's lock core: master of its own requests, and replica
@@ -634,6 +639,8 @@ type RequestStatus struct {
 	Ticket uint64
 	// Since is the tick of the Acquire call.
 	Since int64
+	// Asked is AskedToYield of Handle.
+	Asked wire.Yield
 }
 
 var phaseNames = [...]string{"queued", "entering", "add-ticket", "waiting", "held", "releasing", "waiting-shared", "held-shared",
@@ -649,9 +656,25 @@ func (n *Node) Requests() []RequestStatus {
 	for _, h := range sortedReqs(n.handles) {
 		r := n.handles[h]
 		out = append(out, RequestStatus{Handle: h, Req: r.id, Name: r.a.Name, Mode: r.a.Mode, Phase: phaseNames[r.phase],
-			Ticket: r.ticket, Since: r.start})
+			Ticket: r.ticket, Since: r.start, Asked: n.AskedToYield(h)})
 	}
 	return out
+}
+
+// AskedToYield is the strongest yield the leaders asked of the plain
+// shared ticket of the request of handle h, or of its parents' (a nested
+// name's): a writer waits for it. A reader on a share hears of it
+// through Draining and Yielding instead (YieldNone here). It only reads.
+func (n *Node) AskedToYield(h wire.RequestID) wire.Yield {
+	r := n.handles[h]
+	if r == nil {
+		return wire.YieldNone
+	}
+	y := r.asked
+	for _, p := range r.parents {
+		y = max(y, p.asked)
+	}
+	return y
 }
 
 // TableEntry is one request of a name as this replica holds it, with the

@@ -1212,17 +1212,17 @@ func (n *Node) tellDrainOver(t *replicaName, gone bool) {
 // writer's, or INTENT_EXCLUSIVE, which READ_ONLY shares yield to); or r's
 // own master, when r is a shared ticket and such a ticket waits already.
 // A master that holds the ticket for its local readers (a share) lets it
-// go; others ignore it (a ticket taken over in a handoff may be either:
-// snapshots do not carry the mark).
+// go; one of a plain reader's ticket tells its client (a page view that
+// took the bakery by itself hears of a drain too); others ignore it (a
+// ticket taken over in a handoff may be either: snapshots do not carry
+// the mark). Only shares are remembered for the drain's end (drainTold):
+// a plain reader keeps no drain memo.
 func (n *Node) askYields(t *replicaName, r *record) {
 	e := r.entry
 	if e.Mode.Shared() {
-		if !e.Active {
-			return // a plain reader's: nothing to yield, no need to look
-		}
 		if y := t.writerYield(e.Mode); y != wire.YieldNone {
 			n.send(wire.Message{Kind: wire.KindYield, To: e.Req.Node, Name: t.name, Req: e.Req, Ticket: e.Ticket, Yield: y})
-			if y == wire.YieldDrain {
+			if y == wire.YieldDrain && (e.Active || r.restored) {
 				t.noteDrainTold(e.Req.Node, e.Mode)
 			}
 		}
@@ -1230,10 +1230,10 @@ func (n *Node) askYields(t *replicaName, r *record) {
 	}
 	y := yieldFor(e.Mode, r.try)
 	for _, req := range sortedReqs(t.recs) {
-		if r := t.recs[req]; r.entry.Mode.Shared() && r.entry.Ticket != 0 && (r.entry.Active || r.restored) &&
-			wire.Conflicts(e.Mode, r.entry.Mode) {
+		if r := t.recs[req]; r.entry.Mode.Shared() && r.entry.Ticket != 0 && wire.Conflicts(e.Mode, r.entry.Mode) &&
+			(r.entry.Active || r.restored || !n.cfg.Mutant.on(MutantPlainReaderUntold)) {
 			n.send(wire.Message{Kind: wire.KindYield, To: req.Node, Name: t.name, Req: req, Ticket: r.entry.Ticket, Yield: y})
-			if y == wire.YieldDrain {
+			if y == wire.YieldDrain && (r.entry.Active || r.restored) {
 				t.noteDrainTold(req.Node, r.entry.Mode)
 			}
 		}

@@ -44,7 +44,10 @@ import (
 // local reader holds it, without lingering. The share's release says how
 // long ago its last local reader left (Message.ReadersAgo), so a gentle
 // drain's quiet period counts from there. A node that cannot be reached
-// holds a writer only until its share expires. A reader limit is exact
+// holds a writer only until its share expires. A reader on a plain ticket
+// of its own is told too (a page view whose share could not be had at
+// once): its master keeps the yield for its client (AskedToYield), and
+// nothing else changes. A reader limit is exact
 // only in the table, so limited readers bypass the share, and the table
 // does not count a share's page views: a limited reader waits until no
 // share is ahead of it (the policy's rule), and asks those ahead to go as
@@ -238,6 +241,7 @@ func (n *Node) dropLocal(w *request) {
 // bypass sends w, a local reader that may wait, through the whole bakery
 // by itself: no share could be had at once.
 func (n *Node) bypass(w *request) {
+	n.stats.ShareBypasses++
 	w.local = nil
 	n.startEnter(w)
 	n.arm(w)

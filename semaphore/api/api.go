@@ -245,8 +245,13 @@ type CoreStats struct {
 	// because they lasted longer than the bound (ten seconds): leaders
 	// out of reach, or overloaded.
 	LongDoorways uint64 `json:"long_doorways"`
-	NotServing   uint64 `json:"not_serving"`
-	Handoffs     uint64 `json:"handoffs"`
+	// ShareBypasses counts page views that went through the bakery by
+	// themselves because the agent's shared read ticket of their name
+	// could not be had at once (leaders slow or out of reach): a steady
+	// rise means page views cost the leaders' rounds.
+	ShareBypasses uint64 `json:"share_bypasses"`
+	NotServing    uint64 `json:"not_serving"`
+	Handoffs      uint64 `json:"handoffs"`
 	// RestoredDropped counts tickets restored from the store that fewer
 	// than a quorum of the view's leaders held (released while away).
 	RestoredDropped uint64 `json:"restored_dropped"`

@@ -201,8 +201,8 @@ func runFleet(t *testing.T, n int, idle time.Duration) fleetFigures {
 	stopProfile()
 	f.drain.counts = fleetCounts(t, agents).minus(counted)
 	t.Logf("%d agents: the voters' messages to other agents during the drain, by kind: %s", n, f.drain.counts.kinds())
-	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long; %d numbers raised; the voters sent %d messages",
-		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.counts.restarts, f.drain.counts.long, f.drain.counts.raises, f.drain.counts.voterOut)
+	t.Logf("%d agents: a drain reached every agent's page view in %v; the writer was granted %v after the last page view ended; every agent granted a page view again within %v of its release; %d doorways started again, %d of them for lasting too long; %d numbers raised; %d page views went through the bakery by themselves; the voters sent %d messages",
+		n, f.drain.told, f.drain.granted, f.drain.readmitted, f.drain.counts.restarts, f.drain.counts.long, f.drain.counts.raises, f.drain.counts.bypasses, f.drain.counts.voterOut)
 	return f
 }
 
@@ -250,6 +250,9 @@ func fleetDrain(t *testing.T, agents []*daemon.Agent, wait time.Duration) fleetD
 		watching.Go(func() {
 			for e := range events {
 				last[i] = e.Kind
+				if e.Kind == "granted" && !e.Yields {
+					last[i] = "granted on a plain ticket" // not on the agent's share
+				}
 				if e.Kind == "draining" {
 					told[i] = time.Now()
 					return
@@ -353,6 +356,9 @@ func startFleetProfile(t *testing.T, suffix string) func() {
 // to every waiting master among them: what grows with the fleet).
 type fleetCounters struct {
 	restarts, long, voterOut uint64
+	// bypasses: page views that went through the bakery by themselves
+	// (their agent's share could not be had at once).
+	bypasses uint64
 	// raises: numbers proposed again above a taken one (the herd of a
 	// crowd's doorways on one name).
 	raises uint64
@@ -361,7 +367,7 @@ type fleetCounters struct {
 }
 
 func (c fleetCounters) minus(o fleetCounters) fleetCounters {
-	d := fleetCounters{c.restarts - o.restarts, c.long - o.long, c.voterOut - o.voterOut, c.raises - o.raises, map[string]float64{}}
+	d := fleetCounters{c.restarts - o.restarts, c.long - o.long, c.voterOut - o.voterOut, c.bypasses - o.bypasses, c.raises - o.raises, map[string]float64{}}
 	for k, v := range c.voterKinds {
 		if v -= o.voterKinds[k]; v > 0 {
 			d.voterKinds[k] = v
@@ -395,6 +401,7 @@ func fleetCounts(t *testing.T, agents []*daemon.Agent) fleetCounters {
 		c.restarts += st.Core.DoorwayRestarts
 		c.long += st.Core.LongDoorways
 		c.raises += st.Core.TicketRaises
+		c.bypasses += st.Core.ShareBypasses
 		if i >= fleetVoters {
 			continue
 		}

@@ -820,16 +820,20 @@ func (n *Node) Watch(ctx context.Context, id string) (<-chan api.Event, error) {
 // a lease lent to many page views goes once they are done, as the share
 // does). On the loop, after each Ready: only watched readers (requests
 // that outlived the middleware's first look, and lent leases) are looked
-// at.
+// at. A reader on a plain ticket of its own (no share: a limited reader,
+// or one whose share could not be had at once) hears it from the leaders'
+// word to its ticket (core AskedToYield).
 func (n *Node) tellDraining() {
 	for h, l := range n.watchedReaders {
 		switch {
 		case n.leases[h] != l || len(l.watchers) == 0:
 			delete(n.watchedReaders, h)
-		case !l.toldDraining && (n.core.Draining(l.req.Name) || slices.ContainsFunc(l.parents, n.core.Draining)):
+		case !l.toldDraining && (n.core.Draining(l.req.Name) || slices.ContainsFunc(l.parents, n.core.Draining) ||
+			n.core.AskedToYield(h) == wire.YieldDrain):
 			l.toldDraining, l.toldYield = true, true // draining says yield too
 			n.emitTo(l, api.Event{Kind: "draining"})
-		case !l.toldYield && (n.core.Yielding(l.req.Name) || slices.ContainsFunc(l.parents, n.core.Yielding)):
+		case !l.toldYield && (n.core.Yielding(l.req.Name) || slices.ContainsFunc(l.parents, n.core.Yielding) ||
+			n.core.AskedToYield(h) != wire.YieldNone):
 			l.toldYield = true
 			n.emitTo(l, api.Event{Kind: "yield"})
 		}

@@ -42,9 +42,13 @@ type metrics struct {
 	// oneRoundSeen the count already added.
 	oneRound     prometheus.Counter
 	oneRoundSeen uint64
-	persists     prometheus.Counter
-	rejected     prometheus.Counter
-	forced       prometheus.Counter
+	// bypasses: page views that took the bakery by themselves
+	// (core.Stats.ShareBypasses), bypassSeen the count already added.
+	bypasses   prometheus.Counter
+	bypassSeen uint64
+	persists   prometheus.Counter
+	rejected   prometheus.Counter
+	forced     prometheus.Counter
 	// forbidden: API calls refused by the caller's role, by action.
 	forbidden *prometheus.CounterVec
 	// releasesUnanswered: releases of the compact protocol's version 2
@@ -125,6 +129,8 @@ func newMetrics() *metrics {
 	}
 	m.oneRound = counter("sluice_one_round_doorways_total",
 		"Doorways of this node's requests that a quorum of leaders completed in one round (the node proposed the name's next number with its choosing flag).")
+	m.bypasses = counter("sluice_share_bypasses_total",
+		"Readers that went through the bakery by themselves because this node's shared read ticket of their name could not be had at once (its try failed or timed out): each costs the leaders' rounds a shared page view does not.")
 	m.dropped = counter("sluice_messages_dropped_total",
 		"Lock and election messages the transport could not queue for their peer (its queue full, or no such peer).")
 	m.persists = counter("sluice_store_submits_total",

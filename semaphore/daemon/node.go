@@ -661,6 +661,10 @@ func (n *Node) collect() {
 		n.metrics.oneRound.Add(float64(d - n.metrics.oneRoundSeen))
 		n.metrics.oneRoundSeen = d
 	}
+	if d := st.ShareBypasses; d > n.metrics.bypassSeen {
+		n.metrics.bypasses.Add(float64(d - n.metrics.bypassSeen))
+		n.metrics.bypassSeen = d
+	}
 	n.keepVoters()
 }
 

@@ -41,7 +41,7 @@ func coreStats(s core.Stats) api.CoreStats {
 	return api.CoreStats{BadMessages: s.BadMessages, WrongTarget: s.WrongTarget, StaleEpoch: s.StaleEpoch,
 		StaleIncarnation: s.StaleIncarnation, StaleReplies: s.StaleReplies, Granted: s.Granted, Failed: s.Failed,
 		Expired: s.Expired, Retransmits: s.Retransmits, DoorwayRestarts: s.DoorwayRestarts, TicketRaises: s.TicketRaises,
-		OneRoundDoorways: s.OneRoundDoorways, LongDoorways: s.LongDoorways,
+		OneRoundDoorways: s.OneRoundDoorways, LongDoorways: s.LongDoorways, ShareBypasses: s.ShareBypasses,
 		NotServing: s.NotServing, Handoffs: s.Handoffs, RestoredDropped: s.RestoredDropped}
 }
 
