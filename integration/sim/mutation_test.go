@@ -16,7 +16,7 @@ import (
 
 // mutationBound is how many seeds a broken core may survive before the
 // mutation test declares the simulator blind to it.
-const mutationBound = 3000
+const mutationBound = 2000
 
 // mutationFull makes every mutation test search from seed 1, as CI does:
 // a plain run starts a mutant's search at the seed that caught it when it
@@ -328,8 +328,12 @@ func TestMutantsAreCaught(t *testing.T) {
 				{Names: 2, ClientsPerNode: 2, SlowDisk: true, Batch: true}}, nil, 288},
 		{"writes a force-unlock's tombstone lazily", core.MutantLazyForcedTomb, true,
 			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 563},
+		// In the hostile swarm: a doorway the herd no longer drags on
+		// (leaders suggest distinct numbers) must be held up by the
+		// hostile world's late links to outlast the force-unlock's
+		// tombstone (the plain swarm took 2,989 seeds).
 		{"gives a doorway no bound", core.MutantUnboundedDoorway, true,
-			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 2989},
+			Options{Swarm: true, Hostile: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 684},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

@@ -477,6 +477,7 @@ func TestAPIMetrics(t *testing.T) {
 		`sluice_messages_total{direction="in"}`,
 		`sluice_peer_messages_total{kind="report"} 0`,
 		"sluice_one_round_doorways_total",
+		"sluice_share_bypasses_total 0",
 		"sluice_messages_dropped_total 0",
 	} {
 		if !strings.Contains(m.raw, want) {
