@@ -314,6 +314,9 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
 		// Readers refused long after the drain: the settle's reader probe.
 		{"keeps refusing readers after a drain", core.MutantStuckDrainMemo, false, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
+		// A page view on a plain ticket (a limited reader's) never told
+		// that the site drains.
+		{"tells no plain reader of a drain", core.MutantPlainReaderUntold, true, Options{Modes: true}, nil, nil, 0},
 		{"lets a shared read ticket go with holders", core.MutantYieldWithHolders, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
 		{"says a share's readers left at its grant", core.MutantShareIdleFromGrant, true, Options{Modes: true, ReadHeavy: true, NoFaults: true},
 			[]Options{{Modes: true, ReadHeavy: true}}, nil, 0},

@@ -186,8 +186,10 @@ type Result struct {
 	// SharedGrants: reader grants made while another reader held the name.
 	SharedGrants int
 	// LocalGrants: readers granted on their node's shared read ticket;
-	// Drains: drain yields delivered to a node for its shared ticket.
-	LocalGrants, Drains int
+	// Drains: drain yields delivered to a node (for its shared ticket, or
+	// a client's plain one); PlainDrains: of those, the ones for a
+	// client's plain shared ticket, which its client must be told.
+	LocalGrants, Drains, PlainDrains int
 	// With Operators: disks Wiped and rolled back (Rollbacks; SameLife of
 	// them to a copy made in the life that crashed, which no check-in can
 	// tell from a plain restart); Stale nodes stopped for good; DeadMachines
@@ -261,6 +263,7 @@ func (r *Result) add(o Result) {
 	r.SharedGrants += o.SharedGrants
 	r.LocalGrants += o.LocalGrants
 	r.Drains += o.Drains
+	r.PlainDrains += o.PlainDrains
 	r.Wipes += o.Wipes
 	r.Rollbacks += o.Rollbacks
 	r.SameLife += o.SameLife
@@ -1045,6 +1048,26 @@ func (s *Sim) commit(i, k int) {
 	}
 }
 
+// checkPlainAsked: a yield that reached the master of a client's plain
+// shared ticket (a reader on no share: limited, or whose share could not
+// be had) must be what the client is told (core AskedToYield), so its
+// frontend hears of the drain as one on a share does.
+func (s *Sim) checkPlainAsked(to int, m wire.Message) {
+	for _, st := range s.nodes[to].core.Requests() {
+		if st.Req != m.Req || !st.Mode.Shared() {
+			continue
+		}
+		if m.Yield == wire.YieldDrain {
+			s.res.PlainDrains++
+		}
+		if st.Asked < m.Yield {
+			s.failf("node %d's plain shared ticket %s (%s, %s) was asked to yield (%d, in a %s) and its client is told %d",
+				to+1, st.Handle, st.Name, st.Phase, m.Yield, m.Kind, st.Asked)
+		}
+		return
+	}
+}
+
 // sendHeld sends and delivers node i's held answers that no write on its
 // way holds back, in the agent's order (see daemon's flush), and says
 // whether the node is still up: with faults on it may crash after a
@@ -1594,6 +1617,9 @@ func (s *Sim) deliver(e envelope, faulty bool) bool {
 		// have granted one before this one, in the same Ready).
 		s.drainNext[to] = append(s.drainNext[to], drainKey{to, m.Req})
 		s.res.Drains++
+	}
+	if err == nil && m.Yield != wire.YieldNone {
+		s.checkPlainAsked(to, m)
 	}
 	s.nodes[to].stepped++
 	// Hostile: a leader that takes an operator's force-unlock dies right

@@ -164,10 +164,13 @@ func TestSimModes(t *testing.T) {
 	total, summary := runSeeds(t, *modesSeeds, "modes-seeds", func(seed int64) Options {
 		return Options{Modes: true, Elect: seed%2 == 0, Batch: seed%4 >= 2, PlainDoorways: plainDoorways(seed)}
 	})
-	t.Logf("%s: %d grants (%d while another reader held the name, %d on a node's shared read ticket), %d drain yields, %d crashes, %d operations checked",
-		summary, total.Grants, total.SharedGrants, total.LocalGrants, total.Drains, total.Crashes, total.Operations)
+	t.Logf("%s: %d grants (%d while another reader held the name, %d on a node's shared read ticket), %d drain yields (%d to plain tickets), %d crashes, %d operations checked",
+		summary, total.Grants, total.SharedGrants, total.LocalGrants, total.Drains, total.PlainDrains, total.Crashes, total.Operations)
 	if total.SharedGrants == 0 || total.LocalGrants == 0 || total.Drains == 0 {
 		t.Fatal("no reader ever shared a name, or no shared read ticket was used or drained: the workload exercised nothing")
+	}
+	if _, n := seedRange(*modesSeeds, "modes-seeds"); n >= 20 && total.PlainDrains == 0 {
+		t.Fatal("no drain yield reached a plain reader's ticket: the check that its client is told exercised nothing")
 	}
 }
 
