@@ -1165,15 +1165,15 @@ func TestExploreCatchesMutants(t *testing.T) {
 		{"stale reports", core.MutantStaleReports, true, plainWorld(exploreWorld), 2 * exploreBound, 6205},
 		// A limited reader skipping a share's doorway below it, and a
 		// share restored as a plain reader's: the web site's world.
-		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 20000, 10533},
+		{"ignore choosing", core.MutantIgnoreChoosing, true, site, 20000, 17158},
 		// The same with a policy whose limited reader skips the readers'
 		// doorways (ChoosingMatters): a core that waits, on a wrong word.
 		{"limit skips readers' doorways", 0, true, func(seed int64) exploreOptions {
 			o := site(seed)
 			o.choosing = choosingConflictsOnly
 			return o
-		}, 20000, 10533},
-		{"restore shares as readers", core.MutantRestoreSharesAsReaders, true, site, 0, 978},
+		}, 20000, 17158},
+		{"restore shares as readers", core.MutantRestoreSharesAsReaders, true, site, 0, 1631},
 		// A graceful stop letting a share go under its readers.
 		{"stop with holders", core.MutantStopWithHolders, true, site, 0, 354},
 		// An activated soft writer skipping a reader's doorway that
@@ -1189,7 +1189,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// watch number without its ticket: a watch race (watchRace)
 		// among readers and hard writers on two clients' nodes, so a
 		// master often has a request adding while another watches.
-		{"unchecked ticket reports", core.MutantUncheckedTicketReports, true, plainWorld(watched), 4 * exploreBound, 8892},
+		{"unchecked ticket reports", core.MutantUncheckedTicketReports, true, plainWorld(watched), 4 * exploreBound, 4719},
 		{"soft keeps place", core.MutantSoftKeepsPlace, false, exploreWorld, 0, 3},
 		{"sleep blocked", core.MutantSleepBlocked, false, exploreWorld, 0, 1},
 		// A request's late ENTERING makes a replica take it again after
@@ -1209,7 +1209,7 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// A soft writer that never repeats its unmarked state: a leader
 		// restarted from its disk keeps taking its ticket as active once
 		// the correction is lost, and readers behind it stall.
-		{"stale restored mark", core.MutantStaleRestoredMark, false, nested, 0, 1449},
+		{"stale restored mark", core.MutantStaleRestoredMark, false, nested, 0, 170},
 		// A holder's release held back from the next waiter's master:
 		// it waits for its watch's refresh, past the settle's bound.
 		{"hold back any report", core.MutantHoldBackAny, false, exploreWorld, 0, 1},

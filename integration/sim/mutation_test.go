@@ -295,19 +295,19 @@ func TestMutantsAreCaught(t *testing.T) {
 		// with that copy off (MutantNumberlessChoosing, which is safe: the
 		// behaviour of every run before EXITING carried the number), so the harm shows.
 		{"renewal counted from the confirmation", core.MutantRenewFromDecision | core.MutantNumberlessChoosing, true, Options{Names: 1},
-			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}, nil, 4},
+			[]Options{{Names: 2, ClientsPerNode: 2}, {WorstDrift: true, Batch: true, ClientsPerNode: 2}}, nil, 139},
 		{"drops a restarted agent's granted tickets", core.MutantDropFormerTickets, true, Options{}, nil, nil, 0},
 		{"grants without its own ticket", core.MutantNoOwnTicket, true, Options{LoseRevocations: true}, nil, nil, 0},
-		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil, nil, 283},
+		{"grants unconfirmed on old reports", core.MutantUnconfirmedGrant, true, Options{LoseRevocations: true}, nil, nil, 157},
 		// A leader that says it holds an uncontended ticket without
 		// marking it: a force-unlock that meets it after the grant
 		// answers that it found a waiter.
-		{"says it holds a ticket it did not mark", core.MutantClearNotHeld, true, Options{LoseRevocations: true}, nil, nil, 55},
+		{"says it holds a ticket it did not mark", core.MutantClearNotHeld, true, Options{LoseRevocations: true}, nil, nil, 9},
 		// The worst clocks in a swarm: the plain worlds no longer lose a
 		// lease this way within the bound since masters release their
 		// strays at once.
 		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true,
-			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 143},
+			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 998},
 		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 6},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil, 0},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil, 0},
@@ -322,13 +322,15 @@ func TestMutantsAreCaught(t *testing.T) {
 			[]Options{{Modes: true, ReadHeavy: true}}, nil, 0},
 		// A completed renewal must rest on a quorum's answers to it: the
 		// hostile world's late answers meet the next renewal.
-		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 128},
+		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 85},
 		// Answers that leave before the writes they rest on are durable
 		// (every message out of its name's scope): a crash in between
-		// loses a ticket a quorum acknowledged.
+		// loses a ticket a quorum acknowledged. Hunted with batched
+		// Readies: the same worlds unbatched (one name, or two names of
+		// two clients a node) have not caught it since paused agents
+		// catch their clock up first.
 		{"answers before its writes are durable", core.MutantAnswersBeforeWrites | core.MutantNumberlessChoosing, true,
-			Options{Names: 1, SlowDisk: true}, []Options{{Names: 2, ClientsPerNode: 2, SlowDisk: true},
-				{Names: 2, ClientsPerNode: 2, SlowDisk: true, Batch: true}}, nil, 288},
+			Options{Names: 2, ClientsPerNode: 2, SlowDisk: true, Batch: true}, nil, nil, 605},
 		{"writes a force-unlock's tombstone lazily", core.MutantLazyForcedTomb, true,
 			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 563},
 		// In the hostile swarm: a doorway the herd no longer drags on
