@@ -13,8 +13,9 @@
 //     the order above is what makes acknowledgements mean "on disk". A
 //     caller whose store makes writes durable in order may send a message
 //     once the earlier writes of its scope are durable (Write.Scope,
-//     Node.MessageScope: a name, or everything), before other names'
-//     writes, and deliver events at once (they rest on no write).
+//     Node.MessageScope: a name, the whole table's writes alone for a
+//     master's requests, or everything), before other names' writes, and
+//     deliver events at once (they rest on no write).
 //   - Every node plays two roles. As a master it runs the phases of its own
 //     requests against the view's leaders; as a replica (when it is a leader)
 //     it keeps its part of the lock table and answers masters.

@@ -78,8 +78,24 @@ type Write struct {
 // earlier write, as the Ready contract says. Stores make writes durable
 // in order, so a crash that loses a write loses every later one too:
 // after it, the node never said anything about the lost writes' names,
-// and what it said about others rests on what it kept. Per name, the
-// order of messages stays the order of the Readys.
+// and what it said about others rests on what it kept.
+//
+// A master's messages to the leaders (ENTER, GET_MAX, ADD_TICKET, WATCH,
+// UNWATCH, RELEASE, RENEW, EXIT, ACTIVATE, CONFIRM) say only what its
+// own requests are and want: a node's own requests keep nothing on disk
+// (see Events below), and what its master knows of any replica's table,
+// its own node's included, came in that replica's answers and reports,
+// which waited for their writes; a replica takes them as it takes the
+// same messages from a master on another node, which come whatever its
+// disk is doing. So they do not wait for the writes of their name,
+// which are the node's replica's: on a node that is a master
+// and a leader at once, a master's release or confirmation would
+// otherwise wait for the fsync of another client's ticket on the same
+// name (a crowd on one name: every handoff). They still wait for writes
+// of no name (a fence, a view led). Per name and direction, the order of
+// messages stays the order of the Readys: a master's messages among
+// themselves, a replica's among themselves; the two go to different
+// sides of their receiver.
 //
 // Events rest on no write of their node: they are its own clients'
 // requests (the master's side), which keep nothing on disk (a client's
@@ -117,12 +133,15 @@ func Scopes(ws []Write) (names []string, whole bool) {
 // on any write (the handoff's and membership's messages): see Scope.
 func (n *Node) MessageScope(m wire.Message) string {
 	switch m.Kind {
-	case wire.KindEnter, wire.KindEnterAck, wire.KindGetMax, wire.KindGetMaxAck,
-		wire.KindAddTicket, wire.KindAddTicketAck, wire.KindWatch, wire.KindUnwatch,
-		wire.KindReport, wire.KindRelease, wire.KindReleaseAck, wire.KindRenew,
-		wire.KindRenewAck, wire.KindExit, wire.KindActivate, wire.KindActivateAck,
+	case wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindWatch,
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindExit,
+		wire.KindActivate, wire.KindConfirm:
+		// A master's: it rests on no write of its name (see Scopes).
+		return RequestScope
+	case wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck,
+		wire.KindReport, wire.KindReleaseAck, wire.KindRenewAck, wire.KindActivateAck,
 		wire.KindRevoked, wire.KindFormer, wire.KindHolds, wire.KindHoldsAck,
-		wire.KindConfirm, wire.KindConfirmAck, wire.KindYield:
+		wire.KindConfirmAck, wire.KindYield:
 		if n.cfg.Mutant.on(MutantAnswersBeforeWrites) && m.Name != "" {
 			return "\x00" + m.Name // a scope no write has: nothing waits
 		}
@@ -130,6 +149,11 @@ func (n *Node) MessageScope(m wire.Message) string {
 	}
 	return ""
 }
+
+// RequestScope is the scope of a master's messages: no write has it (the
+// API refuses names with control characters), so they wait only for the
+// writes about the whole table.
+const RequestScope = "\x00request"
 
 // DurableTicket is a ticket as stored, or a tombstone: a released request,
 // in StateReleased, with ticket 0.

@@ -8,29 +8,31 @@ import (
 )
 
 // The scopes that let a name's answers go before other names' writes are
-// durable: the lock work of one name rests on that name's writes; the
-// handoff's, election's and membership's messages rest on every write, and
-// so do writes about the whole table.
+// durable: a replica's answers and reports about one name rest on that
+// name's writes; a master's messages rest on no write of their name
+// (core.RequestScope: only on the whole table's); the handoff's,
+// election's and membership's messages rest on every write, and so do
+// writes about the whole table.
 func TestScopes(t *testing.T) {
 	n, err := core.New(core.Config{ID: 1, Incarnation: 1}, core.NewDurable())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ofName := map[wire.Kind]bool{}
-	for _, k := range []wire.Kind{wire.KindEnter, wire.KindEnterAck, wire.KindGetMax, wire.KindGetMaxAck,
-		wire.KindAddTicket, wire.KindAddTicketAck, wire.KindWatch, wire.KindUnwatch, wire.KindReport,
-		wire.KindRelease, wire.KindReleaseAck, wire.KindRenew, wire.KindRenewAck, wire.KindExit,
-		wire.KindActivate, wire.KindActivateAck, wire.KindRevoked, wire.KindFormer, wire.KindHolds,
-		wire.KindHoldsAck, wire.KindConfirm, wire.KindConfirmAck, wire.KindYield} {
-		ofName[k] = true
+	want := map[wire.Kind]string{}
+	for _, k := range []wire.Kind{wire.KindEnterAck, wire.KindGetMaxAck, wire.KindAddTicketAck,
+		wire.KindReport, wire.KindReleaseAck, wire.KindRenewAck, wire.KindActivateAck,
+		wire.KindRevoked, wire.KindFormer, wire.KindHolds, wire.KindHoldsAck, wire.KindConfirmAck,
+		wire.KindYield} {
+		want[k] = "/a"
+	}
+	for _, k := range []wire.Kind{wire.KindEnter, wire.KindGetMax, wire.KindAddTicket, wire.KindWatch,
+		wire.KindUnwatch, wire.KindRelease, wire.KindRenew, wire.KindExit, wire.KindActivate,
+		wire.KindConfirm} {
+		want[k] = core.RequestScope
 	}
 	for k := wire.KindEnter; k <= wire.KindYield; k++ {
-		want := ""
-		if ofName[k] {
-			want = "/a"
-		}
-		if got := n.MessageScope(wire.Message{Kind: k, Name: "/a"}); got != want {
-			t.Errorf("%s: scope %q, want %q", k, got, want)
+		if got := n.MessageScope(wire.Message{Kind: k, Name: "/a"}); got != want[k] {
+			t.Errorf("%s: scope %q, want %q", k, got, want[k])
 		}
 	}
 	for k := core.WriteTicket; k <= core.WriteFloor; k++ {

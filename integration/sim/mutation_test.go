@@ -302,13 +302,13 @@ func TestMutantsAreCaught(t *testing.T) {
 		// A leader that says it holds an uncontended ticket without
 		// marking it: a force-unlock that meets it after the grant
 		// answers that it found a waiter.
-		{"says it holds a ticket it did not mark", core.MutantClearNotHeld, true, Options{LoseRevocations: true}, nil, nil, 9},
+		{"says it holds a ticket it did not mark", core.MutantClearNotHeld, true, Options{LoseRevocations: true}, nil, nil, 42},
 		// The worst clocks in a swarm: the plain worlds no longer lose a
 		// lease this way within the bound since masters release their
 		// strays at once.
 		{"no margin for drifting clocks", core.MutantNoDriftMargin | core.MutantNumberlessChoosing, true,
-			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 998},
-		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 6},
+			Options{WorstDrift: true, Swarm: true, Names: 1}, nil, nil, 98},
+		{"drops a restored ticket one leader lacks", core.MutantDropRestoredAtOnce, true, Options{}, nil, nil, 27},
 		{"forgets idle names' marks", core.MutantForgetMarks, true, Options{}, nil, nil, 0},
 		{"blocked waiters never asked again", core.MutantSleepBlocked, false, Options{Names: 1}, nil, nil, 0},
 		{"admits local readers after a drain", core.MutantAdmitAfterYield, true, Options{Modes: true, ReadHeavy: true}, nil, nil, 0},
@@ -322,7 +322,7 @@ func TestMutantsAreCaught(t *testing.T) {
 			[]Options{{Modes: true, ReadHeavy: true}}, nil, 0},
 		// A completed renewal must rest on a quorum's answers to it: the
 		// hostile world's late answers meet the next renewal.
-		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 85},
+		{"counts a late answer to an earlier renewal", core.MutantRenewAnyAck, true, Options{Hostile: true, Names: 1}, nil, nil, 69},
 		// Answers that leave before the writes they rest on are durable
 		// (every message out of its name's scope): a crash in between
 		// loses a ticket a quorum acknowledged. Hunted with batched

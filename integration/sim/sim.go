@@ -222,6 +222,11 @@ type Result struct {
 	// OvertakenLost: crashes that lost writes of a Ready while answers of
 	// other names, made after it, had left (core.Write.Scope).
 	OvertakenLost int
+	// RequestsOvertakenLost: crashes that lost writes of a name after its
+	// node's master had sent messages of that name past them
+	// (core.RequestScope: a master's messages wait for no write of their
+	// name).
+	RequestsOvertakenLost int
 	// OneRoundDoorways: doorways a quorum completed in one round, with the
 	// number proposed with ENTERING (the nodes' last lives only).
 	OneRoundDoorways int
@@ -248,6 +253,7 @@ func (r *Result) add(o Result) {
 	r.LimitedGrants += o.LimitedGrants
 	r.LazyLost += o.LazyLost
 	r.OvertakenLost += o.OvertakenLost
+	r.RequestsOvertakenLost += o.RequestsOvertakenLost
 	r.OneRoundDoorways += o.OneRoundDoorways
 	r.NestedGrants += o.NestedGrants
 	r.SideBySide += o.SideBySide
@@ -386,6 +392,9 @@ type heldReady struct {
 	// sentAfter: answers of other scopes left while these writes were on
 	// their way (what a crash then shows).
 	sentAfter bool
+	// requestAfter: a master's message of a name these writes are about
+	// left while they were on their way (core.RequestScope).
+	requestAfter bool
 }
 
 type simNode struct {
@@ -968,6 +977,9 @@ func (s *Sim) crash(i int) {
 	if strict && slices.ContainsFunc(n.held, func(h *heldReady) bool { return !h.durable && h.sentAfter }) {
 		s.res.OvertakenLost++
 	}
+	if strict && slices.ContainsFunc(n.held, func(h *heldReady) bool { return !h.durable && h.requestAfter }) {
+		s.res.RequestsOvertakenLost++
+	}
 	n.disk.queue, n.held = nil, nil // written, not yet durable; answers waiting for them
 
 	s.res.Crashes++
@@ -1102,6 +1114,13 @@ func (s *Sim) sendHeld(i int) bool {
 			out = out[:s.rng.IntN(len(out))]
 		}
 		for _, m := range out {
+			if held[m.Name] && n.core.MessageScope(m) == core.RequestScope {
+				// A master's message past its own node's writes of the name.
+				for _, o := range kept {
+					o.requestAfter = o.requestAfter || !o.durable && slices.Contains(o.written, m.Name)
+				}
+				h.requestAfter = h.requestAfter || !h.durable && slices.Contains(h.written, m.Name)
+			}
 			s.post(m)
 		}
 		sent += len(out)

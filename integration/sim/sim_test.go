@@ -67,9 +67,10 @@ func TestSim(t *testing.T) {
 	t.Logf("%s: %d grants, %d failed requests, %d crashes, %d messages, %d operations checked; "+
 		"%d pauses, %d leases held on through their agent's crash or restart, %d force-unlocks (%d of holders); "+
 		"%d Readies settled a batch of messages; %d crashes lost lazy writes (released tickets back); "+
-		"%d lost writes that answers of other names had overtaken",
+		"%d lost writes that answers of other names had overtaken, %d that their master's messages of the name had",
 		summary, total.Grants, total.Failures, total.Crashes, total.Messages, total.Operations,
-		total.Pauses, total.Orphans, total.Forced, total.ForcedHolders, total.Batched, total.LazyLost, total.OvertakenLost)
+		total.Pauses, total.Orphans, total.Forced, total.ForcedHolders, total.Batched, total.LazyLost, total.OvertakenLost,
+		total.RequestsOvertakenLost)
 	if total.Grants == 0 {
 		t.Fatal("no lock was granted: the workload exercised nothing")
 	}
@@ -85,6 +86,9 @@ func TestSim(t *testing.T) {
 	}
 	if _, n := seedRange(*seedsFlag, "seeds"); n >= 100 && total.OvertakenLost == 0 {
 		t.Fatal("no crash lost writes that other names' answers had overtaken: scoped answers went untested")
+	}
+	if _, n := seedRange(*seedsFlag, "seeds"); n >= 100 && total.RequestsOvertakenLost == 0 {
+		t.Fatal("no crash lost writes of a name that its master's messages had passed: requests that wait for no write of their name went untested")
 	}
 	if _, n := seedRange(*seedsFlag, "seeds"); n >= 5 && total.OneRoundDoorways == 0 {
 		t.Fatal("no doorway took the number proposed with ENTERING: the one-round doorway went untested")

@@ -176,7 +176,8 @@ type NodeConfig struct {
 // pendingReady is one Ready whose writes are on their way to disk, or
 // whose messages wait for earlier ones: a message leaves once every
 // earlier write of its scope (core.Write.Scope, MessageScope) is durable,
-// so answers about one name do not wait for another name's fsync.
+// so answers about one name do not wait for another name's fsync, and a
+// master's requests wait only for writes about the whole table.
 // Snapshots wait for every earlier write; events wait for none.
 type pendingReady struct {
 	durable <-chan error // nil: durable, or nothing to write
