@@ -284,9 +284,10 @@ const (
 	// and the leaders' word that the drain is over are ignored), so its
 	// page views are refused with draining long after the writer left.
 	MutantStuckDrainMemo
-	// MutantAnswersBeforeWrites: MessageScope puts every message outside
-	// its name's scope, so a caller sends an answer (an ADD_TICKET's ack, a
-	// renewal's) before the write it rests on is durable.
+	// MutantAnswersBeforeWrites: MessageScope puts every replica's answer
+	// and report outside its name's scope, so a caller sends an answer (an
+	// ADD_TICKET's ack, a renewal's) before the write it rests on is
+	// durable.
 	MutantAnswersBeforeWrites
 	// MutantEnterTicketUnchecked: a leader takes the number ENTERING
 	// proposes even when it is not above the name's high-water mark, so a
