@@ -1,13 +1,16 @@
 package cli
 
 import (
-	"github.com/sluicehq/sluice/core/mutation"
-
 	"bytes"
 	"os"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sluicehq/sluice/core/mutation"
 )
 
 func runCapture(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -222,5 +225,34 @@ func TestTableName(t *testing.T) {
 		if got := tableName(name); got != want {
 			t.Errorf("tableName(%q) = %s, want %s", name, got, want)
 		}
+	}
+}
+
+// Every flag's help reads as written: pflag takes the first `quoted`
+// word of a usage as the flag's value name and prints it after the flag
+// ("--path-levels sluice drain NAME/PART"), so no usage quotes so; and
+// drain's --duration shows the default a drain has (its lease outlives
+// a failed command), not lock's.
+func TestFlagHelp(t *testing.T) {
+	var walk func(c *cobra.Command)
+	seen := 0
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			seen++
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: a backquote in its usage: %q", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	if seen < 50 {
+		t.Fatalf("visited %d flags: the walk lost its way", seen)
+	}
+	code, stdout, _ := runCapture(t, "drain", "--help")
+	if code != ExitOK || !strings.Contains(stdout, "(default "+keptDrain.String()+")") {
+		t.Errorf("drain --help: exit %d, no default %s for --duration:\n%s", code, keptDrain, stdout)
 	}
 }

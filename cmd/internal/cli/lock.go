@@ -646,9 +646,14 @@ func newDrainCmd() *cobra.Command {
 	fl.DurationVar(&f.grace, "grace", 0, "how long the readers holding NAME may go on once the drain waits: then their leases are revoked (requests behind the middleware or sluice proxy are cut) and CMD runs (0: wait for them)")
 	fl.BoolVar(&f.preview, "preview", true, "once granted, print a preview link: requests that carry its token (a cookie it sets) pass the maintenance page of the middleware and sluice proxy while the drain holds; CMD gets it in SLUICE_PREVIEW_TOKEN and SLUICE_PREVIEW_URL")
 	fl.StringVar(&f.previewURL, "preview-url", "", "the site's URL for the preview link (default: NAME, when it is an http(s) URL)")
-	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until `sluice undrain NAME`)")
+	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until sluice undrain NAME)")
 	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")
 	f.addLease(cmd, 10*time.Minute, "how long to wait for the readers to drain")
+	// A drain's lease outlives a failed CMD unless --reopen-on-failure:
+	// say so where the flag's default is shown.
+	d := fl.Lookup("duration")
+	d.DefValue = keptDrain.String()
+	d.Usage = "lease length; renewed while CMD runs (1m with --reopen-on-failure)"
 	return cmd
 }
 

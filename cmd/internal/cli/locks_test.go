@@ -163,3 +163,23 @@ aardvark  exclusive  0      1.9.1    web-1  queued       10:00:00  1m0s  -      
 		t.Fatal("a flat name indented")
 	}
 }
+
+// TestLocksOtherDay: a time of another day shows its date: a drain kept
+// after its command failed expires in 720h, which as a bare clock would
+// read as the time it was granted.
+func TestLocksOtherDay(t *testing.T) {
+	kept := t0.Add(720 * time.Hour)
+	tab := api.Table{Node: "1", NodeName: "ops", Leader: true, MergedFrom: []string{"1"}, Locks: []api.Lock{
+		{Name: "/site", Entries: []api.Entry{{Request: "1.1.1", Node: "1", NodeName: "ops", Ticket: 3, Mode: "read-write-priority",
+			State: "ticket", Holder: true, Since: t0.Add(-25 * time.Hour), Until: kept.Add(time.Minute), Owner: "deploy.sh"}}},
+	}, Requests: []api.OwnRequest{{Request: "1.1.1", Name: "/site", Mode: "read-write-priority", Phase: "held", Ticket: 3,
+		Since: t0.Add(-25 * time.Hour), Expires: kept}}}
+	var b bytes.Buffer
+	printLocksAt(&b, tab, t0)
+	want := `NAME   MODE                 TOKEN  REQUEST  NODE  STATE  SINCE                AGE      EXPIRES              OWNER
+/site  read-write-priority  3      1.1.1    ops   held   ` + t0.Add(-25*time.Hour).Format(time.DateTime) + `  25h0m0s  ` + kept.Format(time.DateTime) + `  deploy.sh
+`
+	if got := b.String(); got != want {
+		t.Errorf("locks:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -279,6 +279,16 @@ func printLocksAt(w io.Writer, tab api.Table, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tTOKEN\tREQUEST\tNODE\tSTATE\tSINCE\tAGE\tEXPIRES\tOWNER")
 	age := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() }
+	// A time of today shows as a clock; another day's (a drain kept for
+	// 720h expires in a month) with its date, so that it is not taken for
+	// a time of today.
+	clock := func(t time.Time) string {
+		y, m, d := t.Date()
+		if ny, nm, nd := now.In(t.Location()).Date(); ny == y && nm == m && nd == d {
+			return t.Format(time.TimeOnly)
+		}
+		return t.Format(time.DateTime)
+	}
 	sharedHere := map[string]bool{} // names with this node's shared read ticket in the table
 	for _, l := range tab.Locks {
 		for _, e := range l.Entries {
@@ -310,18 +320,18 @@ func printLocksAt(w io.Writer, tab api.Table, now time.Time) {
 	for _, l := range tab.Locks {
 		g := groupOf(l.Name)
 		for _, e := range l.Entries {
-			state, since, expires := "waiting", e.Since.Format(time.TimeOnly), "-"
+			state, since, expires := "waiting", clock(e.Since), "-"
 			switch {
 			case e.Ticket == 0:
 				state = "choosing"
 			case e.Holder:
 				// The leader forgets it by Until; the lease ends before.
-				state, expires = "holder", "<"+e.Until.Format(time.TimeOnly)
+				state, expires = "holder", "<"+clock(e.Until)
 			}
 			if r, ok := own[e.Request]; ok { // this agent's own request: exact
-				since, state = r.Since.Format(time.TimeOnly), r.Phase
+				since, state = clock(r.Since), r.Phase
 				if !r.Expires.IsZero() {
-					expires = r.Expires.Format(time.TimeOnly)
+					expires = clock(r.Expires)
 				}
 				delete(own, e.Request)
 			}
@@ -343,10 +353,10 @@ func printLocksAt(w io.Writer, tab api.Table, now time.Time) {
 				owner += fmt.Sprintf(" — %q", e.Reason)
 			}
 			if !e.ETA.IsZero() {
-				owner += " — expected done at " + e.ETA.Format(time.TimeOnly)
+				owner += " — expected done at " + clock(e.ETA)
 			}
 			if !e.GraceEnd.IsZero() {
-				owner += " — readers' grace ends at " + e.GraceEnd.Format(time.TimeOnly)
+				owner += " — readers' grace ends at " + clock(e.GraceEnd)
 			}
 			if e.Revoked > 0 {
 				owner += fmt.Sprintf(" — readers cut: %d", e.Revoked)
@@ -366,14 +376,14 @@ func printLocksAt(w io.Writer, tab api.Table, now time.Time) {
 		}
 		expires := "-"
 		if !r.Expires.IsZero() {
-			expires = r.Expires.Format(time.TimeOnly)
+			expires = clock(r.Expires)
 		}
 		owner := cmp.Or(r.Owner, "-")
 		if r.PageViews != nil {
 			owner += fmt.Sprintf(" — lent to page views: %d", *r.PageViews)
 		}
 		rest = append(rest, ownRow{r.Name, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Mode, r.Ticket, r.Request,
-			nodeLabel(tab.NodeName, tab.Node), r.Phase, r.Since.Format(time.TimeOnly), age(r.Since), expires, owner)})
+			nodeLabel(tab.NodeName, tab.Node), r.Phase, clock(r.Since), age(r.Since), expires, owner)})
 	}
 	nested := func(name string) bool {
 		path, err := semaphore.NamePath(name)
