@@ -93,8 +93,8 @@ func TestBadIDs(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"0", "15", "x", "-1"} {
-		if _, err := election.ParsePriority(s); err == nil {
-			t.Errorf("priority %q accepted", s)
+		if _, err := election.ParsePriority(s); !errors.Is(err, election.ErrBadPriority) {
+			t.Errorf("priority %q: got %v, want ErrBadPriority", s, err)
 		}
 	}
 	if p, err := election.ParsePriority("off"); err != nil || p != election.Off {

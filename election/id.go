@@ -16,10 +16,13 @@ const DefaultPriority = 14
 
 // Sentinel errors, tested with errors.Is.
 var (
-	ErrBadID     = errors.New("election: malformed id")
-	ErrStaleView = errors.New("election: view of an old epoch")
-	ErrBadView   = errors.New("election: malformed view")
-	ErrBadConfig = errors.New("election: bad config")
+	ErrBadID = errors.New("election: malformed id")
+	// ErrBadPriority: a priority an operator wrote that is not 1..14 or
+	// "off" (ParsePriority).
+	ErrBadPriority = errors.New("election: bad priority")
+	ErrStaleView   = errors.New("election: view of an old epoch")
+	ErrBadView     = errors.New("election: malformed view")
+	ErrBadConfig   = errors.New("election: bad config")
 	// ErrForeign: a message of another cluster (or of none), refused.
 	ErrForeign = errors.New("election: message of another cluster")
 	// ErrStale: a life of a node older than one a member knows.
@@ -104,7 +107,7 @@ func ParsePriority(s string) (uint8, error) {
 	}
 	p, err := strconv.ParseUint(s, 10, 8)
 	if err != nil || p < 1 || p > 14 {
-		return 0, fmt.Errorf("%w: priority %q is not 1..14 or off", ErrBadID, s)
+		return 0, fmt.Errorf("%w: %q is not 1..14 or off", ErrBadPriority, s)
 	}
 	return uint8(p), nil
 }
