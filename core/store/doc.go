@@ -45,6 +45,9 @@
 //     so a full disk usually kills the process with SIGBUS inside Badger
 //     instead of failing the commit; a crash is fail-stop, and what was
 //     acknowledged stays durable.
+//   - A store another process has open (another agent on the same data
+//     directory) is refused with ErrInUse, before anything is read or
+//     written.
 //   - The store's layout has a format (Format; a store without a record is
 //     format 1). Open refuses a newer format (ErrNewerFormat) before it
 //     reads or writes anything, and migrates an older one to Format in the

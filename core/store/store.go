@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ var (
 	// ErrNewerFormat: the store was written in a format newer than this
 	// build reads, by a newer sluice. Open writes nothing to it.
 	ErrNewerFormat = errors.New("store: written by a newer sluice")
+	// ErrInUse: another process has the store open (Badger's directory
+	// lock): another agent with the same data directory. Open writes
+	// nothing to it.
+	ErrInUse = errors.New("store: in use by another process")
 )
 
 // Format is the store's layout version that this build writes and the
@@ -363,10 +368,21 @@ func openBadger(opts badger.Options, path string) (db *badger.DB, err error) {
 		}
 	}()
 	db, err = badger.Open(opts)
+	if err != nil && lockedByOther(err) {
+		return nil, fmt.Errorf("%w: %s (another sluice agent with this data directory?)", ErrInUse, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// lockedByOther: err is Badger's refusal of a directory another process
+// holds (its directory lock). Badger keeps no error value for it, only
+// this text on every system (its own tests check it), and wraps the
+// system's error as text.
+func lockedByOther(err error) bool {
+	return strings.Contains(err.Error(), "Another process is using this Badger database")
 }
 
 // bump loads everything, checks the store belongs to node id, records id

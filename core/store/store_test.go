@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	if dir, ok := os.LookupEnv(childEnv); ok {
 		s, _, err := Open(context.Background(), Config{Dir: dir})
 		if err != nil {
-			fmt.Printf("refused: %v\n", err)
+			fmt.Printf("refused (in use: %t): %v\n", errors.Is(err, ErrInUse), err)
 			os.Exit(0)
 		}
 		fmt.Printf("accepted, close: %v\n", s.Close())
@@ -540,7 +540,7 @@ func TestOpenDamaged(t *testing.T) {
 				t.Logf("known Badger crash (dgraph-io/badger#2201): %.200s", out)
 			case crashed:
 				t.Fatalf("child crashed:\n%s", out)
-			case !strings.HasPrefix(out, "refused: "):
+			case !strings.HasPrefix(out, "refused (in use: false): "):
 				t.Fatalf("Open did not refuse: %s", out)
 			case !strings.Contains(out, dir):
 				t.Fatalf("error does not name %s: %s", dir, out)
@@ -548,6 +548,27 @@ func TestOpenDamaged(t *testing.T) {
 				t.Log(strings.TrimSpace(out))
 			}
 		})
+	}
+}
+
+// TestOpenInUse: a store another process has open (a second agent on
+// the same data directory) is refused with ErrInUse, naming the
+// directory, and the store stays whole. The second Open runs in a child:
+// it is another process, and a failed badger.Open leaks goroutines.
+func TestOpenInUse(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := open(t, Config{Dir: dir})
+	must(t, wait(t, s.Submit(Batch{Writes: []core.Write{{Kind: core.WriteHighWater, Name: "a", Entry: wire.Entry{Ticket: 7}}}})))
+	out, crashed := openInChild(t, dir)
+	if crashed || !strings.HasPrefix(out, "refused (in use: true): ") || !strings.Contains(out, dir) {
+		t.Fatalf("a second Open of a store in use (crashed %t): %s", crashed, out)
+	}
+	t.Log(strings.TrimSpace(out))
+	must(t, s.Close())
+	s, st := open(t, Config{Dir: dir})
+	defer s.Close()
+	if st.Durable.HighWater["a"] != 7 {
+		t.Fatalf("after the refused Open: high water %d, want 7", st.Durable.HighWater["a"])
 	}
 }
 
