@@ -403,6 +403,15 @@ func TestDrainFailureKeepsSiteDrained(t *testing.T) {
 	if code != 3 || !strings.Contains(errs, "stays drained") || !strings.Contains(errs, "sluice undrain /site") {
 		t.Fatalf("a failed drain: exit %d, %q; want 3 and how to undrain", code, errs)
 	}
+	// The kept lease lasts a drain's default 720h, and the message says
+	// when it would end by itself.
+	if _, at, ok := strings.Cut(errs, "until the lease ends by itself at "); !ok {
+		t.Errorf("a failed drain: %q does not say when its lease ends", errs)
+	} else if end, err := time.Parse("2006-01-02 15:04:05 MST", strings.TrimSpace(at)); err != nil {
+		t.Errorf("a failed drain's lease end %q: %v", at, err)
+	} else if left := time.Until(end); left < 719*time.Hour || left > 721*time.Hour {
+		t.Errorf("a failed drain's lease ends in %s, want 720h", left)
+	}
 	if code, errs := reader(); code != 75 {
 		t.Fatalf("a reader after the failed drain: exit %d %q, want 75 (still drained)", code, errs)
 	}

@@ -329,7 +329,8 @@ func runLocked(cmd *cobra.Command, cf *clientFlags, name string, mode semaphore.
 		// not given back, and lasts until `sluice undrain` (or its
 		// duration, which a kept drain takes long).
 		fmt.Fprintf(cmd.ErrOrStderr(), "sluice: drain %s: the command exited %d; %s stays drained (lease %s, token %d) "+
-			"until `sluice undrain %s`\n", name, code, name, lease.ID(), lease.Token(), name)
+			"until `sluice undrain %s`, or until the lease ends by itself at %s\n", name, code, name, lease.ID(), lease.Token(), name,
+			lease.Expires().Format("2006-01-02 15:04:05 MST"))
 		return &exitError{code: code}
 	}
 	relCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
