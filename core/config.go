@@ -318,6 +318,12 @@ const (
 	// view that took the bakery by itself (its share's try failed, or it
 	// has a limit) never hears that the site drains.
 	MutantPlainReaderUntold
+	// MutantHoldsUnknownAsGone: a leader asked whether it holds a
+	// restarted leader's restored ticket answers "released" when it does
+	// not hold it, not only when it keeps its tombstone, so a ticket in
+	// its doorway, taken at the restarted leader and not yet at the
+	// others, is dropped there although its master counts that take.
+	MutantHoldsUnknownAsGone
 )
 
 func (c *Config) withDefaults() (Config, error) {

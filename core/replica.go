@@ -126,6 +126,12 @@ func (t *replicaName) putRec(req wire.RequestID, r *record) {
 
 func (t *replicaName) putTomb(req wire.RequestID, tb tomb) { t.tombs.put(req, tb) }
 
+// gone: t has a tombstone of req, so it refuses req from now on.
+func (t *replicaName) gone(req wire.RequestID) bool {
+	_, ok := t.tombs.get(req)
+	return ok
+}
+
 // compact drops t's empty maps (a Go map keeps its memory when emptied).
 func (t *replicaName) compact() {
 	if len(t.recs) == 0 {
@@ -642,15 +648,26 @@ func (n *Node) onRenew(m wire.Message) {
 	n.send(reply)
 }
 
-// onHolds answers which of the asked tickets this leader holds.
+// onHolds answers which of the asked tickets this leader holds: a ticket
+// (StateTicket with its number), gone for good here (StateReleased: a
+// tombstone, which refuses the request from now on), or neither
+// (StateChoosing: unknown here, or a choosing flag without a number). A
+// request in its doorway may still take its number here after this
+// answer (its ENTERING or ADD_TICKET late on the wire), so "neither"
+// says less than a tombstone (see onHoldsAck). The answer echoes the
+// ask's Round: when it was asked.
 func (n *Node) onHolds(m wire.Message) {
 	reply := n.replyTo(m, wire.KindHoldsAck)
+	reply.Round = m.Round
 	reply.Entries = make([]wire.Entry, 0, len(m.Entries))
 	t := n.names[m.Name]
 	for _, e := range m.Entries {
-		held := wire.Entry{Req: e.Req, Mode: e.Mode, State: wire.StateReleased}
-		if t != nil && t.recs[e.Req] != nil && t.recs[e.Req].entry.Ticket != 0 {
+		held := wire.Entry{Req: e.Req, Mode: e.Mode, State: wire.StateChoosing}
+		switch {
+		case t != nil && t.recs[e.Req] != nil && t.recs[e.Req].entry.Ticket != 0:
 			held.Ticket, held.State = t.recs[e.Req].entry.Ticket, wire.StateTicket
+		case t != nil && t.recs[e.Req] == nil && t.gone(e.Req) || n.cfg.Mutant.on(MutantHoldsUnknownAsGone):
+			held.State = wire.StateReleased
 		}
 		reply.Entries = append(reply.Entries, held)
 	}
@@ -738,7 +755,10 @@ const maxHoldsAsked = 1024
 
 // askHolds asks the view's other leaders which of the tickets this leader
 // restored from its store or took over in a handoff they hold: every
-// RefreshTicks while serving, for as long as it keeps them.
+// RefreshTicks while serving, for as long as it keeps them, and once more
+// as soon as a ticket's doorway bound is past (doorwayOver), when the
+// answers start to count for it. Round carries when it asked, plus one
+// (0 is an answer of a release that does not echo it).
 func (n *Node) askHolds() {
 	if !n.Serving() || n.now < n.holdsAskAt {
 		return
@@ -750,24 +770,54 @@ func (n *Node) askHolds() {
 		for _, req := range sortedReqs(t.recs) {
 			if r := t.recs[req]; r.restored && len(asked) < maxHoldsAsked {
 				asked = append(asked, r.entry)
+				if over := r.since + n.doorwayKeep(); over > n.now {
+					n.holdsAskAt = min(n.holdsAskAt, over)
+				}
 			}
 		}
 		if len(asked) == 0 {
 			delete(n.restoredNames, name)
 			continue
 		}
-		n.toLeaders(wire.Message{Kind: wire.KindHolds, Name: name, Entries: asked},
+		n.toLeaders(wire.Message{Kind: wire.KindHolds, Name: name, Entries: asked, Round: uint64(n.now) + 1},
 			func(l wire.NodeID) bool { return l == n.cfg.ID })
 	}
 }
 
+// doorwayKeep is how long, on this replica's clock, a master's doorway
+// can go on at most: DoorwayTicks of the master's (doorwayOverdue), with
+// keep's margin for a master's clock that runs slower.
+func (n *Node) doorwayKeep() int64 { return n.keep(uint64(n.cfg.DoorwayTicks)) }
+
+// doorwayOver: an answer to an ask of holds with Round round was made
+// after every doorway that r's ticket could belong to was given up. r
+// was taken (before a restart, or at its old leader before a handoff)
+// before this replica learned of it, so its doorway began before r.since;
+// its master counts no take made more than DoorwayTicks after that.
+func (n *Node) doorwayOver(r *record, round uint64) bool {
+	return round > 0 && int64(round-1) >= r.since+n.doorwayKeep()
+}
+
 // onHoldsAck: a restored ticket held by another leader is kept as any
-// other; one that too many leaders of the view do not hold is no live
-// lease. A live lease is at a quorum of the view's leaders from its grant
-// until its holder's timer runs out (restarts restore it, handoffs carry
-// it, only releases and expiry drop it), so a ticket fewer than a quorum
-// can hold was released or expired while this leader was away, and would
-// otherwise block its name until its restored lifetime ran out.
+// other; one that too many leaders of the view refuse for good is no
+// live lease. A live lease is at a quorum of the view's leaders from its
+// grant until its holder's timer runs out (restarts restore it, handoffs
+// carry it, only releases and expiry drop it), so a ticket fewer than a
+// quorum can ever hold was released or expired while this leader was
+// away, and would otherwise block its name until its restored lifetime
+// ran out.
+//
+// A leader with a tombstone of the request can never hold it. One that
+// merely lacks the ticket may still take it while the request is in its
+// doorway: its number is taken at one leader before the others, and this
+// leader's take, acknowledged before it restarted or again since, may be
+// one its master counts. Dropped on the word of leaders that had not yet
+// taken it, the ticket would end up at fewer leaders than the master's
+// quorum of takers, and a later request's quorum could miss it: two
+// holders. So such a word counts only when it was asked for after the
+// request's doorway was over (doorwayOver): from then on no take is
+// counted, and every counted take is durable at its taker, which answers
+// that it holds the ticket.
 func (n *Node) onHoldsAck(m wire.Message) {
 	t := n.names[m.Name]
 	if t == nil || !n.cfg.View.IsLeader(m.From) || m.From == n.cfg.ID {
@@ -787,8 +837,17 @@ func (n *Node) onHoldsAck(m wire.Message) {
 			delete(r.notAt, m.From)
 			continue
 		}
+		if n.cfg.Mutant.on(MutantDropRestoredAtOnce) {
+			n.stats.RestoredDropped++
+			n.dropRecord(m.Name, t, e.Req, 0)
+			continue
+		}
+		if e.State != wire.StateReleased && !n.doorwayOver(r, m.Round) {
+			delete(r.notAt, m.From) // it may take it yet
+			continue
+		}
 		r.notAt[m.From] = true
-		if len(n.cfg.View.Leaders)-len(r.notAt) < n.cfg.View.Quorum() || n.cfg.Mutant.on(MutantDropRestoredAtOnce) {
+		if len(n.cfg.View.Leaders)-len(r.notAt) < n.cfg.View.Quorum() {
 			n.stats.RestoredDropped++
 			n.dropRecord(m.Name, t, e.Req, 0)
 		}

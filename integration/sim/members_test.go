@@ -67,5 +67,5 @@ func TestStoreAgeMutantIsCaught(t *testing.T) {
 		ElectionMutant: election.MutantNoWriteMarks, LeaveOut: KnownGaps &^ GapNewestLifeRollbacks,
 		// Tickets at a bare quorum of leaders (see TestMutantsAreCaught):
 		// a third copy hides most rolled-back stores' losses.
-		Mutant: core.MutantNumberlessChoosing}, 1264)
+		Mutant: core.MutantNumberlessChoosing}, 305)
 }
