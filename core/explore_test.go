@@ -62,6 +62,7 @@ var (
 	exploreKeepGoing = flag.Bool("explore-keep-going", false, "TestExplore and TestExploreNested run every seed, reporting each that fails, instead of stopping at the first")
 
 	exploreNestedSeeds = flag.Int("explore-nested-seeds", 1000, "seeds of the nested names' explorer (TestExploreNested)")
+	exploreFrom        = flag.Int64("explore-from", 1, "the first seed TestExplore and TestExploreNested run: a long hunt goes on where the last one stopped")
 	exploreNestedSeed  = flag.Int64("explore-nested-seed", 0, "replay this seed of the nested names' explorer, with its trace")
 )
 
@@ -1065,7 +1066,7 @@ func TestExploreNested(t *testing.T) {
 		"-run TestExploreNested -explore-nested-seed")
 }
 
-// exploreSweep runs seeds 1 to seeds of world, or replays the one seed
+// exploreSweep runs seeds -explore-from to seeds of world, or replays the one seed
 // with its trace (and -explore-mutant, -explore-scenario); replay is how
 // a failure's report says to replay it.
 func exploreSweep(t *testing.T, world func(int64) exploreOptions, replaySeed, seeds int64, replay string) {
@@ -1090,7 +1091,7 @@ func exploreSweep(t *testing.T, world func(int64) exploreOptions, replaySeed, se
 	}
 	var longest, seedOf int64
 	stops, grants, meets := 0, 0, 0
-	for seed := int64(1); seed <= seeds; seed++ {
+	for seed := max(*exploreFrom, 1); seed <= seeds; seed++ {
 		x := run(t, world(seed))
 		if x.failure != "" && *exploreKeepGoing {
 			t.Errorf("seed %d: %s (replay: go test ./core %s %d)", seed, x.failure, replay, seed)
@@ -1109,9 +1110,9 @@ func exploreSweep(t *testing.T, world func(int64) exploreOptions, replaySeed, se
 	if world(1).nested {
 		granted += fmt.Sprintf(" (%d beside a holder of a name above or below)", meets)
 	}
-	t.Logf("%d seeds, %s; the longest settle took %d ticks (seed %d); %d graceful stops of a node's shares", seeds,
-		granted, longest, seedOf, stops)
-	if seeds >= 1000 && stops == 0 {
+	t.Logf("seeds %d to %d, %s; the longest settle took %d ticks (seed %d); %d graceful stops of a node's shares",
+		max(*exploreFrom, 1), seeds, granted, longest, seedOf, stops)
+	if seeds-max(*exploreFrom, 1) >= 999 && stops == 0 {
 		t.Fatal("no node stopped sharing: the graceful stop went unexplored")
 	}
 }
