@@ -324,6 +324,11 @@ const (
 	// its doorway, taken at the restarted leader and not yet at the
 	// others, is dropped there although its master counts that take.
 	MutantHoldsUnknownAsGone
+	// MutantStrayReleaseOnce: a master sends the release of a stray (a
+	// forgotten request a leader took again) once, not until the leader
+	// answers, so a lost one leaves the stray holding the name's waiters
+	// up until the request's deadline there.
+	MutantStrayReleaseOnce
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -138,6 +138,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"force_release_doorway_bound_keeps_tomb.txt", core.MutantTombForATry, 0, "granted 5.1.2 a token=2 "},
 		{"drain_priority.txt", core.MutantPlainReaderUntold, 2, "asked=drain"},
 		{"restored_doorway_ticket_kept.txt", core.MutantHoldsUnknownAsGone, 0, "granted 5.1.1 "},
+		{"stray_release_lost.txt", core.MutantStrayReleaseOnce, 1, "granted 5.1.1 "},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			if mutant != 0 && !mutation.Need(t) {

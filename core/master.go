@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 
@@ -540,6 +541,9 @@ func (n *Node) masterStep(m wire.Message) {
 	if m.Kind == wire.KindYield {
 		return
 	}
+	if r == nil && m.Kind == wire.KindReleaseAck {
+		delete(n.strays, strayKey{req: m.Req, leader: m.From}) // a stray's release arrived
+	}
 	if r == nil || !n.cfg.View.IsLeader(m.From) {
 		n.stats.StaleReplies++
 		if r == nil && !m.Reject && (m.Kind == wire.KindEnterAck || m.Kind == wire.KindAddTicketAck) && n.cfg.View.IsLeader(m.From) {
@@ -970,13 +974,64 @@ func (n *Node) releaseStrays(leader wire.NodeID, name string, entries []wire.Ent
 // master never grants a request it forgot, so this release is only
 // tidying, and its tombstone may be short: a later stray is released the
 // same way.
+//
+// The release is sent again every RetransmitTicks until the leader
+// answers it, for up to DoorwayTicks: the stray was made by a message
+// that came late, after the tombstones of the request were gone, and
+// nothing else brings its word back here when the release is lost (a
+// report comes only while this node watches the name), so a lost one
+// left the stray choosing flag or ticket holding the name's waiters up
+// until the request's deadline there. The bound keeps a leader that
+// cannot be reached from costing a message every few ticks for long.
 func (n *Node) releaseStray(leader wire.NodeID, name string, req wire.RequestID) {
 	if req.Node != n.cfg.ID || req.Incarnation() != n.cfg.Incarnation || uint32(req.Seq) > n.counter ||
 		n.reqs[req] != nil || n.cfg.Mutant.on(MutantKeepStrays) {
 		return
 	}
 	n.stats.StrayReleases++
+	k := strayKey{req: req, leader: leader}
+	if _, ok := n.strays[k]; ok || len(n.strays) < maxStrays && !n.cfg.Mutant.on(MutantStrayReleaseOnce) {
+		n.strays[k] = strayRelease{name: name, sentAt: n.now, until: n.now + n.cfg.DoorwayTicks}
+	}
 	n.send(wire.Message{Kind: wire.KindRelease, To: leader, Name: name, Req: req, Lifetime: 1})
+}
+
+// strayKey is a stray copy of one of this life's forgotten requests at
+// one leader; strayRelease, its release in flight.
+type strayKey struct {
+	req    wire.RequestID
+	leader wire.NodeID
+}
+
+type strayRelease struct {
+	name          string
+	sentAt, until int64
+}
+
+// maxStrays bounds the stray releases a node sends again; past it, one
+// is sent once, as the answer that showed the stray comes.
+const maxStrays = 1 << 12
+
+// tickStrays sends again the stray releases no leader answered yet, in a
+// fixed order, and gives up those past their bound.
+func (n *Node) tickStrays() {
+	if len(n.strays) == 0 {
+		return
+	}
+	keys := slices.SortedFunc(maps.Keys(n.strays), func(a, b strayKey) int {
+		return cmp.Or(a.req.Compare(b.req), cmp.Compare(a.leader, b.leader))
+	})
+	for _, k := range keys {
+		s := n.strays[k]
+		switch {
+		case n.now > s.until:
+			delete(n.strays, k)
+		case n.now-s.sentAt >= n.cfg.RetransmitTicks:
+			s.sentAt = n.now
+			n.strays[k] = s
+			n.send(wire.Message{Kind: wire.KindRelease, To: k.leader, Name: s.name, Req: k.req, Lifetime: 1})
+		}
+	}
 }
 
 // applyDelta is the table of base with the changes of delta (both in
@@ -1452,6 +1507,7 @@ func (n *Node) masterTick() {
 			delete(n.former, id)
 		}
 	}
+	n.tickStrays()
 	due := n.dueTimers()
 	for _, id := range due {
 		r := n.reqs[id]

@@ -210,7 +210,10 @@ type Node struct {
 
 	// former are tickets of this node's earlier lives that replicas keep
 	// (KindFormer), by request, so this life can release them.
-	former  map[wire.RequestID]formerTicket
+	former map[wire.RequestID]formerTicket
+	// strays are releases of this life's forgotten requests that a
+	// leader took again (releaseStray), sent until it answers.
+	strays  map[strayKey]strayRelease
 	reqs    map[wire.RequestID]*request // by wire id
 	timers  timerHeap                   // requests' next timers (masterTick)
 	handles map[wire.RequestID]*request // by the handle Acquire returned
@@ -251,7 +254,8 @@ func New(cfg Config, persisted *Durable) (*Node, error) {
 	n := &Node{cfg: c, names: map[string]*replicaName{}, minInc: map[wire.NodeID]uint32{},
 		syncs: map[uint64]*syncState{}, adopted: map[uint64]wire.View{},
 		reqs: map[wire.RequestID]*request{}, handles: map[wire.RequestID]*request{}, mnames: map[string]*masterName{},
-		former: map[wire.RequestID]formerTicket{}, dirty: nameSet{}, reported: nameSet{}, restoredNames: nameSet{}}
+		former: map[wire.RequestID]formerTicket{}, strays: map[strayKey]strayRelease{}, dirty: nameSet{}, reported: nameSet{},
+		restoredNames: nameSet{}}
 	if persisted != nil {
 		n.floor = persisted.Floor
 	}
