@@ -115,18 +115,31 @@ func TestFaultPauseLeader(t *testing.T) {
 func TestBrokenBuildsAreCaught(t *testing.T) {
 	for _, b := range []struct {
 		broken string
-		fault  func(c *faultCluster)
+		// fault runs the fault; it calls hold, which starts a long
+		// holder of /a through a node that does not lead, so that the
+		// fault meets a held lock, when the fault needs it.
+		fault func(c *faultCluster, hold func(time.Duration))
 	}{
-		// Leaders that disagree: one paused, the others carry on.
-		{"quorum-of-one", func(c *faultCluster) {
+		// Leaders that disagree: one is killed, the holder of /a takes its
+		// lock meanwhile on the others' word alone, and the leader comes
+		// back from its store without that ticket: a client whose one
+		// report is that leader's is granted beside the holder. (A lock
+		// taken before a fault is at every leader: a number proposed with
+		// ENTERING reaches them all, so the tables agree and one
+		// leader's word is enough. A pause loses nothing either: TCP
+		// keeps the frames for the paused leader, in order.)
+		{"quorum-of-one", func(c *faultCluster, hold func(time.Duration)) {
 			l := c.leaders(c.others(c.leaders(0)...)[0])[0]
-			c.signal(l, syscall.SIGSTOP)
-			time.Sleep(2 * time.Second) // the workload runs on meanwhile
-			c.signal(l, syscall.SIGCONT)
+			c.kill(l)
+			hold(8 * time.Second)       // past the restart and most of the run after it
+			time.Sleep(2 * time.Second) // the workload runs on, the holder takes its lock
+			c.start(l)
 		}},
 		// Every leader restarts: what they acknowledged and did not store
 		// is gone.
-		{"not-durable", func(c *faultCluster) {
+		{"not-durable", func(c *faultCluster, hold func(time.Duration)) {
+			hold(5 * time.Second)
+			time.Sleep(time.Second) // the workload runs on, the holder takes its lock
 			ls := c.leaders(c.others(c.leaders(0)...)[0])
 			for _, l := range ls {
 				c.kill(l)
@@ -137,16 +150,21 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 		}},
 	} {
 		t.Run(b.broken, func(t *testing.T) {
-			const runs = 3
+			// A run catches the quorum of one about every other time
+			// (whether a client's one report is the restarted
+			// leader's while the holder holds is the timing's): eight
+			// runs miss it about once in 250.
+			const runs = 8
 			for run := 1; run <= runs; run++ {
 				c := newFaultCluster(t, 5, false, "--broken", b.broken)
 				c.bin = mutantBinary(t)
 				r := startFaultRun(t, c)
-				// A long holder of /a through a node that does not lead,
-				// so that the fault meets a held lock.
-				held := r.holdLong(r.c.others(r.c.leaders(0)...)[0], "/a", semaphore.Exclusive, 8*time.Second, 5*time.Second)
+				var held <-chan string
+				via := r.c.others(r.c.leaders(0)...)[0] // asked now: a paused leader answers nothing
 				r.run(time.Second)
-				b.fault(r.c)
+				b.fault(r.c, func(hold time.Duration) {
+					held = r.holdLong(via, "/a", semaphore.Exclusive, hold+3*time.Second, hold)
+				})
 				r.run(4 * time.Second)
 				<-held
 				h := r.w.stop()
