@@ -168,6 +168,7 @@ func TestBrokenBuildsAreCaught(t *testing.T) {
 				r.run(4 * time.Second)
 				<-held
 				h := r.w.stop()
+				r.c.stopAll() // a run's agents must not load the next ones
 				problems, sum := historyProblems(h)
 				if len(problems) > 0 {
 					t.Logf("caught in run %d (%s): %s", run, sum, problems[0])
