@@ -80,7 +80,8 @@ func TestCLILock(t *testing.T) {
 			t.Fatalf("%s: exit %d, out %q, err %q", mode, code, out, errs)
 		}
 	}
-	// Held by a running lock: a try exits 75, and so does a short wait.
+	// Held by a running lock: a try exits 75, and so does a short wait;
+	// both say who holds it, as `sluice locks` would.
 	holder := start(t, "lock", "/held", "--api", sock, "--", "sh", "-c", "echo holding; exec sleep 30")
 	holder.waitLine(t, "holding")
 	for _, args := range [][]string{{"--try"}, {"--timeout", "200ms"}} {
@@ -89,6 +90,9 @@ func TestCLILock(t *testing.T) {
 			t.Fatalf("lock %v on a held name: exit %d (%q)", args, code, errs)
 		}
 		oneLine(t, errs)
+		if !strings.Contains(errs, "held by ") || !strings.Contains(errs, "exclusive, token ") || !strings.Contains(errs, "sleep 30") {
+			t.Errorf("lock %v on a held name does not name its holder: %q", args, errs)
+		}
 	}
 	// SIGTERM to sluice lock reaches the command, and sluice lock exits
 	// with the command's status; the lock is released.

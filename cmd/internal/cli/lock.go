@@ -372,8 +372,57 @@ func notObtained(ctx context.Context, c *client.Client, verb, name string, err e
 		if serr == nil && !st.Ready {
 			return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("%s %s: the agent is not ready (%s)", verb, name, st.Reason)}
 		}
+		if held := holdersOf(c, name); held != "" {
+			return &exitError{code: ExitNotObtained, msg: fmt.Sprintf("%s %s: not obtained: %s; %s", verb, name, plainError(err), held)}
+		}
 	}
 	return apiError(verb+" "+name, err)
+}
+
+// maxHoldersSaid bounds the holders a refusal names (a site's readers
+// are many: they are counted instead).
+const maxHoldersSaid = 3
+
+// holdersOf says who holds name now, as `sluice locks` shows it, for a
+// lock that was not obtained: "held by ..." with each holder's request,
+// mode, token, node and owner, or "" when the table cannot be read or
+// shows no holder (the holder let go meanwhile, or several names).
+func holdersOf(c *client.Client, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t, err := c.Locks(ctx, name)
+	if err != nil {
+		return ""
+	}
+	var said []string
+	readers := 0
+	for _, l := range t.Locks {
+		if l.Name != name {
+			continue
+		}
+		readers = l.ReadersHolding()
+		for _, e := range l.Entries {
+			if !e.Holder || e.Mode == "read-only" || e.Mode == "intent-shared" {
+				continue
+			}
+			if len(said) == maxHoldersSaid {
+				said = append(said, "...")
+				break
+			}
+			who := fmt.Sprintf("%s (%s, token %d, node %s)", e.Request, e.Mode, e.Ticket, cmp.Or(e.NodeName, e.Node))
+			if e.Owner != "" {
+				who += ": " + e.Owner
+			}
+			said = append(said, who)
+		}
+	}
+	if readers > 0 {
+		said = append(said, fmt.Sprintf("%d reader(s)", readers))
+	}
+	if len(said) == 0 {
+		return ""
+	}
+	return "held by " + strings.Join(said, ", ")
 }
 
 // runLockedAll is runLocked for several names, taken together.
