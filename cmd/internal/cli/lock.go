@@ -236,7 +236,7 @@ func newLockCmd() *cobra.Command {
 	f.add(cmd)
 	fl.StringVar(&f.mode, "mode", "exclusive", "read-only, read-write-priority, read-write, read-write-gentle or exclusive")
 	f.addLease(cmd, 30*time.Second, "how long to wait for the lock")
-	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once if the lock is taken")
+	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 if the lock is taken (a writer's try waits up to a second for agents' idle shared read tickets to go)")
 	fl.IntVar(&f.limit, "limit", 0, "with --mode read-only: a counting semaphore, at most N holders of NAME at once (0: no limit)")
 	return cmd
 }
@@ -697,7 +697,7 @@ func newDrainCmd() *cobra.Command {
 	fl.BoolVar(&f.preview, "preview", true, "once granted, print a preview link: requests that carry its token (a cookie it sets) pass the maintenance page of the middleware and sluice proxy while the drain holds; CMD gets it in SLUICE_PREVIEW_TOKEN and SLUICE_PREVIEW_URL")
 	fl.StringVar(&f.previewURL, "preview-url", "", "the site's URL for the preview link (default: NAME, when it is an http(s) URL)")
 	fl.BoolVar(&f.reopen, "reopen-on-failure", false, "give NAME back when CMD fails (default: NAME stays drained until sluice undrain NAME)")
-	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 at once unless NAME has no reader or writer now")
+	fl.BoolVar(&f.try, "try", false, "do not wait: exit 75 unless NAME has no reader or writer now (it waits up to a second for agents' idle shared read tickets to go, and a reader that leaves within it lets the drain in)")
 	f.addLease(cmd, 10*time.Minute, "how long to wait for the readers to drain")
 	// A drain's lease outlives a failed CMD unless --reopen-on-failure:
 	// say so where the flag's default is shown.
