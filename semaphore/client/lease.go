@@ -32,7 +32,9 @@ type Options struct {
 	// Quiet is READ_WRITE_GENTLE's quiet period. Zero: the default (10m).
 	Quiet time.Duration
 	// Try answers at once: ErrTimedOut (or ErrDraining, for a reader)
-	// when the lock is not free now.
+	// when the lock is not free now. A writer's try that only agents'
+	// shared read tickets keep out waits up to a second for them to go
+	// once their page views end.
 	Try bool
 	// Limit caps the READ_ONLY holders among the readers that ask for it.
 	// Zero: no limit.
