@@ -314,7 +314,7 @@ func (e *Election) ChangeMembers(c Change) error {
 		case slices.Contains(old, c.Add):
 			return fmt.Errorf("%w: node %d is a member already", ErrBadChange, c.Add)
 		case m == nil || m.id.Address == "":
-			return fmt.Errorf("%w: node %d never said hello to this node: start it (with --join) first", ErrBadChange, c.Add)
+			return fmt.Errorf("%w: node %d never said hello to this node: start it with --join first (one started, or restarted on either side, greets within seconds: try again)", ErrBadChange, c.Add)
 		case len(old) >= wire.MaxMembers:
 			return fmt.Errorf("%w: %d members is the most a cluster has", ErrBadChange, wire.MaxMembers)
 		}
