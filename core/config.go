@@ -329,6 +329,11 @@ const (
 	// answers, so a lost one leaves the stray holding the name's waiters
 	// up until the request's deadline there.
 	MutantStrayReleaseOnce
+	// MutantHoldsDropUntold: a leader that drops a restored ticket on the
+	// other leaders' word keeps no tombstone of it, so an operator's
+	// force-unlock of the request that arrives next hears from it that it
+	// never had the request, and may conclude that nobody held it.
+	MutantHoldsDropUntold
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -1222,7 +1222,11 @@ func TestExploreCatchesMutants(t *testing.T) {
 		// and not yet at the others, dropped on their word that they do
 		// not hold it: the master counts that take, and the next
 		// request's quorum misses the ticket.
-		{"holds unknown as gone", core.MutantHoldsUnknownAsGone, true, nested, 20000, 17417},
+		// With the drop's tombstone (restored_drop_keeps_tomb.txt) the
+		// leader refuses the master's later rounds for the request, and
+		// the explorer found no two holders in 120,000 nested seeds; the
+		// answer alone is caught by restored_doorway_ticket_kept.txt.
+		{"holds unknown as gone, dropped without a tombstone", core.MutantHoldsUnknownAsGone | core.MutantHoldsDropUntold, true, nested, 20000, 17417},
 		// A stray's release sent once: lost, the stray choosing flag a
 		// late ENTERING made after the tombstones went holds the name's
 		// waiters past the settle.

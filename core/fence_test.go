@@ -139,6 +139,7 @@ func TestScenariosCatchMutants(t *testing.T) {
 		{"drain_priority.txt", core.MutantPlainReaderUntold, 2, "asked=drain"},
 		{"restored_doorway_ticket_kept.txt", core.MutantHoldsUnknownAsGone, 0, "granted 5.1.1 "},
 		{"stray_release_lost.txt", core.MutantStrayReleaseOnce, 1, "granted 5.1.1 "},
+		{"restored_drop_keeps_tomb.txt", core.MutantHoldsDropUntold, 1, "forced=holder"},
 	} {
 		for _, mutant := range []core.Mutant{0, c.mutant} {
 			if mutant != 0 && !mutation.Need(t) {

@@ -849,7 +849,16 @@ func (n *Node) onHoldsAck(m wire.Message) {
 		r.notAt[m.From] = true
 		if len(n.cfg.View.Leaders)-len(r.notAt) < n.cfg.View.Quorum() {
 			n.stats.RestoredDropped++
-			n.dropRecord(m.Name, t, e.Req, 0)
+			// A tombstone, held since the ticket may have been: an
+			// operator's force-unlock of the request that comes after
+			// (its own tombstones at the other leaders may be what
+			// dropped it here) must hear from this leader that it took
+			// a holder, not that it never had the request.
+			until := r.deadline
+			if n.cfg.Mutant.on(MutantHoldsDropUntold) {
+				until = 0
+			}
+			n.dropRecord(m.Name, t, e.Req, until)
 		}
 	}
 }

@@ -339,6 +339,14 @@ func TestMutantsAreCaught(t *testing.T) {
 		// tombstone (the plain swarm took 2,989 seeds).
 		{"gives a doorway no bound", core.MutantUnboundedDoorway, true,
 			Options{Swarm: true, Hostile: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 684},
+		// TestSimSwarm's world: a leader restarted with a granted ticket
+		// drops it on the word of the tombstones the operator's
+		// force-unlock left at the others, then answers that
+		// force-unlock that it never had the request.
+		{"drops a restored ticket without a tombstone", core.MutantHoldsDropUntold, true, Options{},
+			nil, func(seed int64) Options {
+				return takeTurns(Options{Swarm: true, Ambush: true, Batch: seed%2 == 1}, seed)
+			}, 1172},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {
