@@ -272,6 +272,14 @@ func parseNode(t *testing.T, v any) uint64 {
 
 // stopAll ends every agent with SIGTERM (SIGCONT first for stopped ones)
 // and checks that each exits cleanly.
+// killAll SIGKILLs every running node and waits until each is gone.
+func (c *faultCluster) killAll() {
+	c.t.Helper()
+	for _, i := range c.running() {
+		c.kill(i)
+	}
+}
+
 func (c *faultCluster) stopAll() {
 	c.t.Helper()
 	for _, i := range c.running() {
