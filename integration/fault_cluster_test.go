@@ -270,8 +270,6 @@ func parseNode(t *testing.T, v any) uint64 {
 	return id
 }
 
-// stopAll ends every agent with SIGTERM (SIGCONT first for stopped ones)
-// and checks that each exits cleanly.
 // killAll SIGKILLs every running node and waits until each is gone.
 func (c *faultCluster) killAll() {
 	c.t.Helper()
@@ -280,6 +278,8 @@ func (c *faultCluster) killAll() {
 	}
 }
 
+// stopAll ends every agent with SIGTERM (SIGCONT first for stopped ones)
+// and checks that each exits cleanly.
 func (c *faultCluster) stopAll() {
 	c.t.Helper()
 	for _, i := range c.running() {
