@@ -100,6 +100,11 @@ const (
 	opQueue          = 256
 	inboxBatchPerRun = 256
 	opsBatchPerRun   = 64 // calls answered by one Ready at most
+	// driveRoundsPerTurn bounds the rounds of messages a node sends
+	// itself in one drive: a chain that kept bringing more would
+	// otherwise keep the loop from its peers, its calls and a stop. The
+	// rest waits for the loop's next turn, which comes at once.
+	driveRoundsPerTurn = 64
 	// stopSharingWait bounds how long StopSharing waits for the leaders'
 	// confirmations: one that does not answer drops the shares when their
 	// lease ends anyway, and a stop must not hang on it.
@@ -365,6 +370,7 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 			n.elect.SetStoreAge(n.cfg.Store.Age())
 		case <-ticker.C:
+		case <-n.selfPending():
 		case m = <-n.cfg.Transport.Inbox():
 			gotMsg = true
 		case id = <-n.cfg.Transport.Joined():
@@ -581,14 +587,14 @@ func (n *Node) step(m wire.Message) {
 // and queues the rest behind them, then releases whatever is durable, and
 // goes on while messages to itself bring more.
 func (n *Node) drive(ctx context.Context) {
-	for n.failed == nil {
+	for round := 1; n.failed == nil; round++ {
 		n.collect()
 		n.flush(ctx)
 		// A yield asked of a shared read ticket with holders changes no
 		// output of the core: its readers' watchers hear of it here.
 		n.tellDraining()
-		if len(n.loopback) == 0 {
-			return
+		if len(n.loopback) == 0 || round > driveRoundsPerTurn || ctx.Err() != nil {
+			return // the rest on the loop's next turn (selfPending)
 		}
 		msgs := n.loopback
 		n.loopback = n.loopbackSpare[:0]
@@ -788,6 +794,22 @@ func (n *Node) flush(ctx context.Context) {
 	clear(n.pending[len(kept):])
 	n.pending = kept
 }
+
+// selfPending is ready while messages the node sent itself wait for
+// the loop's next turn (drive's bound), nil otherwise.
+func (n *Node) selfPending() <-chan time.Time {
+	if len(n.loopback) == 0 {
+		return nil
+	}
+	return closedTimeChan
+}
+
+// closedTimeChan is always ready.
+var closedTimeChan = func() chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // firstDurable is the answer of the first Ready still on its way to disk:
 // batches become durable in order, so it is the next to come.
