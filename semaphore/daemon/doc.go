@@ -10,6 +10,10 @@
 // signal of the oldest Ready is one more case of the loop's select. While
 // one write is on its way, later Readies queue up behind it and the store
 // merges them into one transaction and one fsync (group commit).
+// Messages a node sends itself (it is one of the leaders) are stepped in
+// the same turn, round after round, at most driveRoundsPerTurn rounds and
+// none once the node is told to stop: the rest wait for the next turn, so
+// a chain of them never keeps the loop from its peers, calls or a stop.
 //
 // Time: the core counts ticks (10 ms by default). The loop catches its tick
 // count up with the wall clock, so a paused node's ticks do not run slower
