@@ -25,8 +25,8 @@ func (r RequestID) Incarnation() uint32 { return uint32(r.Seq >> 32) }
 func (r RequestID) String() string {
 	// Every lease's id is one: formatted by hand, not by fmt, as it is
 	// made for each page view's try.
-	b := make([]byte, 0, 32)
-	b = strconv.AppendUint(b, uint64(r.Node), 10)
+	var buf [64]byte // on the stack: the string is the one copy
+	b := strconv.AppendUint(buf[:0], uint64(r.Node), 10)
 	b = append(b, '.')
 	b = strconv.AppendUint(b, r.Seq>>32, 10)
 	b = append(b, '.')

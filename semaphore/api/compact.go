@@ -97,8 +97,10 @@ type CompactReply struct {
 
 // AppendRequest appends r's frame to dst.
 func AppendRequest(dst []byte, r *CompactRequest) []byte {
-	var b []byte
-	b = append(b, r.Op)
+	// The body is built in a buffer on the stack, then framed: a page
+	// view's call allocates nothing here.
+	var scratch [160]byte
+	b := append(scratch[:0], r.Op)
 	b = appendString(b, r.Name)
 	b = appendString(b, r.Mode)
 	try := byte(0)
@@ -106,7 +108,7 @@ func AppendRequest(dst []byte, r *CompactRequest) []byte {
 		try = 1
 	}
 	b = append(b, try)
-	for _, d := range []time.Duration{r.Timeout, r.Duration, r.Grace, r.Quiet} {
+	for _, d := range [...]time.Duration{r.Timeout, r.Duration, r.Grace, r.Quiet} {
 		b = binary.AppendVarint(b, int64(d)) // a negative one is the agent's to refuse
 	}
 	b = binary.AppendUvarint(b, uint64(max(r.Limit, 0)))
@@ -118,31 +120,50 @@ func AppendRequest(dst []byte, r *CompactRequest) []byte {
 // agent refuses OpReleaseNoReply on a version 1 connection).
 func ReadRequest(br *bufio.Reader) (CompactRequest, error) {
 	var r CompactRequest
-	d, err := readFrame(br)
-	if err != nil {
-		return r, err
-	}
-	r.Op = d.byte()
-	r.Name, r.Mode = d.string(), d.string()
-	r.Try = d.byte() == 1
-	for _, to := range []*time.Duration{&r.Timeout, &r.Duration, &r.Grace, &r.Quiet} {
-		*to = d.duration()
-	}
-	r.Limit = int(min(d.uvarint(), 1<<31))
-	r.Lease = d.string()
-	if err := d.end(); err != nil {
+	if err := ReadRequestInto(br, &r); err != nil {
 		return CompactRequest{}, err
-	}
-	if r.Op < OpAcquire || r.Op > OpReleaseNoReply {
-		return CompactRequest{}, fmt.Errorf("%w: operation %d", ErrCompact, r.Op)
 	}
 	return r, nil
 }
 
+// ReadRequestInto is ReadRequest into r, whose Name and Mode strings it
+// keeps when the frame carries the same: a connection's calls are mostly
+// about one name, and reading them so allocates only the lease's id. On
+// an error r is zero.
+func ReadRequestInto(br *bufio.Reader, r *CompactRequest) error {
+	body, n, err := readFrame(br)
+	if err != nil {
+		*r = CompactRequest{}
+		return err
+	}
+	d := compactDecoder{b: body}
+	r.Op = d.byte()
+	r.Name = d.stringLike(r.Name)
+	r.Mode = d.mode(r.Mode)
+	r.Try = d.byte() == 1
+	r.Timeout, r.Duration, r.Grace, r.Quiet = d.duration(), d.duration(), d.duration(), d.duration()
+	r.Limit = int(min(d.uvarint(), 1<<31))
+	r.Lease = d.string()
+	err = d.end()
+	if _, derr := br.Discard(n); err == nil {
+		err = derr
+	}
+	if err != nil {
+		*r = CompactRequest{}
+		return err
+	}
+	if r.Op < OpAcquire || r.Op > OpReleaseNoReply {
+		*r = CompactRequest{}
+		return fmt.Errorf("%w: operation %d", ErrCompact, r.Op)
+	}
+	return nil
+}
+
 // AppendReply appends r's frame to dst.
 func AppendReply(dst []byte, r *CompactReply) []byte {
-	var b []byte
-	for _, s := range []string{r.Error, r.Message, r.Lease, r.Name, r.Mode} {
+	var scratch [160]byte
+	b := scratch[:0]
+	for _, s := range [...]string{r.Error, r.Message, r.Lease, r.Name, r.Mode} {
 		b = appendString(b, s)
 	}
 	b = binary.AppendUvarint(b, r.Token)
@@ -151,18 +172,26 @@ func AppendReply(dst []byte, r *CompactReply) []byte {
 }
 
 // ReadReply reads one reply frame.
-func ReadReply(br *bufio.Reader) (CompactReply, error) {
+func ReadReply(br *bufio.Reader) (CompactReply, error) { return ReadReplyTo(br, "") }
+
+// ReadReplyTo is ReadReply for a call about name: a reply about the
+// same name keeps name's string, without a copy.
+func ReadReplyTo(br *bufio.Reader, name string) (CompactReply, error) {
 	var r CompactReply
-	d, err := readFrame(br)
+	body, n, err := readFrame(br)
 	if err != nil {
 		return r, err
 	}
-	for _, to := range []*string{&r.Error, &r.Message, &r.Lease, &r.Name, &r.Mode} {
-		*to = d.string()
-	}
+	d := compactDecoder{b: body}
+	r.Error, r.Message, r.Lease, r.Name = d.string(), d.string(), d.string(), d.stringLike(name)
+	r.Mode = d.mode("")
 	r.Token = d.uvarint()
 	r.TTLNanos = d.duration()
-	if err := d.end(); err != nil {
+	err = d.end()
+	if _, derr := br.Discard(n); err == nil {
+		err = derr
+	}
+	if err != nil {
 		return CompactReply{}, err
 	}
 	return r, nil
@@ -176,24 +205,37 @@ func appendFrame(dst, body []byte) []byte {
 	return append(binary.AppendUvarint(dst, uint64(len(body))), body...)
 }
 
-// readFrame reads a frame's body; io.EOF before its first byte is a
-// connection closed between calls.
-func readFrame(br *bufio.Reader) (*compactDecoder, error) {
-	n, err := binary.ReadUvarint(br)
+// readFrame reads a frame's length and returns its body; io.EOF before
+// its first byte is a connection closed between calls. A body that fits
+// br's buffer is br's own bytes, valid until the caller discards n of
+// them, once it decoded them (a call's frame is read without a copy);
+// a longer one is read into a slice of its own (n is 0).
+func readFrame(br *bufio.Reader) (body []byte, n int, err error) {
+	size, err := binary.ReadUvarint(br)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, err
+			return nil, 0, err
 		}
-		return nil, fmt.Errorf("%w: length: %w", ErrCompact, err)
+		return nil, 0, fmt.Errorf("%w: length: %w", ErrCompact, err)
 	}
-	if n > MaxCompactFrame {
-		return nil, fmt.Errorf("%w: %d bytes, the most is %d", ErrCompact, n, MaxCompactFrame)
+	if size > MaxCompactFrame {
+		return nil, 0, fmt.Errorf("%w: %d bytes, the most is %d", ErrCompact, size, MaxCompactFrame)
 	}
-	b := make([]byte, n)
+	if int(size) <= br.Size() {
+		b, err := br.Peek(int(size))
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, 0, fmt.Errorf("%w: body: %w", ErrCompact, err)
+		}
+		return b, int(size), nil
+	}
+	b := make([]byte, size)
 	if _, err := io.ReadFull(br, b); err != nil {
-		return nil, fmt.Errorf("%w: body: %w", ErrCompact, err)
+		return nil, 0, fmt.Errorf("%w: body: %w", ErrCompact, err)
 	}
-	return &compactDecoder{b: b}, nil
+	return b, 0, nil
 }
 
 // compactDecoder reads a body's fields; the first failure sticks.
@@ -239,15 +281,48 @@ func (d *compactDecoder) duration() time.Duration {
 	return time.Duration(v)
 }
 
-func (d *compactDecoder) string() string {
+func (d *compactDecoder) string() string { return string(d.field()) }
+
+// field is a string field's bytes, in the body.
+func (d *compactDecoder) field() []byte {
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
 		d.fail("string past the end")
-		return ""
+		return nil
 	}
-	s := string(d.b[:n])
+	b := d.b[:n]
 	d.b = d.b[n:]
-	return s
+	return b
+}
+
+// stringLike is string, returning was itself when the bytes are the
+// same (no copy).
+func (d *compactDecoder) stringLike(was string) string {
+	b := d.field()
+	if string(b) == was {
+		return was
+	}
+	return string(b)
+}
+
+// knownModes are the modes' names as clients send them, kept as
+// constants so that reading one costs no copy.
+var knownModes = [...]string{"read-only", "read-write-priority", "read-write", "read-write-gentle", "exclusive",
+	"hard", "soft", "gentle", "intent-shared", "intent-exclusive"}
+
+// mode is string for a mode's name: was, or one of knownModes, without
+// a copy when it is.
+func (d *compactDecoder) mode(was string) string {
+	b := d.field()
+	if string(b) == was {
+		return was
+	}
+	for _, m := range knownModes {
+		if string(b) == m {
+			return m
+		}
+	}
+	return string(b)
 }
 
 // end checks that the body was read whole and well.

@@ -89,8 +89,16 @@ func FuzzCompactFrames(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		br := bufio.NewReader(bytes.NewReader(b))
+		// The same frames read again into one request, through a buffer
+		// smaller than most frames (their bodies copied, not peeked).
+		small := bufio.NewReaderSize(bytes.NewReader(b), 16)
+		var into api.CompactRequest
 		for {
 			req, err := api.ReadRequest(br)
+			ierr := api.ReadRequestInto(small, &into)
+			if (err == nil) != (ierr == nil) || err == nil && into != req {
+				t.Fatalf("ReadRequest(%x): %+v, %v; through a small buffer into the last request: %+v, %v", b, req, err, into, ierr)
+			}
 			if err != nil {
 				if !errors.Is(err, api.ErrCompact) && !errors.Is(err, io.EOF) {
 					t.Fatalf("ReadRequest(%x): %v is neither ErrCompact nor EOF", b, err)

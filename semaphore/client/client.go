@@ -96,11 +96,11 @@ func (c *Client) resendReleases(held []api.CompactRequest) {
 	c.background(func() {
 		for _, req := range held {
 			ctx, cancel := context.WithTimeout(context.Background(), resendTimeout)
-			op := "release " + req.Lease
+			op := callName{"release", req.Lease}
 			req.Op = api.OpRelease
 			_, ok, err := c.compact(ctx, op, &req)
 			if !ok {
-				err = c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: req.Lease}, nil)
+				err = c.call(ctx, op.String(), http.MethodPost, "/v1/release", api.LeaseBody{Lease: req.Lease}, nil)
 			}
 			cancel()
 			_ = err // as a release without an answer: the agent counts its failures, the leaders expire the lease

@@ -246,16 +246,16 @@ func (cc *compactConn) flush() error {
 		_, err = cc.c.Write(cc.buf)
 	}
 	cc.buf = cc.buf[:0]
-	held := cc.held
-	cc.held = nil
 	if err == nil {
 		err = cc.c.SetWriteDeadline(time.Time{})
 	}
 	if err != nil {
 		_ = cc.c.Close()
-		cc.lost(held)
+		cc.lostHeld()
+		return err
 	}
-	return err
+	cc.sentHeld()
+	return nil
 }
 
 // write writes buf with req appended (after the preface and the held
@@ -265,16 +265,26 @@ func (cc *compactConn) write(req *api.CompactRequest) error {
 	cc.buf = api.AppendRequest(cc.buf, req)
 	_, err := cc.c.Write(cc.buf)
 	cc.buf = cc.buf[:0]
-	held := cc.held
-	cc.held = nil
 	if err != nil {
-		cc.lost(held)
+		cc.lostHeld()
+		return err
 	}
-	return err
+	cc.sentHeld()
+	return nil
 }
 
-// lost hands releases whose write failed to the pool's resend.
-func (cc *compactConn) lost(held []api.CompactRequest) {
+// sentHeld forgets the held releases, written: their array serves the
+// next ones.
+func (cc *compactConn) sentHeld() {
+	clear(cc.held)
+	cc.held = cc.held[:0]
+}
+
+// lostHeld hands the held releases, whose write failed, to the pool's
+// resend, which keeps them.
+func (cc *compactConn) lostHeld() {
+	held := cc.held
+	cc.held = nil
 	if len(held) > 0 && cc.pool != nil && cc.pool.resend != nil {
 		cc.pool.resend(held)
 	}
@@ -283,7 +293,13 @@ func (cc *compactConn) lost(held []api.CompactRequest) {
 // compact runs req over the compact protocol. ok is false when the call
 // must go over HTTP instead (no compact pool, or an agent that speaks
 // HTTP only); nothing was done then.
-func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest) (reply api.CompactReply, ok bool, err error) {
+// callName names a call in its errors ("acquire /site"): built only when
+// one is made, not for every page view.
+type callName struct{ verb, arg string }
+
+func (o callName) String() string { return o.verb + " " + o.arg }
+
+func (c *Client) compact(ctx context.Context, op callName, req *api.CompactRequest) (reply api.CompactReply, ok bool, err error) {
 	p := c.compactPool
 	if p == nil || p.http.Load() {
 		return reply, false, nil
@@ -348,7 +364,7 @@ func (c *Client) compact(ctx context.Context, op string, req *api.CompactRequest
 		if r, ok := codes.ByCode(reply.Error); ok {
 			status = r.Status
 		}
-		return reply, true, &APIError{Op: op, Status: status, Code: reply.Error, Message: reply.Message}
+		return reply, true, &APIError{Op: op.String(), Status: status, Code: reply.Error, Message: reply.Message}
 	}
 	return reply, true, nil
 }
@@ -364,7 +380,7 @@ func (p *compactPool) speaksNoReply() bool {
 // connection's next call, and counts and logs its failure. Until then (or
 // when it cannot be sent) it is an answered release, which learns the
 // version for the next ones. ok and err are compact's.
-func (c *Client) releaseNoReply(ctx context.Context, op string, req api.CompactRequest) (ok bool, err error) {
+func (c *Client) releaseNoReply(ctx context.Context, op callName, req api.CompactRequest) (ok bool, err error) {
 	p := c.compactPool
 	var cc *compactConn
 	if p.speaksNoReply() {
@@ -449,5 +465,5 @@ func (cc *compactConn) roundTrip(req *api.CompactRequest) (api.CompactReply, err
 			return api.CompactReply{}, errSpeaksHTTP
 		}
 	}
-	return api.ReadReply(cc.br)
+	return api.ReadReplyTo(cc.br, req.Name)
 }

@@ -65,7 +65,7 @@ func TestCompactLateCancelSpoilsConn(t *testing.T) {
 	pool := newCompactPool("not dialled")
 	pool.keep(&compactConn{c: conn, br: bufio.NewReader(conn)})
 	c := &Client{compactPool: pool}
-	if _, ok, err := c.compact(ctx, "release", &api.CompactRequest{Op: 2, Lease: "1.1.1"}); !ok || err != nil {
+	if _, ok, err := c.compact(ctx, callName{"release", ""}, &api.CompactRequest{Op: 2, Lease: "1.1.1"}); !ok || err != nil {
 		t.Fatalf("the call: %v %v", ok, err)
 	}
 	if err := <-served; err != nil {
@@ -110,7 +110,7 @@ func heldPool(t *testing.T, heldFor time.Duration) (*Client, *countingConn, net.
 func TestHeldReleaseGoesWithNextCall(t *testing.T) {
 	c, conn, agent, _ := heldPool(t, time.Hour)
 	ctx := context.Background()
-	if ok, err := c.releaseNoReply(ctx, "release", api.CompactRequest{Lease: "1.1.1", Name: "/a"}); !ok || err != nil {
+	if ok, err := c.releaseNoReply(ctx, callName{"release", ""}, api.CompactRequest{Lease: "1.1.1", Name: "/a"}); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	if n := conn.writes.Load(); n != 0 {
@@ -135,7 +135,7 @@ func TestHeldReleaseGoesWithNextCall(t *testing.T) {
 		}
 		served <- err
 	}()
-	if _, ok, err := c.compact(ctx, "acquire", &api.CompactRequest{Op: api.OpAcquire, Name: "/b", Mode: "read-only", Try: true}); !ok || err != nil {
+	if _, ok, err := c.compact(ctx, callName{"acquire", ""}, &api.CompactRequest{Op: api.OpAcquire, Name: "/b", Mode: "read-only", Try: true}); !ok || err != nil {
 		t.Fatalf("the call after the release: %v %v", ok, err)
 	}
 	if err := <-served; err != nil {
@@ -150,7 +150,7 @@ func TestHeldReleaseGoesWithNextCall(t *testing.T) {
 // pool's flush, heldFor after it; the connection stays in the pool.
 func TestHeldReleaseFlushedAlone(t *testing.T) {
 	c, conn, agent, _ := heldPool(t, time.Millisecond)
-	if ok, err := c.releaseNoReply(context.Background(), "release", api.CompactRequest{Lease: "1.1.2", Name: "/a"}); !ok || err != nil {
+	if ok, err := c.releaseNoReply(context.Background(), callName{"release", ""}, api.CompactRequest{Lease: "1.1.2", Name: "/a"}); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	rel, err := api.ReadRequest(bufio.NewReader(agent)) // the pipe's deadline bounds the wait
@@ -164,7 +164,7 @@ func TestHeldReleaseFlushedAlone(t *testing.T) {
 	// The flush itself, called here rather than by its timer, so that
 	// its end is known.
 	c, _, agent, resent := heldPool(t, time.Hour)
-	if ok, err := c.releaseNoReply(context.Background(), "release", api.CompactRequest{Lease: "1.1.3", Name: "/a"}); !ok || err != nil {
+	if ok, err := c.releaseNoReply(context.Background(), callName{"release", ""}, api.CompactRequest{Lease: "1.1.3", Name: "/a"}); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	read := make(chan error, 1)
@@ -190,7 +190,7 @@ func TestHeldReleaseFlushedAlone(t *testing.T) {
 func TestHeldReleaseResentWhenWriteFails(t *testing.T) {
 	c, _, agent, resent := heldPool(t, time.Hour)
 	ctx := context.Background()
-	if ok, err := c.releaseNoReply(ctx, "release", api.CompactRequest{Lease: "1.1.3", Name: "/a"}); !ok || err != nil {
+	if ok, err := c.releaseNoReply(ctx, callName{"release", ""}, api.CompactRequest{Lease: "1.1.3", Name: "/a"}); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	agent.Close()
@@ -200,12 +200,12 @@ func TestHeldReleaseResentWhenWriteFails(t *testing.T) {
 	}
 
 	c, _, agent, resent = heldPool(t, time.Hour)
-	if ok, err := c.releaseNoReply(ctx, "release", api.CompactRequest{Lease: "1.1.4", Name: "/a"}); !ok || err != nil {
+	if ok, err := c.releaseNoReply(ctx, callName{"release", ""}, api.CompactRequest{Lease: "1.1.4", Name: "/a"}); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	agent.Close()
 	// The call fails: its redial goes to no socket.
-	if _, ok, err := c.compact(ctx, "acquire", &api.CompactRequest{Op: api.OpAcquire, Name: "/b", Mode: "read-only", Try: true}); !ok || err == nil {
+	if _, ok, err := c.compact(ctx, callName{"acquire", ""}, &api.CompactRequest{Op: api.OpAcquire, Name: "/b", Mode: "read-only", Try: true}); !ok || err == nil {
 		t.Fatalf("a call to a closed agent: %v %v, want its failure", ok, err)
 	}
 	if len(*resent) != 1 || (*resent)[0].Lease != "1.1.4" {
@@ -217,7 +217,7 @@ func TestHeldReleaseResentWhenWriteFails(t *testing.T) {
 // connections.
 func TestCloseWritesHeldReleases(t *testing.T) {
 	c, _, agent, _ := heldPool(t, time.Hour)
-	if ok, err := c.releaseNoReply(context.Background(), "release", api.CompactRequest{Lease: "1.1.5", Name: "/a"}); !ok || err != nil {
+	if ok, err := c.releaseNoReply(context.Background(), callName{"release", ""}, api.CompactRequest{Lease: "1.1.5", Name: "/a"}); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	read := make(chan error, 1)

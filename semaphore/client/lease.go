@@ -117,7 +117,7 @@ func (c *Client) Acquire(ctx context.Context, name string, mode semaphore.Mode, 
 
 func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, o Options, clk clock) (*Lease, error) {
 	sent := now(clk)
-	op := "acquire " + name
+	op := callName{"acquire", name}
 	var (
 		reply api.CompactReply
 		ok    bool
@@ -135,7 +135,7 @@ func (c *Client) acquire(ctx context.Context, name string, mode semaphore.Mode, 
 		body := api.AcquireBody{Name: name, Mode: mode.String(), Timeout: span(o.Timeout), Duration: span(o.Duration),
 			Grace: span(o.Grace), Quiet: span(o.Quiet), Limit: o.Limit, Try: o.Try, Owner: o.Owner, Reason: o.Reason,
 			ETA: span(o.ETA), ReadersGrace: span(o.ReadersGrace), Preview: o.Preview}
-		if err := c.call(ctx, op, http.MethodPost, "/v1/acquire", body, &lj); err != nil {
+		if err := c.call(ctx, op.String(), http.MethodPost, "/v1/acquire", body, &lj); err != nil {
 			return nil, err
 		}
 		expires = sent.add(ttlOf(lj))
@@ -488,7 +488,7 @@ func (l *Lease) release(ctx context.Context, noReply bool) error {
 	if released {
 		return nil
 	}
-	op := "release " + l.id
+	op := callName{"release", l.id}
 	// The lock's name goes with the compact call, which agents before it
 	// ignore; not in HTTP's body, which they would refuse.
 	req := api.CompactRequest{Op: api.OpRelease, Lease: l.id, Name: l.name}
@@ -502,7 +502,7 @@ func (l *Lease) release(ctx context.Context, noReply bool) error {
 		_, ok, err = l.c.compact(ctx, op, &req)
 	}
 	if !ok {
-		err = l.c.call(ctx, op, http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
+		err = l.c.call(ctx, op.String(), http.MethodPost, "/v1/release", api.LeaseBody{Lease: l.id}, nil)
 	}
 	if err != nil && !errors.Is(err, semaphore.ErrUnknownLease) {
 		return err
@@ -536,13 +536,13 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return fmt.Errorf("client: renew %s: released: %w", l.id, semaphore.ErrUnknownLease)
 	}
 	sent := now(l.clock)
-	op := "renew " + l.id
+	op := callName{"renew", l.id}
 	reply, ok, err := l.c.compact(ctx, op, &api.CompactRequest{Op: api.OpRenew, Lease: l.id, Name: l.name,
 		Mode: l.mode.String(), Duration: l.duration, Grace: l.grace})
 	expires := sent.add(reply.TTLNanos)
 	if !ok {
 		var lj api.LeaseJSON
-		err = l.c.call(ctx, op, http.MethodPost, "/v1/renew", api.LeaseBody{Lease: l.id}, &lj)
+		err = l.c.call(ctx, op.String(), http.MethodPost, "/v1/renew", api.LeaseBody{Lease: l.id}, &lj)
 		expires = sent.add(ttlOf(lj))
 	}
 	switch {

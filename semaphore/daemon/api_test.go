@@ -652,3 +652,23 @@ func TestAPIAcquireSeveral(t *testing.T) {
 		}
 	}
 }
+
+// A lease id is exactly node.incarnation.counter, in decimal, with a
+// node that is not 0 and incarnation and counter of 32 bits.
+func TestParseLeaseID(t *testing.T) {
+	good := map[string]wire.RequestID{
+		"1.2.3":                             {Node: 1, Seq: 2<<32 | 3},
+		"18446744073709551615.4294967295.0": {Node: 1<<64 - 1, Seq: (1<<32 - 1) << 32},
+	}
+	for s, want := range good {
+		if got, err := daemon.ParseLeaseID(s); err != nil || got != want {
+			t.Errorf("ParseLeaseID(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", ".", "..", "1.2", "1.2.3.4", "1..3", "1.2.", ".2.3", "0.2.3", "1.4294967296.3",
+		"1.2.4294967296", "a.2.3", "1.-2.3", "1.2.3 ", "18446744073709551616.1.1"} {
+		if got, err := daemon.ParseLeaseID(s); !errors.Is(err, semaphore.ErrInvalid) {
+			t.Errorf("ParseLeaseID(%q) = %v, %v; want an invalid-input error", s, got, err)
+		}
+	}
+}

@@ -121,10 +121,13 @@ func (m *apiMux) serveCompact(c net.Conn, br *bufio.Reader, caller *Caller, vers
 		_ = c.Close()
 		m.settleReleases(base, sent, true)
 	}()
-	var out []byte
+	var (
+		out []byte
+		req api.CompactRequest // its name's string is kept from call to call
+	)
 	for {
 		sent = m.settleReleases(base, sent, false)
-		req, err := api.ReadRequest(br)
+		err := api.ReadRequestInto(br, &req)
 		if errors.Is(err, io.EOF) {
 			return
 		}

@@ -55,7 +55,8 @@ type lease struct {
 	// renewal (Held) that the leaders have not confirmed yet.
 	adopting bool
 	// acquired gets the first grant or failure; renewed the answer to a
-	// pending renewal. Both have room for one: the loop never blocks.
+	// pending renewal (made by the first). Both have room for one: the
+	// loop never blocks.
 	acquired chan error
 	renewed  chan error
 	// grant is the lease as granted, set by the loop once, before the
@@ -132,9 +133,16 @@ func (n *Node) refused(c *Caller, action string, err error) error {
 
 // ParseLeaseID reads a lease id as Lease.ID spells it.
 func ParseLeaseID(s string) (wire.RequestID, error) {
-	parts := strings.Split(s, ".")
-	if len(parts) != 3 {
-		return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", codes.ErrInvalid, s)
+	// Cut by hand, not by strings.Split: every page view's release is
+	// parsed.
+	var parts [3]string
+	rest := s
+	for i := range parts {
+		p, after, found := strings.Cut(rest, ".")
+		if found != (i < 2) {
+			return wire.RequestID{}, fmt.Errorf("%w: lease id %q is not node.incarnation.counter", codes.ErrInvalid, s)
+		}
+		parts[i], rest = p, after
 	}
 	var v [3]uint64
 	for i, p := range parts {
@@ -185,8 +193,8 @@ func (n *Node) Acquire(ctx context.Context, r Request) (Lease, error) {
 	r.Name = name
 	c, ok := callerFrom(ctx)
 	if ok {
-		if err := c.may("take a "+r.Mode.String()+" lock", r.Name, modeRole(r.Mode)); err != nil {
-			return Lease{}, n.refused(c, "acquire", err)
+		if c.Role(r.Name) < modeRole(r.Mode) { // as c.may, its words built only for a refusal
+			return Lease{}, n.refused(c, "acquire", c.forbidden("take a "+r.Mode.String()+" lock", r.Name, modeRole(r.Mode)))
 		}
 		r.by = c
 	}
@@ -240,9 +248,10 @@ func (n *Node) acquire(ctx context.Context, r Request, before steps) (Lease, []u
 	a.Parents, a.ParentModes = before.names, before.modes
 	// One turn of the loop: the call waits for the answer alone, which a
 	// refusal, or a grant on the agent's shared read ticket, gives in the
-	// same turn.
-	var l *lease // the loop's: read only there, or after an answer
-	acquired := make(chan error, 1)
+	// same turn. The lease is filled in and kept by the loop when the
+	// core takes the request: read only there, or after an answer.
+	l := &lease{req: r, parents: before.names, leaves: before.leaves, acquired: make(chan error, 1)}
+	acquired := l.acquired
 	if err := n.send(ctx, func() {
 		if n.failed != nil {
 			acquired <- n.failed
@@ -267,8 +276,7 @@ func (n *Node) acquire(ctx context.Context, r Request, before steps) (Lease, []u
 			acquired <- err
 			return
 		}
-		l = &lease{handle: h, req: r, parents: before.names, leaves: before.leaves, sent: n.ticks, acquired: acquired,
-			renewed: make(chan error, 1), asked: time.Now()}
+		l.handle, l.sent, l.asked = h, n.ticks, time.Now()
 		n.leases[h] = l
 		n.metrics.waiters.Inc()
 	}); err != nil {
@@ -293,7 +301,7 @@ func (n *Node) acquire(ctx context.Context, r Request, before steps) (Lease, []u
 		abandon, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = n.do(abandon, func() {
-			if l != nil {
+			if n.leases[l.handle] == l { // the core took it
 				n.drop(l, true)
 			}
 		})
@@ -677,6 +685,9 @@ func (n *Node) RenewHeld(ctx context.Context, id string, as Held) (Lease, error)
 
 // renewOn asks the leaders to renew l; on the loop.
 func (n *Node) renewOn(l *lease) error {
+	if l.renewed == nil {
+		l.renewed = make(chan error, 1) // at the first renewal: page views are never renewed
+	}
 	select {
 	case <-l.renewed: // an answer nobody waited for
 	default:
@@ -842,6 +853,9 @@ func (n *Node) tellDraining() {
 
 // emitTo gives e to every watcher of l, without ever blocking the loop.
 func (n *Node) emitTo(l *lease, e api.Event) {
+	if len(l.watchers) == 0 {
+		return // most leases (page views): no id to format
+	}
 	e.Lease, e.Name = l.handle.String(), l.req.Name
 	kept := l.watchers[:0]
 	for _, w := range l.watchers {
@@ -974,6 +988,9 @@ func (n *Node) ttlFrom(asked time.Time, expiry int64) time.Duration {
 
 // putLatest leaves v in a one-slot channel, replacing an unread value.
 func putLatest(ch chan error, v error) {
+	if ch == nil {
+		return // no renewal was ever asked of the lease: nobody to tell
+	}
 	select {
 	case <-ch:
 	default:

@@ -128,14 +128,20 @@ func validName(name string) error { return semaphore.CheckName(name) }
 // or quiet of 0 is the default, and a timeout of 0, as "0s" in HTTP, is
 // an answer at once (the Go client sends its default timeout itself).
 func compactAcquire(req api.CompactRequest) (Request, error) {
-	given := func(d time.Duration) api.Span {
-		if d == 0 {
-			return ""
-		}
-		return api.Span(d.String())
+	// The durations are set on what ParseAcquire read, not formatted for
+	// it to parse back (a page view's try is read so): a timeout as
+	// given, and a duration, grace or quiet of 0 left at its default.
+	r, err := ParseAcquire(api.AcquireBody{Name: req.Name, Mode: req.Mode, Try: req.Try, Limit: req.Limit, Timeout: "0s"})
+	if err != nil {
+		return r, err
 	}
-	return ParseAcquire(api.AcquireBody{Name: req.Name, Mode: req.Mode, Try: req.Try, Limit: req.Limit,
-		Timeout: api.Span(req.Timeout.String()), Duration: given(req.Duration), Grace: given(req.Grace), Quiet: given(req.Quiet)})
+	r.Timeout = req.Timeout
+	for _, f := range [...]struct{ given, to *time.Duration }{{&req.Duration, &r.Duration}, {&req.Grace, &r.Grace}, {&req.Quiet, &r.Quiet}} {
+		if *f.given != 0 {
+			*f.to = *f.given
+		}
+	}
+	return r, nil
 }
 
 // ParseAcquire reads the body of POST /v1/acquire into a Request, with the
