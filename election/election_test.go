@@ -638,3 +638,21 @@ func TestLevelRestoredByHello(t *testing.T) {
 		t.Fatalf("level %d after a hello of the same view at codec 4", got)
 	}
 }
+
+// MembersAre says what comparing Members with a list would, without a
+// copy: the bootstrap members before the first view.
+func TestMembersAre(t *testing.T) {
+	e, err := election.New(election.Config{Node: 1, Bootstrap: members(3), Incarnation: 1, Nonce: 1,
+		ID: election.ID{Priority: 14, Address: "a", Name: "n1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.MembersAre(e.Members()) || !e.MembersAre(members(3)) {
+		t.Errorf("MembersAre(%v) is false for the members themselves", e.Members())
+	}
+	for _, other := range [][]wire.NodeID{nil, members(2), members(4), {1, 2, 4}} {
+		if e.MembersAre(other) {
+			t.Errorf("MembersAre(%v) is true; the members are %v", other, e.Members())
+		}
+	}
+}

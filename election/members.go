@@ -87,6 +87,15 @@ func (e *Election) Members() []wire.NodeID {
 	return slices.Clone(e.p.Bootstrap)
 }
 
+// MembersAre reports whether the voters are ids, in Members' order,
+// without a copy: the runtime asks after every Ready.
+func (e *Election) MembersAre(ids []wire.NodeID) bool {
+	if e.p.Valid.Epoch > 0 {
+		return slices.Equal(e.p.Valid.Members, ids)
+	}
+	return slices.Equal(e.p.Bootstrap, ids)
+}
+
 func (e *Election) isMember(id wire.NodeID) bool {
 	if e.p.Valid.Epoch > 0 {
 		return slices.Contains(e.p.Valid.Members, id)

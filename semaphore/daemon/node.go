@@ -679,10 +679,10 @@ func (n *Node) collect() {
 // connections to them and to a few gossip peers, not to every member),
 // and tells the new ones of this node's life.
 func (n *Node) keepVoters() {
-	voters := n.elect.Members()
-	if slices.Equal(voters, n.voters) {
+	if n.elect.MembersAre(n.voters) {
 		return
 	}
+	voters := n.elect.Members()
 	n.voters = voters
 	if k, ok := n.cfg.Transport.(keeper); ok {
 		k.Keep(voters)
