@@ -300,11 +300,7 @@ func (n *Node) acquire(ctx context.Context, r Request, before steps) (Lease, []u
 		// fresh context, because the caller's is over.
 		abandon, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = n.do(abandon, func() {
-			if n.leases[l.handle] == l { // the core took it
-				n.drop(l, true)
-			}
-		})
+		_ = n.do(abandon, func() { n.drop(l, true) }) // nothing when the core did not take it
 		return Lease{}, nil, ctx.Err()
 	}
 	return out, tokens, err
