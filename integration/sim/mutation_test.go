@@ -332,13 +332,13 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"answers before its writes are durable", core.MutantAnswersBeforeWrites | core.MutantNumberlessChoosing, true,
 			Options{Names: 2, ClientsPerNode: 2, SlowDisk: true, Batch: true}, nil, nil, 605},
 		{"writes a force-unlock's tombstone lazily", core.MutantLazyForcedTomb, true,
-			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 4427},
+			Options{Swarm: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 674},
 		// In the hostile swarm: a doorway the herd no longer drags on
 		// (leaders suggest distinct numbers) must be held up by the
 		// hostile world's late links to outlast the force-unlock's
 		// tombstone (the plain swarm took 2,989 seeds).
 		{"gives a doorway no bound", core.MutantUnboundedDoorway, true,
-			Options{Swarm: true, Hostile: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 684},
+			Options{Swarm: true, Hostile: true, Ambush: true, LoseRevocations: true, Names: 2, ClientsPerNode: 2}, nil, nil, 478},
 		// TestSimSwarm's world: a leader restarted with a granted ticket
 		// drops it on the word of the tombstones the operator's
 		// force-unlock left at the others, then answers that

@@ -1753,6 +1753,14 @@ func (s *Sim) clientAct(c *client, settling bool) {
 		clock := s.machineClock(c.node)
 		// Renewals race the expiry: most come in the lease's last ticks.
 		nearEnd := c.expiry-clock < 6
+		release := s.rates.release
+		if settling {
+			// Once the faults stop, holders let go at the usual rate at
+			// least: a swarm's long holds are there for renewals to meet
+			// faults, and the settle probes wait behind them (at 0.013 a
+			// tick, a hold outlasted a probe's 250 ticks: swarm seed 4958).
+			release = max(release, defaultRates.release)
+		}
 		switch {
 		case c.probe && s.o.Nested && c.token != 0:
 			// A nested probe lets go at once: the site's next probe may
@@ -1761,7 +1769,7 @@ func (s *Sim) clientAct(c *client, settling bool) {
 			s.endHold(c, "probe granted")
 			s.release(c, n)
 			s.handle(c.node)
-		case s.chance(s.rates.release) || c.token == 0 && !c.forced && s.chance(0.2):
+		case s.chance(release) || c.token == 0 && !c.forced && s.chance(0.2):
 			s.tracef("client %d releases %s token %d", c.id, c.name, c.token)
 			s.endHold(c, "release")
 			s.release(c, n)
