@@ -334,6 +334,12 @@ const (
 	// force-unlock of the request that arrives next hears from it that it
 	// never had the request, and may conclude that nobody held it.
 	MutantHoldsDropUntold
+	// MutantFloorSkipsHeldNames: a handoff raises the node's floor to the
+	// old leaders' but leaves the marks of the names it already holds,
+	// so a name one old leader forgot (its mark in that leader's floor)
+	// and this node kept from before with a lower mark takes a ticket
+	// number that was granted already.
+	MutantFloorSkipsHeldNames
 )
 
 func (c *Config) withDefaults() (Config, error) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"hash/fnv"
+	"maps"
 	"slices"
 
 	"github.com/sluicehq/sluice/core/wire"
@@ -137,11 +138,24 @@ func (n *Node) forgetName(t *replicaName) {
 	delete(n.restoredNames, t.name)
 }
 
-// raiseFloor raises the floor durably, to a previous leader's (handoff).
+// raiseFloor raises the floor durably, to the previous leaders' (handoff),
+// and the marks of the names this node holds with it: an old leader that
+// forgot a name keeps its mark only in its floor, and a name this node
+// kept from an earlier view, with a mark below a ticket it missed, must
+// not take that number again. (Names made later start from the floor.)
 func (n *Node) raiseFloor(floor uint64) {
 	if floor > n.floor {
 		n.floor = floor
 		n.persist(Write{Kind: WriteFloor, Entry: wire.Entry{Ticket: floor}})
+	}
+	if n.cfg.Mutant.on(MutantFloorSkipsHeldNames) {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(n.names)) {
+		if t := n.names[name]; t.highWater < floor {
+			t.highWater, t.stored = floor, true
+			n.persist(Write{Kind: WriteHighWater, Name: name, Entry: wire.Entry{Ticket: floor}})
+		}
 	}
 }
 

@@ -347,6 +347,14 @@ func TestMutantsAreCaught(t *testing.T) {
 			nil, func(seed int64) Options {
 				return takeTurns(Options{Swarm: true, Ambush: true, Batch: seed%2 == 1}, seed)
 			}, 1172},
+		// TestSimElected's world: a leader re-elected after missing two
+		// tickets of a name keeps its old mark through a handoff whose
+		// other old leader forgot the name (its mark only in its floor),
+		// and a later master's number repeats a granted token.
+		{"keeps a held name's mark below the handed-over floor", core.MutantFloorSkipsHeldNames, true, Options{},
+			nil, func(seed int64) Options {
+				return Options{Elect: true, Batch: seed%2 == 1}
+			}, 4018},
 	} {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

@@ -2080,7 +2080,17 @@ func (s *Sim) checkGrantToken(c *client, e core.Event) bool {
 		last = s.lastToken[c.name]
 	}
 	if e.Token <= last && !c.forced {
-		s.failf("fencing token %d of a %s grant on %s is not above the previous %d", e.Token, c.mode, c.name, last)
+		// Each node's mark of the name, to tell which lost it.
+		var marks strings.Builder
+		for _, n := range s.nodes {
+			if n.core == nil {
+				fmt.Fprintf(&marks, " node %d down;", n.id)
+				continue
+			}
+			_, hw := n.core.Table(c.name)
+			fmt.Fprintf(&marks, " node %d %d (leader %v);", n.id, hw, n.core.View().IsLeader(n.id))
+		}
+		s.failf("fencing token %d of a %s grant on %s is not above the previous %d; the nodes' marks:%s", e.Token, c.mode, c.name, last, strings.TrimSuffix(marks.String(), ";"))
 		return false
 	}
 	s.lastToken[c.name] = max(s.lastToken[c.name], e.Token)
